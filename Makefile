@@ -1,0 +1,35 @@
+# hivemux: the two commands are `make demo` and `make test`; both install what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DEMO_SECONDS ?= 90
+
+.PHONY: install demo test test-unit bench schemas clean
+
+install: $(STAMP)
+
+# Re-installs only when the project's dependency declaration changes (idempotent).
+$(STAMP): pyproject.toml setup.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/hivemux up --duration $(DEMO_SECONDS) --summary $(VENV)/demo-summary.json
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+bench: install
+	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
+
+schemas: install
+	$(BIN)/hivemux schemas export
+
+clean:
+	rm -rf $(VENV) build *.egg-info libs/*.egg-info

@@ -1,0 +1,46 @@
+"""The envelope every event carries: `event_id`, `occurred_at` (event time) and `source`.
+
+Events are frozen pydantic models, validated once at decode. Unknown fields are refused
+(`extra="forbid"`), which also makes the generated JSON Schema strict, so the broker's
+schema registry rejects them too.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+
+# A stable namespace for ids derived from other ids (replays derive the same ids).
+HIVEMUX_NAMESPACE = uuid.UUID("6b1f1d0e-8a47-4d2a-9a3c-5f0c1e2d7a90")
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
+Percent = Annotated[float, Field(ge=0.0, le=100.0)]
+NonNegative = Annotated[float, Field(ge=0.0)]
+
+
+class Record(BaseModel):
+    """A frozen, strict value nested inside events."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Event(Record):
+    """Base of all event models."""
+
+    event_id: uuid.UUID = Field(default_factory=uuid.uuid4, description="Unique id; handlers dedupe by it.")
+    occurred_at: AwareDatetime = Field(description="Event time (not processing time).")
+    source: Annotated[str, StringConstraints(min_length=1, max_length=200)] = Field(
+        description="Who produced the event: service name and instance, or 'cli'."
+    )
+
+
+def derived_id(*parts: object) -> uuid.UUID:
+    """A deterministic event id derived from its inputs, so a re-run emits the same ids."""
+    return uuid.uuid5(HIVEMUX_NAMESPACE, "/".join(str(p) for p in parts))
+
+
+def iso(at: datetime) -> str:
+    return at.isoformat()

@@ -1,0 +1,96 @@
+"""Job submission, lifecycle and profile events."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .base import Event, Name, Record, NonNegative, Percent
+
+
+class JobKind(StrEnum):
+    ONLINE = "online"
+    OFFLINE = "offline"
+    TRAINING = "training"
+
+
+class Priority(StrEnum):
+    """HiveD's two classes: guaranteed jobs use VC quota, opportunistic ones scavenge."""
+
+    GUARANTEED = "guaranteed"
+    OPPORTUNISTIC = "opportunistic"
+
+
+class WorkloadSpec(Record):
+    """What to run: a model family from the catalog, its batch size and length."""
+
+    model: Name = Field(description="Model family, e.g. resnet50, vgg16, densenet201, inceptionv3, bert")
+    batch_size: int = Field(ge=1, le=65536)
+    iterations: int = Field(ge=1, le=10_000_000)
+    command: tuple[str, ...] = Field(default=(), description="Real command line, when not simulated")
+
+
+class ResourceEstimates(Record):
+    gpu_memory_mib: NonNegative | None = None
+    duration_s: NonNegative | None = None
+    sm_activity: Percent | None = None
+
+
+class JobSubmission(Event):
+    """A job as a user submits it (the event-sourced job log)."""
+
+    job_id: Name
+    vc: Name = Field(description="Tenant / virtual cluster")
+    kind: JobKind
+    pods: int = Field(default=1, ge=1, le=4096)
+    gpus_per_pod: int = Field(default=1, ge=1, le=64)
+    affinity_cell_type: Name | None = Field(default=None, description="HiveD cell type the gang must share")
+    priority: Priority = Priority.OPPORTUNISTIC
+    priority_value: int = Field(default=0, ge=-1, le=1000, description="HiveD priority: -1 opportunistic, 0..1000")
+    workload: WorkloadSpec
+    estimates: ResourceEstimates = Field(default_factory=ResourceEstimates)
+
+    @model_validator(mode="after")
+    def _offline_is_single_gpu(self) -> "JobSubmission":
+        if self.kind is JobKind.OFFLINE and (self.pods != 1 or self.gpus_per_pod != 1):
+            raise ValueError("offline jobs share one GPU: pods and gpus_per_pod must be 1")
+        return self
+
+
+class JobState(StrEnum):
+    SUBMITTED = "submitted"
+    PROFILED = "profiled"
+    PLACED = "placed"
+    BOUND = "bound"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EVICTED = "evicted"
+    PREEMPTED = "preempted"
+    REJECTED = "rejected"
+
+
+class JobLifecycleEvent(Event):
+    job_id: Name
+    state: JobState
+    reason: str = Field(default="", max_length=2000)
+    node_id: Name | None = None
+    gpu_ids: tuple[Name, ...] = ()
+
+
+class Profile(Event):
+    """An offline job's solo execution features (MuxFlow §5 profiler)."""
+
+    job_id: Name
+    signature: str = Field(min_length=8, max_length=128, description="Hash of the workload spec; equal specs reuse a profile")
+    gpu_type: Name
+    method: Literal["simulated", "torch-cpu", "torch-cuda"]
+    iteration_time_ms: float = Field(gt=0)
+    gpu_util: Percent
+    sm_activity: Percent
+    sm_occupancy: Percent
+    memory_peak_mib: NonNegative
+    persistent_memory_mib: NonNegative
+    reused: bool = False

@@ -1,0 +1,71 @@
+"""Decisions and what they learn from: sharing observations, predictor models, cell
+bindings (HiveD) and placements (MuxFlow matcher). Every decision carries its reason and the
+inputs it was computed from, so "why was my job placed there / not placed" is answerable
+from the topics alone."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AwareDatetime, Field
+
+from .base import Event, Name, NonNegative, Percent
+from .jobs import Priority
+
+
+class SharingObservation(Event):
+    """What sharing a GPU did, over one window: the predictor's training data."""
+
+    gpu_id: Name
+    node_id: Name
+    gpu_type: Name
+    offline_job_id: Name
+    online_workload: Name | None = None
+    sm_share: Percent
+    normalized_throughput: NonNegative = Field(description="Shared throughput / profiled solo throughput")
+    online_slowdown: float = Field(ge=-1.0, le=100.0, description="Relative change of online latency (0.1 = 10 % slower)")
+    window_start: AwareDatetime
+    window_end: AwareDatetime
+    gpu_metrics: dict[str, float] = Field(default_factory=dict, description="Window means: sm_activity, gpu_util, memory_used_mib")
+
+
+class PredictorModel(Event):
+    """A version of the speed predictor for one GPU type (weights and metadata)."""
+
+    gpu_type: Name
+    version: int = Field(ge=1)
+    kind: Literal["analytic", "mlp"]
+    parameters: dict[str, float] = Field(default_factory=dict)
+    weights_b64: str | None = Field(default=None, description="Serialized weights, for kind=mlp")
+    heldout_error: NonNegative | None = None
+    trained_on: int = Field(default=0, ge=0, description="Number of observations it was fitted on")
+
+
+class CellBinding(Event):
+    """A training job bound to (or released from) physical cells."""
+
+    job_id: Name
+    vc: Name
+    state: Literal["bound", "released", "refused"]
+    priority: Priority
+    cell_type: Name
+    node_ids: tuple[Name, ...] = ()
+    gpu_ids: tuple[Name, ...] = ()
+    reason: str = Field(max_length=2000)
+    inputs: dict[str, float | int | str] = Field(default_factory=dict)
+
+
+class Placement(Event):
+    """The matcher's decision for one offline job: share a GPU, or be evicted from one."""
+
+    job_id: Name
+    action: Literal["place", "evict"]
+    gpu_id: Name
+    node_id: Name
+    sm_share: Percent
+    policy: Literal["matching", "fcfs"]
+    predicted_normalized_throughput: NonNegative | None = None
+    predicted_online_slowdown: float | None = None
+    model_version: int | None = None
+    reason: str = Field(max_length=2000)
+    inputs: dict[str, float | int | str | None] = Field(default_factory=dict)

@@ -1,0 +1,111 @@
+"""The topic registry: every topic hivemux uses, declared once.
+
+Each topic names its value model, the model field that is its key (so the key, and therefore
+the partition and the owning consumer-group member, follows from the event), its partition
+count, its cleanup policy and its dead-letter topic. `schemas/` is generated from here, and
+services create exactly these topics at start.
+
+Partition counts bound how many instances of a consuming service share work: the telemetry
+and health topics are keyed by GPU, node-facing commands by node, job topics by job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .events import (
+    CellBinding,
+    DeadLetter,
+    Event,
+    ExecutorCommand,
+    ExecutorReport,
+    Fault,
+    GpuTelemetrySample,
+    HealthTransition,
+    JobLifecycleEvent,
+    JobSubmission,
+    NodeTelemetry,
+    Placement,
+    PredictorModel,
+    Profile,
+    SharingObservation,
+)
+
+CleanupPolicy = Literal["delete", "compact"]
+DEAD_LETTER_SUFFIX = ".dlq"
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: str
+    model: type[Event]
+    key_field: str
+    partitions: int
+    cleanup_policy: CleanupPolicy
+    description: str
+
+    @property
+    def dead_letter(self) -> "Topic":
+        return Topic(
+            name=self.name + DEAD_LETTER_SUFFIX,
+            model=DeadLetter,
+            key_field="original_topic",
+            partitions=1,
+            cleanup_policy="delete",
+            description=f"Records of {self.name} that could not be accepted, with the reason.",
+        )
+
+    def key_of(self, event: Event) -> str:
+        return str(getattr(event, self.key_field))
+
+
+GPU_TELEMETRY = Topic("telemetry.gpu", GpuTelemetrySample, "gpu_id", 8, "delete", "GPU samples from every node")
+NODE_TELEMETRY = Topic("telemetry.node", NodeTelemetry, "node_id", 4, "delete", "Node samples: GPUs, CPU and memory pressure")
+GPU_HEALTH = Topic("gpu.health", HealthTransition, "gpu_id", 4, "compact", "SysMonitor state transitions per GPU")
+GPU_FAULTS = Topic("gpu.faults", Fault, "gpu_id", 4, "delete", "Detected error patterns and their remediation")
+JOBS_SUBMITTED = Topic("jobs.submitted", JobSubmission, "job_id", 4, "delete", "The event-sourced job log")
+JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete", "Job state changes with reasons")
+JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
+SHARING_OBSERVATIONS = Topic("sharing.observations", SharingObservation, "gpu_id", 4, "delete", "Measured effects of sharing a GPU")
+PREDICTOR_MODELS = Topic("predictor.models", PredictorModel, "gpu_type", 1, "compact", "Speed predictor versions per GPU type")
+CELL_BINDINGS = Topic("cells.bindings", CellBinding, "job_id", 4, "compact", "HiveD cell bindings of training jobs")
+PLACEMENTS = Topic("placements", Placement, "job_id", 4, "delete", "Matcher decisions for offline jobs")
+EXECUTOR_COMMANDS = Topic("executor.commands", ExecutorCommand, "node_id", 8, "delete", "Commands to node executors")
+EXECUTOR_REPORTS = Topic("executor.reports", ExecutorReport, "node_id", 8, "delete", "Node executors' workload reports")
+
+TOPICS: tuple[Topic, ...] = (
+    GPU_TELEMETRY,
+    NODE_TELEMETRY,
+    GPU_HEALTH,
+    GPU_FAULTS,
+    JOBS_SUBMITTED,
+    JOBS_LIFECYCLE,
+    JOBS_PROFILED,
+    SHARING_OBSERVATIONS,
+    PREDICTOR_MODELS,
+    CELL_BINDINGS,
+    PLACEMENTS,
+    EXECUTOR_COMMANDS,
+    EXECUTOR_REPORTS,
+)
+
+ALL_TOPICS: tuple[Topic, ...] = TOPICS + tuple(t.dead_letter for t in TOPICS)
+
+_BY_NAME = {t.name: t for t in ALL_TOPICS}
+_BY_MODEL = {t.model: t for t in TOPICS}
+
+
+def by_name(name: str) -> Topic:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown topic {name!r}; known: {sorted(_BY_NAME)}") from None
+
+
+def topic_for(event: Event) -> Topic:
+    """The one topic an event of this type is published to."""
+    try:
+        return _BY_MODEL[type(event)]
+    except KeyError:
+        raise TypeError(f"{type(event).__name__} has no topic of its own (dead letters name theirs)") from None
