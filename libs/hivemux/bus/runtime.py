@@ -1,0 +1,347 @@
+"""The consumer runtime every service runs on.
+
+A service registers three kinds of work:
+
+- `on(topic, handler)`: records consumed as a consumer-group member (the topic key decides
+  which instance owns which GPU, node or job). A handler returns the events it wants
+  published; the runtime publishes them, waits for the broker's acknowledgement, and only
+  then commits the offsets (at-least-once: handlers dedupe by `event_id`).
+- `fold(topic, handler)`: state rebuilt by every instance from the topic's beginning
+  (event-sourced read models). While an instance catches up, whatever the handler returns is
+  dropped: those decisions were already published by the run that made them.
+- `every(seconds, ticker)`: periodic work (sampling, progress reports).
+
+A record that fails validation, or whose handler raises, goes to the topic's dead-letter
+topic with the reason, a counter is bumped, and consumption goes on. `TransientError` is
+retried with backoff first. `InvariantViolation` stops the service loudly. SIGTERM/SIGINT
+stop it cleanly: the current batch finishes, offsets are committed, the group is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import signal
+import traceback
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from ..errors import InvalidEvent, InvariantViolation, TransientError
+from ..events import Event
+from ..settings import ServiceSettings
+from ..topics import ALL_TOPICS, Topic
+from . import metrics
+from .admin import ensure_topics
+from .codec import decode_key, decode_value
+from .publisher import Publisher
+
+log = logging.getLogger("hivemux.bus.runtime")
+
+Emitted = Iterable[Event] | None
+Handler = Callable[[Any, "RecordContext"], Emitted | Awaitable[Emitted]]
+Ticker = Callable[[], Emitted | Awaitable[Emitted]]
+Hook = Callable[[], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class RecordContext:
+    topic: str
+    partition: int
+    offset: int
+    key: str | None
+    replaying: bool = False
+
+
+@dataclass
+class _Subscription:
+    topic: Topic
+    handler: Handler
+    dedupe: bool
+
+
+@dataclass
+class _Ticker:
+    seconds: float
+    fn: Ticker
+
+
+class SeenEvents:
+    """A bounded memory of handled event ids (the at-least-once dedupe)."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[UUID, None] = OrderedDict()
+
+    def first_time(self, event_id: UUID) -> bool:
+        if event_id in self._ids:
+            return False
+        self._ids[event_id] = None
+        if len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+        return True
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> list[Event]:
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        result = await result
+    return list(result or ())
+
+
+@dataclass
+class Service:
+    """One running service instance: its subscriptions, tickers and bus clients."""
+
+    name: str
+    settings: ServiceSettings
+    subscriptions: dict[str, _Subscription] = field(default_factory=dict)
+    folds: dict[str, _Subscription] = field(default_factory=dict)
+    tickers: list[_Ticker] = field(default_factory=list)
+    start_hooks: list[Hook] = field(default_factory=list)
+    stop_hooks: list[Hook] = field(default_factory=list)
+    publisher: Publisher | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _seen: SeenEvents = field(default_factory=SeenEvents)
+    _fold_seen: SeenEvents = field(default_factory=SeenEvents)
+
+    @property
+    def group_id(self) -> str:
+        return f"{self.settings.group_prefix}.{self.name}"
+
+    @property
+    def source(self) -> str:
+        return f"{self.name}/{self.settings.instance}"
+
+    # -- registration -------------------------------------------------------------------
+    def on(self, topic: Topic, handler: Handler, *, dedupe: bool = True) -> None:
+        self.subscriptions[topic.name] = _Subscription(topic, handler, dedupe)
+
+    def fold(self, topic: Topic, handler: Handler, *, dedupe: bool = True) -> None:
+        self.folds[topic.name] = _Subscription(topic, handler, dedupe)
+
+    def every(self, seconds: float, ticker: Ticker) -> None:
+        if seconds <= 0:
+            raise ValueError("ticker interval must be positive")
+        self.tickers.append(_Ticker(seconds, ticker))
+
+    def on_start(self, hook: Hook) -> None:
+        self.start_hooks.append(hook)
+
+    def on_stop(self, hook: Hook) -> None:
+        self.stop_hooks.append(hook)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    # -- running ------------------------------------------------------------------------
+    async def run(self, *, install_signal_handlers: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._stop.set)
+        bus = self.settings
+        if bus.create_topics:
+            await ensure_topics(bus.kafka_bootstrap_servers, ALL_TOPICS, replication_factor=bus.replication_factor)
+        self.publisher = Publisher(bus.kafka_bootstrap_servers, source=self.source)
+        await self.publisher.start()
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for hook in self.start_hooks:
+                await _call_hook(hook)
+            if self.folds:
+                fold_consumer = await self._start_fold_consumer()
+                await self._catch_up(fold_consumer)
+                tasks.append(asyncio.create_task(self._fold_loop(fold_consumer), name=f"{self.name}-fold"))
+            if self.subscriptions:
+                tasks.append(asyncio.create_task(self._group_loop(), name=f"{self.name}-group"))
+            tasks += [asyncio.create_task(self._tick_loop(t), name=f"{self.name}-tick") for t in self.tickers]
+            self.ready.set()
+            log.info("service %s ready (group %s)", self.source, self.group_id)
+            stopper = asyncio.create_task(self._stop.wait())
+            done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopper and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            self._stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for hook in self.stop_hooks:
+                await _call_hook(hook)
+            await self.publisher.stop()
+            if install_signal_handlers:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            log.info("service %s stopped", self.source)
+
+    def _consumer(self, *topics: str, group: bool) -> AIOKafkaConsumer:
+        bus = self.settings
+        return AIOKafkaConsumer(
+            *topics,
+            bootstrap_servers=bus.kafka_bootstrap_servers,
+            group_id=self.group_id if group else None,
+            client_id=self.source,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=bus.session_timeout_ms,
+            heartbeat_interval_ms=bus.heartbeat_interval_ms,
+            max_poll_records=bus.max_poll_records,
+        )
+
+    async def _group_loop(self) -> None:
+        consumer = self._consumer(*sorted(self.subscriptions), group=True)
+        await consumer.start()
+        try:
+            while not self._stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.max_poll_records)
+                if not batch:
+                    continue
+                outputs: list[Event] = []
+                for tp, records in batch.items():
+                    for record in records:
+                        outputs += await self._handle(self.subscriptions[tp.topic], record, self._seen, replaying=False)
+                # The handlers' effects are on the broker before their inputs are committed.
+                await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+                metrics.PUBLISHED.labels(self.name).inc(len(outputs))
+                offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+                try:
+                    await consumer.commit(offsets)
+                except CommitFailedError as error:
+                    # A rebalance took the partitions: the next owner re-receives the batch.
+                    log.warning("commit failed after rebalance, records will be redelivered: %s", error)
+        finally:
+            await consumer.stop()
+
+    async def _start_fold_consumer(self) -> AIOKafkaConsumer:
+        consumer = self._consumer(group=False)
+        await consumer.start()
+        partitions = []
+        for name in sorted(self.folds):
+            for p in sorted(consumer.partitions_for_topic(name) or await _partitions(consumer, name)):
+                partitions.append(TopicPartition(name, p))
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        return consumer
+
+    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+        """Fold until every partition's position reaches the fetch high-watermark.
+
+        `end_offsets` alone can be short on the embedded broker, so the high-watermark of
+        actual fetches decides, plus two empty fetches in a row to end the wait.
+        """
+        idle_polls = 0
+        while idle_polls < 3:
+            batch = await consumer.getmany(timeout_ms=300, max_records=self.settings.max_poll_records)
+            for tp, records in batch.items():
+                for record in records:
+                    await self._handle(self.folds[tp.topic], record, self._fold_seen, replaying=True)
+            if batch:
+                idle_polls = 0
+                continue
+            idle_polls += 1
+            marks = [(consumer.highwater(tp), await consumer.position(tp)) for tp in consumer.assignment()]
+            if all(hw is not None and position >= hw for hw, position in marks):
+                break
+        log.info("service %s caught up on %s", self.source, sorted(self.folds))
+
+    async def _fold_loop(self, consumer: AIOKafkaConsumer) -> None:
+        try:
+            while not self._stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.max_poll_records)
+                outputs: list[Event] = []
+                for tp, records in batch.items():
+                    for record in records:
+                        outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, replaying=False)
+                await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+        finally:
+            await consumer.stop()
+
+    async def _tick_loop(self, ticker: _Ticker) -> None:
+        while not self._stop.is_set():
+            try:
+                outputs = await _call(ticker.fn)
+            except (InvariantViolation, KafkaError):
+                raise
+            except Exception:
+                metrics.HANDLER_ERRORS.labels(self.name, "tick").inc()
+                log.exception("ticker of %s failed; it runs again next period", self.name)
+                outputs = []
+            await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+            metrics.PUBLISHED.labels(self.name).inc(len(outputs))
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=ticker.seconds)
+            except TimeoutError:
+                pass
+
+    async def _handle(self, sub: _Subscription, record: ConsumerRecord, seen: SeenEvents, *, replaying: bool) -> list[Event]:
+        key = decode_key(record.key)
+        context = RecordContext(record.topic, record.partition, record.offset, key, replaying)
+        metrics.CONSUMED.labels(self.name, record.topic).inc()
+        try:
+            event = decode_value(sub.topic, record.value)
+        except InvalidEvent as error:
+            await self._dead_letter(record, key, str(error), type(error).__name__, "decode")
+            return []
+        if sub.dedupe and not seen.first_time(event.event_id):
+            metrics.DUPLICATES.labels(self.name, record.topic).inc()
+            return []
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(lambda e: isinstance(e, TransientError)),
+                wait=wait_exponential(multiplier=0.1, max=5),
+                stop=stop_after_attempt(6),
+                reraise=True,
+            ):
+                with attempt:
+                    outputs = await _call(sub.handler, event, context)
+        except InvariantViolation:
+            raise
+        except Exception as error:
+            metrics.HANDLER_ERRORS.labels(self.name, record.topic).inc()
+            log.error("handler for %s failed at %s:%s: %s", record.topic, record.partition, record.offset, traceback.format_exc())
+            await self._dead_letter(record, key, f"{type(error).__name__}: {error}", type(error).__name__, "handle")
+            return []
+        return [] if replaying else outputs
+
+    async def _dead_letter(self, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str) -> None:
+        metrics.DEAD_LETTERS.labels(self.name, record.topic, stage).inc()
+        log.warning("dead-lettering %s[%s]@%s: %s", record.topic, record.partition, record.offset, reason)
+        await self.publisher.dead_letter(  # type: ignore[union-attr]
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            key=key,
+            value=record.value,
+            reason=reason,
+            error_type=error_type,
+            consumer_group=self.group_id,
+            stage=stage,
+        )
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    """Partitions of a topic, asking the broker when the client's metadata lacks it."""
+    for _ in range(50):
+        found = consumer.partitions_for_topic(topic)
+        if found:
+            return found
+        await consumer._client.force_metadata_update()  # noqa: SLF001 - aiokafka has no public refresh
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"topic {topic!r} has no partitions on the broker")
+
+
+async def _call_hook(hook: Hook) -> None:
+    result = hook()
+    if inspect.isawaitable(result):
+        await result
+

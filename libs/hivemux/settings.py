@@ -1,0 +1,38 @@
+"""Settings shared by every service (pydantic-settings, `HIVEMUX_*` environment).
+
+Each service has one settings class that extends `ServiceSettings` with its own fields under
+its own prefix (`HIVEMUX_MATCHER_*`, ...). The connection fields use fixed names
+(`KAFKA_BOOTSTRAP_SERVERS`, `HIVEMUX_POSTGRES_DSN`) whatever the prefix. `main` reads the
+settings once and passes them down; the library never reads the environment.
+"""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class BusSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="HIVEMUX_", extra="ignore")
+
+    kafka_bootstrap_servers: str = Field(
+        default="127.0.0.1:9092",
+        validation_alias=AliasChoices("KAFKA_BOOTSTRAP_SERVERS", "HIVEMUX_KAFKA_BOOTSTRAP_SERVERS"),
+    )
+    # The embedded broker holds a JoinGroup for half the session timeout: keep it short.
+    session_timeout_ms: int = Field(default=6000, ge=1000, validation_alias="HIVEMUX_SESSION_TIMEOUT_MS")
+    heartbeat_interval_ms: int = Field(default=1000, ge=100, validation_alias="HIVEMUX_HEARTBEAT_INTERVAL_MS")
+    max_poll_records: int = Field(default=500, ge=1, validation_alias="HIVEMUX_MAX_POLL_RECORDS")
+    create_topics: bool = Field(default=True, validation_alias="HIVEMUX_CREATE_TOPICS")
+    replication_factor: int = Field(default=1, ge=1, validation_alias="HIVEMUX_REPLICATION_FACTOR")
+
+
+class ServiceSettings(BusSettings):
+    """What every service needs: the bus, the database, metrics and its identity."""
+
+    postgres_dsn: str | None = Field(default=None, validation_alias="HIVEMUX_POSTGRES_DSN")
+    metrics_port: int = Field(default=0, ge=0, le=65535, validation_alias="HIVEMUX_METRICS_PORT")
+    metrics_host: str = Field(default="127.0.0.1", validation_alias="HIVEMUX_METRICS_HOST")
+    instance: str = Field(default="0", validation_alias="HIVEMUX_INSTANCE")
+    group_prefix: str = Field(default="hivemux", validation_alias="HIVEMUX_GROUP_PREFIX")
+    log_level: str = Field(default="INFO", validation_alias="HIVEMUX_LOG_LEVEL")
