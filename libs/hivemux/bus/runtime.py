@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.errors import CommitFailedError, KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -42,6 +42,7 @@ from . import metrics
 from .admin import ensure_topics
 from .codec import decode_key, decode_value
 from .publisher import Publisher
+from .replay import assign_from_beginning, drain
 
 log = logging.getLogger("hivemux.bus.runtime")
 
@@ -225,34 +226,15 @@ class Service:
     async def _start_fold_consumer(self) -> AIOKafkaConsumer:
         consumer = self._consumer(group=False)
         await consumer.start()
-        partitions = []
-        for name in sorted(self.folds):
-            for p in sorted(consumer.partitions_for_topic(name) or await _partitions(consumer, name)):
-                partitions.append(TopicPartition(name, p))
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
+        await assign_from_beginning(consumer, list(self.folds))
         return consumer
 
     async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
-        """Fold until every partition's position reaches the fetch high-watermark.
+        async def replay(record: ConsumerRecord) -> None:
+            await self._handle(self.folds[record.topic], record, self._fold_seen, replaying=True)
 
-        `end_offsets` alone can be short on the embedded broker, so the high-watermark of
-        actual fetches decides, plus two empty fetches in a row to end the wait.
-        """
-        idle_polls = 0
-        while idle_polls < 3:
-            batch = await consumer.getmany(timeout_ms=300, max_records=self.settings.max_poll_records)
-            for tp, records in batch.items():
-                for record in records:
-                    await self._handle(self.folds[tp.topic], record, self._fold_seen, replaying=True)
-            if batch:
-                idle_polls = 0
-                continue
-            idle_polls += 1
-            marks = [(consumer.highwater(tp), await consumer.position(tp)) for tp in consumer.assignment()]
-            if all(hw is not None and position >= hw for hw, position in marks):
-                break
-        log.info("service %s caught up on %s", self.source, sorted(self.folds))
+        count = await drain(consumer, replay, max_records=self.settings.max_poll_records)
+        log.info("service %s caught up on %s (%d records)", self.source, sorted(self.folds), count)
 
     async def _fold_loop(self, consumer: AIOKafkaConsumer) -> None:
         try:
@@ -327,17 +309,6 @@ class Service:
             consumer_group=self.group_id,
             stage=stage,
         )
-
-
-async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
-    """Partitions of a topic, asking the broker when the client's metadata lacks it."""
-    for _ in range(50):
-        found = consumer.partitions_for_topic(topic)
-        if found:
-            return found
-        await consumer._client.force_metadata_update()  # noqa: SLF001 - aiokafka has no public refresh
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"topic {topic!r} has no partitions on the broker")
 
 
 async def _call_hook(hook: Hook) -> None:

@@ -46,6 +46,7 @@ class JobSubmission(Event):
     kind: JobKind
     pods: int = Field(default=1, ge=1, le=4096)
     gpus_per_pod: int = Field(default=1, ge=1, le=64)
+    gpu_type: Name | None = Field(default=None, description="HiveD leaf cell type: the GPU model required, if any")
     affinity_cell_type: Name | None = Field(default=None, description="HiveD cell type the gang must share")
     priority: Priority = Priority.OPPORTUNISTIC
     priority_value: int = Field(default=0, ge=-1, le=1000, description="HiveD priority: -1 opportunistic, 0..1000")

@@ -1,0 +1,117 @@
+"""The `hivemux` command line (click)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .. import schemas
+from ..settings import BusSettings
+from ..topics import ALL_TOPICS
+from .jobfile import JobFileError, parse_jobs
+from .services import SERVICES
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """hivemux: a GPU cluster manager (HiveD cells, MuxFlow sharing, Salus lanes)."""
+
+
+@cli.command()
+@click.argument("name", type=click.Choice(sorted(SERVICES)))
+def service(name: str) -> None:
+    """Run one service instance (configured by HIVEMUX_* environment variables)."""
+    importlib.import_module(SERVICES[name]).main()
+
+
+@cli.command()
+@click.option("--duration", type=float, default=None, help="Stop after this many seconds (default: until Ctrl-C).")
+@click.option("--summary", "summary_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write the end-of-run summary as JSON to this file.")
+@click.option("--jobs", "jobs_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+              help="Job list to replay once the services are up (default: the bundled demo jobs).")
+@click.option("--workdir", type=click.Path(path_type=Path, file_okay=False), default=Path(".hivemux"),
+              help="Where service logs go.")
+def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None, workdir: Path) -> None:
+    """Embedded infrastructure + every service as its own process + simulated fleet + a job replay."""
+    from .up import UpOptions, run_up
+
+    summary = run_up(UpOptions(duration=duration, jobs_path=jobs_path, workdir=workdir))
+    if summary_path is not None:
+        summary_path.parent.mkdir(parents=True, exist_ok=True)
+        summary_path.write_text(json.dumps(summary, indent=2) + "\n")
+        click.echo(f"summary written to {summary_path}")
+
+
+@cli.command()
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
+def submit(path: Path) -> None:
+    """Validate a YAML/JSON job spec and submit it to jobs.submitted."""
+    from ..bus import Publisher
+
+    try:
+        jobs = parse_jobs(path)
+    except JobFileError as error:
+        raise click.ClickException(str(error)) from error
+
+    async def send() -> None:
+        async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
+            await publisher.publish_all(jobs)
+
+    asyncio.run(send())
+    for job in jobs:
+        click.echo(f"submitted {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(as_json: bool) -> None:
+    """GPUs by health state and jobs by state, folded from the topics."""
+    from ..bus.replay import read_topics
+    from ..status import STATUS_TOPICS, fold_status, render_summary
+
+    events, _ = asyncio.run(read_topics(BusSettings().kafka_bootstrap_servers, STATUS_TOPICS))
+    summary = fold_status(events).summary()
+    click.echo(json.dumps(summary, indent=2) if as_json else render_summary(summary))
+
+
+@cli.command()
+def topics() -> None:
+    """The topic registry: name, key, partitions, model, cleanup policy."""
+    click.echo(f"{'topic':<30} {'key':<16} {'parts':>5}  {'cleanup':<8} model")
+    for t in ALL_TOPICS:
+        click.echo(f"{t.name:<30} {t.key_field:<16} {t.partitions:>5}  {t.cleanup_policy:<8} {t.model.__name__}")
+
+
+@cli.group(name="schemas")
+def schemas_group() -> None:
+    """JSON Schemas of the topics, for the broker's schema registry."""
+
+
+@schemas_group.command("export")
+@click.option("--dir", "directory", type=click.Path(path_type=Path, file_okay=False), default=Path("schemas"))
+@click.option("--check", is_flag=True, help="Only check that the files are up to date (exit 1 if not).")
+def schemas_export(directory: Path, check: bool) -> None:
+    """Write schemas/<topic>.json for every topic."""
+    if check:
+        outdated = schemas.stale(directory)
+        if outdated:
+            click.echo(f"stale schemas in {directory}: {', '.join(outdated)}; run `hivemux schemas export`", err=True)
+            sys.exit(1)
+        click.echo(f"{len(ALL_TOPICS)} schemas in {directory} are up to date")
+        return
+    written = schemas.export(directory)
+    click.echo(f"wrote {len(written)} schemas to {directory}")
+
+
+def main() -> None:
+    cli()
+
+
+if __name__ == "__main__":
+    main()

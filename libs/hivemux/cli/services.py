@@ -1,0 +1,11 @@
+"""The seven services by their command-line names (the CLI is the one place that knows them all)."""
+
+SERVICES: dict[str, str] = {
+    "telemetry-ingester": "hivemux.services.telemetry_ingester.service",
+    "health-processor": "hivemux.services.health_processor.service",
+    "cell-allocator": "hivemux.services.cell_allocator.service",
+    "profiler": "hivemux.services.profiler.service",
+    "predictor": "hivemux.services.predictor.service",
+    "matcher": "hivemux.services.matcher.service",
+    "executor": "hivemux.services.executor.service",
+}

@@ -1,0 +1,126 @@
+"""The cluster status read model: GPUs by health state, jobs by state, offline jobs sharing
+online GPUs, training jobs bound to cells — folded from the topics alone (`hivemux status`,
+the end-of-run summary of `hivemux up`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .events import (
+    CellBinding,
+    Event,
+    HealthTransition,
+    JobLifecycleEvent,
+    JobState,
+    JobSubmission,
+    Placement,
+)
+from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, PLACEMENTS, Topic
+
+STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS)
+_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.REJECTED}
+
+
+@dataclass(frozen=True)
+class Sharing:
+    job_id: str
+    gpu_id: str
+    node_id: str
+    sm_share: float
+    online_workload: str | None
+
+
+@dataclass
+class ClusterStatus:
+    gpu_state: dict[str, str] = field(default_factory=dict)
+    job_kind: dict[str, str] = field(default_factory=dict)
+    job_state: dict[str, str] = field(default_factory=dict)
+    sharing_now: dict[str, Sharing] = field(default_factory=dict)
+    shared_ever: dict[str, Sharing] = field(default_factory=dict)
+    bound_now: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    bound_ever: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _seen: set[Any] = field(default_factory=set)
+
+    def apply(self, event: Event) -> None:
+        if event.event_id in self._seen:
+            return
+        self._seen.add(event.event_id)
+        match event:
+            case HealthTransition():
+                self.gpu_state[event.gpu_id] = event.to_state.value
+            case JobSubmission():
+                self.job_kind[event.job_id] = event.kind.value
+                self.job_state.setdefault(event.job_id, JobState.SUBMITTED.value)
+            case JobLifecycleEvent():
+                self._job_changed(event)
+            case Placement(action="place"):
+                online = event.inputs.get("online_workload")
+                sharing = Sharing(event.job_id, event.gpu_id, event.node_id, event.sm_share, str(online) if online else None)
+                self.sharing_now[event.job_id] = sharing
+                self.shared_ever[event.job_id] = sharing
+            case Placement(action="evict"):
+                self.sharing_now.pop(event.job_id, None)
+            case CellBinding(state="bound"):
+                self.bound_now[event.job_id] = event.node_ids
+                self.bound_ever[event.job_id] = event.node_ids
+            case CellBinding(state="released"):
+                self.bound_now.pop(event.job_id, None)
+
+    def _job_changed(self, event: JobLifecycleEvent) -> None:
+        if self.job_state.get(event.job_id) in {s.value for s in _ENDED}:
+            return  # an ended job stays ended (duplicate completions of gang members)
+        self.job_state[event.job_id] = event.state.value
+        if event.state in _ENDED or event.state in (JobState.EVICTED, JobState.PREEMPTED):
+            self.sharing_now.pop(event.job_id, None)
+        if event.state in _ENDED:
+            self.bound_now.pop(event.job_id, None)
+
+    def summary(self) -> dict[str, Any]:
+        placed = set(self.shared_ever) | set(self.bound_ever)
+        return {
+            "gpus_by_health": dict(sorted(Counter(self.gpu_state.values()).items())),
+            "jobs": {
+                "submitted": len(self.job_kind),
+                "placed": len(placed),
+                "completed": sum(1 for s in self.job_state.values() if s == JobState.COMPLETED.value),
+                "by_state": dict(sorted(Counter(self.job_state.values()).items())),
+            },
+            "offline_sharing": [_sharing_row(s) for _, s in sorted(self.sharing_now.items())],
+            "offline_shared": [_sharing_row(s) for _, s in sorted(self.shared_ever.items())],
+            "training_bound": [{"job_id": j, "node_ids": list(n)} for j, n in sorted(self.bound_ever.items())],
+            "training_bound_now": [{"job_id": j, "node_ids": list(n)} for j, n in sorted(self.bound_now.items())],
+        }
+
+
+def _sharing_row(s: Sharing) -> dict[str, Any]:
+    return {"job_id": s.job_id, "gpu_id": s.gpu_id, "node_id": s.node_id, "sm_share": s.sm_share, "online_workload": s.online_workload}
+
+
+def fold_status(events: Iterable[Event]) -> ClusterStatus:
+    status = ClusterStatus()
+    for event in events:
+        status.apply(event)
+    return status
+
+
+def render_summary(summary: dict[str, Any]) -> str:
+    """The human-readable summary `make demo` prints."""
+    jobs = summary["jobs"]
+    lines = ["GPUs by health state:"]
+    lines += [f"  {state:<10} {count}" for state, count in summary["gpus_by_health"].items()] or ["  (no GPU reported yet)"]
+    lines.append(f"Jobs: submitted {jobs['submitted']}, placed {jobs['placed']}, completed {jobs['completed']}")
+    lines += [f"  {state:<10} {count}" for state, count in jobs["by_state"].items()]
+    lines.append("Offline jobs sharing online GPUs (SM share = 100 - online SM activity):")
+    rows = summary["offline_shared"]
+    now = {r["job_id"] for r in summary["offline_sharing"]}
+    lines += [
+        f"  {r['job_id']:<18} on {r['gpu_id']:<16} beside {r['online_workload'] or '-':<14} SM share {r['sm_share']:5.1f} %"
+        + ("  (sharing now)" if r["job_id"] in now else "")
+        for r in rows
+    ] or ["  (none)"]
+    lines.append("Training jobs bound to cells:")
+    lines += [f"  {r['job_id']:<18} on {', '.join(r['node_ids'])}" for r in summary["training_bound"]] or ["  (none)"]
+    return "\n".join(lines)
