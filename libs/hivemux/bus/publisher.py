@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
 from ..events import DeadLetter, Event
-from ..topics import Topic, by_name, topic_for
+from ..topics import Topic, topic_for
 from .codec import encode_key, encode_value
 
 
@@ -62,7 +62,7 @@ class Publisher:
     async def dead_letter(
         self,
         *,
-        topic: str,
+        topic: Topic,
         partition: int,
         offset: int,
         key: str | None,
@@ -76,7 +76,7 @@ class Publisher:
         letter = DeadLetter(
             occurred_at=datetime.now(UTC),
             source=self.source,
-            original_topic=topic,
+            original_topic=topic.name,
             partition=partition,
             offset=offset,
             key=key,
@@ -87,4 +87,4 @@ class Publisher:
             consumer_group=consumer_group,
             stage=stage,  # type: ignore[arg-type]
         )
-        return await self.publish_to(by_name(topic).dead_letter, letter)
+        return await self.publish_to(topic.dead_letter, letter)

@@ -151,7 +151,7 @@ class Service:
                 loop.add_signal_handler(sig, self._stop.set)
         bus = self.settings
         if bus.create_topics:
-            await ensure_topics(bus.kafka_bootstrap_servers, ALL_TOPICS, replication_factor=bus.replication_factor)
+            await ensure_topics(bus.kafka_bootstrap_servers, self._topics(), replication_factor=bus.replication_factor)
         self.publisher = Publisher(bus.kafka_bootstrap_servers, source=self.source)
         await self.publisher.start()
         tasks: list[asyncio.Task[None]] = []
@@ -184,6 +184,11 @@ class Service:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
             log.info("service %s stopped", self.source)
+
+    def _topics(self) -> list[Topic]:
+        """The registry's topics plus any this service subscribes to, with their dead letters."""
+        own = [s.topic for s in (*self.subscriptions.values(), *self.folds.values())]
+        return list({t.name: t for t in (*ALL_TOPICS, *own, *(t.dead_letter for t in own))}.values())
 
     def _consumer(self, *topics: str, group: bool) -> AIOKafkaConsumer:
         bus = self.settings
@@ -272,7 +277,7 @@ class Service:
         try:
             event = decode_value(sub.topic, record.value)
         except InvalidEvent as error:
-            await self._dead_letter(record, key, str(error), type(error).__name__, "decode")
+            await self._dead_letter(sub.topic, record, key, str(error), type(error).__name__, "decode")
             return []
         if sub.dedupe and not seen.first_time(event.event_id):
             metrics.DUPLICATES.labels(self.name, record.topic).inc()
@@ -291,15 +296,17 @@ class Service:
         except Exception as error:
             metrics.HANDLER_ERRORS.labels(self.name, record.topic).inc()
             log.error("handler for %s failed at %s:%s: %s", record.topic, record.partition, record.offset, traceback.format_exc())
-            await self._dead_letter(record, key, f"{type(error).__name__}: {error}", type(error).__name__, "handle")
+            await self._dead_letter(sub.topic, record, key, f"{type(error).__name__}: {error}", type(error).__name__, "handle")
             return []
         return [] if replaying else outputs
 
-    async def _dead_letter(self, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str) -> None:
+    async def _dead_letter(
+        self, topic: Topic, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str
+    ) -> None:
         metrics.DEAD_LETTERS.labels(self.name, record.topic, stage).inc()
         log.warning("dead-lettering %s[%s]@%s: %s", record.topic, record.partition, record.offset, reason)
         await self.publisher.dead_letter(  # type: ignore[union-attr]
-            topic=record.topic,
+            topic=topic,
             partition=record.partition,
             offset=record.offset,
             key=key,

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..bus import Publisher, ensure_topics
 from ..bus.replay import read_topics
-from ..infra import EmbeddedInfra, InfraSettings, free_port, die_with_parent
+from ..infra import InfraSettings, die_with_parent, embedded_infra, free_port
 from ..status import STATUS_TOPICS, fold_status, render_summary
 from ..topics import ALL_TOPICS
 from .jobfile import parse_jobs
@@ -159,8 +159,7 @@ def _wait(duration: float | None, children: list[Child]) -> None:
 
 
 def run_up(options: UpOptions) -> dict[str, Any]:
-    infra_settings = InfraSettings()
-    with EmbeddedInfra(infra_settings) as infra:
+    with embedded_infra(InfraSettings()) as infra:
         endpoints = infra.endpoints
         print(f"KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}", flush=True)
         print(f"HIVEMUX_POSTGRES_DSN={endpoints.postgres_dsn}", flush=True)

@@ -1,0 +1,39 @@
+"""Shared fixtures: one embedded broker + PostgreSQL per session, a fresh database per test.
+
+`KAFKA_BOOTSTRAP_SERVERS` / `HIVEMUX_POSTGRES_DSN` point the suite at running servers instead
+(for example those printed by `python -m hivemux.infra`); nothing is started then.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+
+from hivemux.infra import Endpoints, InfraSettings, embedded_infra
+
+
+@pytest.fixture(scope="session")
+def infra() -> Iterator[Endpoints]:
+    with embedded_infra(InfraSettings()) as running:
+        yield running.endpoints
+
+
+@pytest.fixture
+async def pg_dsn(infra: Endpoints) -> AsyncIterator[str]:
+    """A DSN to a database created for this test alone and dropped afterwards."""
+    name = f"test_{uuid.uuid4().hex}"
+    admin = await asyncpg.connect(infra.postgres_dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    yield urlsplit(infra.postgres_dsn)._replace(path=f"/{name}").geturl()
+    admin = await asyncpg.connect(infra.postgres_dsn)
+    try:
+        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()

@@ -1,0 +1,104 @@
+"""The bus on the real embedded broker: round trips, partitioning by key, dead letters,
+schema enforcement by the broker itself."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiokafka.errors import KafkaError
+from aiokafka.partitioner import DefaultPartitioner
+
+from hivemux.bus import Publisher, RecordContext, Service, ensure_topics
+from hivemux.bus.codec import encode_key
+from hivemux.events import DeadLetter, JobLifecycleEvent, JobState
+from hivemux.infra import Endpoints
+from hivemux.settings import ServiceSettings
+from hivemux.topics import JOBS_SUBMITTED
+
+from support.buskit import AT, eventually, lifecycle, produce_raw, read_all, unique_topic
+
+pytestmark = pytest.mark.integration
+
+
+def settings_for(infra: Endpoints, group: str) -> ServiceSettings:
+    return ServiceSettings(KAFKA_BOOTSTRAP_SERVERS=infra.bootstrap_servers, HIVEMUX_GROUP_PREFIX=group)
+
+
+async def test_typed_events_round_trip_and_keys_decide_partitions(infra: Endpoints) -> None:
+    topic = unique_topic(partitions=4)
+    await ensure_topics(infra.bootstrap_servers, [topic])
+    sent = [lifecycle(f"job-{i % 7}", JobState.RUNNING, reason=f"step {i}") for i in range(40)]
+    async with Publisher(infra.bootstrap_servers, source="test") as publisher:
+        for event in sent:
+            await publisher.publish_to(topic, event)
+    received = await read_all(infra.bootstrap_servers, topic)
+
+    assert sorted(e.model_dump_json() for _, e in received) == sorted(e.model_dump_json() for e in sent)
+    partitions_of: dict[str, set[int]] = {}
+    for partition, event in received:
+        partitions_of.setdefault(event.job_id, set()).add(partition)  # type: ignore[attr-defined]
+    partitioner = DefaultPartitioner()
+    for key, partitions in partitions_of.items():
+        expected = partitioner(encode_key(key), [0, 1, 2, 3], [0, 1, 2, 3])
+        assert partitions == {expected}, key
+    assert len({p for ps in partitions_of.values() for p in ps}) > 1  # keys spread over partitions
+
+
+async def test_broker_rejects_a_record_that_breaks_the_topic_schema(infra: Endpoints) -> None:
+    valid = {
+        "event_id": "0b4f6c1e-1111-4a3b-9c1d-2e3f4a5b6c7d",
+        "occurred_at": AT.isoformat(),
+        "source": "test",
+        "job_id": "schema-ok",
+        "vc": "vc-a",
+        "kind": "offline",
+        "workload": {"model": "resnet50", "batch_size": 32, "iterations": 10},
+    }
+    await ensure_topics(infra.bootstrap_servers, [JOBS_SUBMITTED])
+    await produce_raw(infra.bootstrap_servers, JOBS_SUBMITTED.name, encode_key("schema-ok"), json.dumps(valid).encode())
+    broken = {**valid, "job_id": "schema-bad", "kind": "quantum"}
+    with pytest.raises(KafkaError):
+        await produce_raw(infra.bootstrap_servers, JOBS_SUBMITTED.name, encode_key("schema-bad"), json.dumps(broken).encode())
+    missing = {k: v for k, v in valid.items() if k != "workload"}
+    with pytest.raises(KafkaError):
+        await produce_raw(infra.bootstrap_servers, JOBS_SUBMITTED.name, encode_key("schema-bad"), json.dumps(missing).encode())
+
+
+async def test_invalid_records_go_to_the_dead_letter_topic_and_consumption_goes_on(infra: Endpoints) -> None:
+    topic = unique_topic(partitions=1)
+    handled: list[str] = []
+
+    def handler(event: JobLifecycleEvent, _: RecordContext) -> None:
+        if event.job_id == "explodes":
+            raise ValueError("the handler cannot take this one")
+        handled.append(event.job_id)
+
+    service = Service("dlq-test", settings_for(infra, topic.name))
+    service.on(topic, handler)
+    task = asyncio.create_task(service.run(install_signal_handlers=False))
+    await asyncio.wait_for(service.ready.wait(), 30)
+    key = encode_key("k")
+    await produce_raw(infra.bootstrap_servers, topic.name, key, b"{not json")
+    await produce_raw(infra.bootstrap_servers, topic.name, key, json.dumps({"job_id": "no-envelope"}).encode())
+    await produce_raw(infra.bootstrap_servers, topic.name, key, lifecycle("explodes").model_dump_json().encode())
+    await produce_raw(infra.bootstrap_servers, topic.name, key, lifecycle("fine").model_dump_json().encode())
+
+    await eventually(lambda: asyncio.sleep(0, result="fine" in handled))
+    letters = await eventually(lambda: _letters(infra, topic, 3))
+    service.stop()
+    await asyncio.wait_for(task, 30)
+
+    assert handled == ["fine"]
+    by_offset = {letter.offset: letter for letter in letters}
+    assert set(by_offset) == {0, 1, 2}
+    assert by_offset[0].stage == "decode" and "invalid json" in by_offset[0].reason.lower()
+    assert by_offset[1].stage == "decode" and "occurred_at" in by_offset[1].reason
+    assert by_offset[2].stage == "handle" and "cannot take this one" in by_offset[2].reason
+    assert by_offset[0].value == "{not json" and all(letter.original_topic == topic.name for letter in letters)
+
+
+async def _letters(infra: Endpoints, topic, count: int) -> list[DeadLetter] | None:  # type: ignore[no-untyped-def]
+    found = [event for _, event in await read_all(infra.bootstrap_servers, topic.dead_letter)]
+    return found if len(found) >= count else None  # type: ignore[return-value]
