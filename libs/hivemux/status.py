@@ -38,6 +38,7 @@ class ClusterStatus:
     gpu_state: dict[str, str] = field(default_factory=dict)
     job_kind: dict[str, str] = field(default_factory=dict)
     job_state: dict[str, str] = field(default_factory=dict)
+    job_reason: dict[str, str] = field(default_factory=dict)
     sharing_now: dict[str, Sharing] = field(default_factory=dict)
     shared_ever: dict[str, Sharing] = field(default_factory=dict)
     bound_now: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -73,6 +74,7 @@ class ClusterStatus:
         if self.job_state.get(event.job_id) in {s.value for s in _ENDED}:
             return  # an ended job stays ended (duplicate completions of gang members)
         self.job_state[event.job_id] = event.state.value
+        self.job_reason[event.job_id] = event.reason
         if event.state in _ENDED or event.state in (JobState.EVICTED, JobState.PREEMPTED):
             self.sharing_now.pop(event.job_id, None)
         if event.state in _ENDED:
@@ -90,6 +92,9 @@ class ClusterStatus:
             },
             "offline_sharing": [_sharing_row(s) for _, s in sorted(self.sharing_now.items())],
             "offline_shared": [_sharing_row(s) for _, s in sorted(self.shared_ever.items())],
+            "waiting": [
+                {"job_id": j, "reason": self.job_reason.get(j, "")} for j, s in sorted(self.job_state.items()) if s == JobState.WAITING.value
+            ],
             "training_bound": [{"job_id": j, "node_ids": list(n)} for j, n in sorted(self.bound_ever.items())],
             "training_bound_now": [{"job_id": j, "node_ids": list(n)} for j, n in sorted(self.bound_now.items())],
         }
@@ -121,6 +126,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         + ("  (sharing now)" if r["job_id"] in now else "")
         for r in rows
     ] or ["  (none)"]
+    lines.append("Jobs waiting, and why:")
+    lines += [f"  {r['job_id']:<18} {r['reason']}" for r in summary["waiting"]] or ["  (none)"]
     lines.append("Training jobs bound to cells:")
     lines += [f"  {r['job_id']:<18} on {', '.join(r['node_ids'])}" for r in summary["training_bound"]] or ["  (none)"]
     return "\n".join(lines)

@@ -38,6 +38,7 @@ class CellAllocator:
         self.source = source
         self.pool = NodePool()
         self.waiting: dict[str, JobSubmission] = {}  # refused for lack of cells, in arrival order
+        self.bound: dict[str, JobSubmission] = {}
         self.refusal: dict[str, str] = {}
 
     def on_node(self, sample: NodeTelemetry, ctx: RecordContext) -> list[Event]:
@@ -57,6 +58,7 @@ class CellAllocator:
         if change.state not in _ENDED or change.job_id not in self.pool.bindings:
             return []
         self.pool, freed = self.pool.release(change.job_id)
+        job = self.bound.pop(change.job_id)
         if ctx.replaying or not freed:
             return []
         released = CellBinding(
@@ -64,10 +66,10 @@ class CellAllocator:
             occurred_at=change.occurred_at,
             source=self.source,
             job_id=change.job_id,
-            vc="-",
+            vc=job.vc,
             state="released",
-            priority="guaranteed",
-            cell_type="node",
+            priority=job.priority,
+            cell_type=job.affinity_cell_type or "node",
             node_ids=freed,
             reason=f"job {change.state.value}: nodes {', '.join(freed)} are free again",
         )
@@ -86,15 +88,25 @@ class CellAllocator:
         match decision:
             case Bound():
                 self.waiting.pop(job.job_id, None)
+                self.bound[job.job_id] = job
                 return self._bound(job, decision, at)
             case Refused():
                 self.waiting[job.job_id] = job
                 if self.refusal.get(job.job_id) == decision.reason:
                     return []  # already told; say it again only when the reason changes
                 self.refusal[job.job_id] = decision.reason
+                refused = derived_id("refused", job.event_id, trigger.event_id)
                 return [
+                    JobLifecycleEvent(
+                        event_id=derived_id("waiting", refused),
+                        occurred_at=at,
+                        source=self.source,
+                        job_id=job.job_id,
+                        state=JobState.WAITING,
+                        reason=decision.reason,
+                    ),
                     CellBinding(
-                        event_id=derived_id("refused", job.event_id, trigger.event_id),
+                        event_id=refused,
                         occurred_at=at,
                         source=self.source,
                         job_id=job.job_id,

@@ -87,6 +87,7 @@ class Matcher:
         self._arrivals = itertools.count()
         self.next_round_at: datetime | None = None
         self.rounds = 0
+        self.told: dict[str, str] = {}  # job id -> the last "why not placed" published
 
     # -- the folded view ----------------------------------------------------------------
     def on_submission(self, job: JobSubmission, _: RecordContext) -> None:
@@ -185,6 +186,19 @@ class Matcher:
         out: list[Event] = []
         for planned in plan.placements:
             out += self._place(planned, gpus[planned.gpu_id], at)
+        for refusal in plan.not_placed:
+            if self.told.get(refusal.job_id) != refusal.reason:  # say it again only when it changes
+                self.told[refusal.job_id] = refusal.reason
+                out.append(
+                    JobLifecycleEvent(
+                        event_id=derived_id("waiting", refusal.job_id, at.isoformat()),
+                        occurred_at=at,
+                        source=self.source,
+                        job_id=refusal.job_id,
+                        state=JobState.WAITING,
+                        reason=refusal.reason,
+                    )
+                )
         return out
 
     def _place(self, planned: PlannedPlacement, gpu: OnlineGpu, at: datetime) -> list[Event]:

@@ -63,6 +63,7 @@ class JobSubmission(Event):
 class JobState(StrEnum):
     SUBMITTED = "submitted"
     PROFILED = "profiled"
+    WAITING = "waiting"  # not placed yet; the reason says why
     PLACED = "placed"
     BOUND = "bound"
     RUNNING = "running"

@@ -106,6 +106,6 @@ FALLBACK_PARAMETERS: tuple[float, float] = DEFAULT_PARAMETERS["T4"]
 
 
 def default_analytic_model(gpu_type: str) -> AnalyticSpeedModel:
-    """Version 0 of the analytic model for ``gpu_type`` (T4's parameters if unknown)."""
+    """Version 1 of the analytic model for ``gpu_type`` (T4's parameters if unknown)."""
     contention, interference = DEFAULT_PARAMETERS.get(gpu_type, FALLBACK_PARAMETERS)
-    return AnalyticSpeedModel(version=0, gpu_type=gpu_type, contention=contention, interference=interference)
+    return AnalyticSpeedModel(version=1, gpu_type=gpu_type, contention=contention, interference=interference)
