@@ -22,6 +22,9 @@ class BusSettings(BaseSettings):
     # The embedded broker holds a JoinGroup for half the session timeout: keep it short.
     session_timeout_ms: int = Field(default=6000, ge=1000, validation_alias="HIVEMUX_SESSION_TIMEOUT_MS")
     heartbeat_interval_ms: int = Field(default=1000, ge=100, validation_alias="HIVEMUX_HEARTBEAT_INTERVAL_MS")
+    # The embedded broker answers a fetch only when its wait expires, so this bounds latency
+    # (measured: 500 ms, aiokafka's default, gives a 130 ms median; see benchmarks/bus.py).
+    fetch_max_wait_ms: int = Field(default=50, ge=1, le=10_000, validation_alias="HIVEMUX_FETCH_MAX_WAIT_MS")
     max_poll_records: int = Field(default=500, ge=1, validation_alias="HIVEMUX_MAX_POLL_RECORDS")
     create_topics: bool = Field(default=True, validation_alias="HIVEMUX_CREATE_TOPICS")
     replication_factor: int = Field(default=1, ge=1, validation_alias="HIVEMUX_REPLICATION_FACTOR")

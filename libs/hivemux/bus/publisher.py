@@ -46,8 +46,10 @@ class Publisher:
         """Send every event and wait until the broker acknowledged all of them."""
         return await self.publish_all(events)
 
-    async def publish_all(self, events: Iterable[Event]) -> list[RecordMetadata]:
-        futures = [await self._send(topic_for(event), event) for event in events]
+    async def publish_all(self, events: Iterable[Event], *, topic: Topic | None = None) -> list[RecordMetadata]:
+        """Send every event (to `topic` when given, else to each event's own topic) and wait
+        for all acknowledgements; sends are pipelined, not one round trip each."""
+        futures = [await self._send(topic or topic_for(event), event) for event in events]
         return list(await asyncio.gather(*futures)) if futures else []
 
     async def publish_to(self, topic: Topic, event: Event) -> RecordMetadata:

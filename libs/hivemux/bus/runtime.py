@@ -202,6 +202,7 @@ class Service:
             session_timeout_ms=bus.session_timeout_ms,
             heartbeat_interval_ms=bus.heartbeat_interval_ms,
             max_poll_records=bus.max_poll_records,
+            fetch_max_wait_ms=bus.fetch_max_wait_ms,
         )
 
     async def _group_loop(self) -> None:
