@@ -21,7 +21,7 @@ from .events import (
 from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, PLACEMENTS, Topic
 
 STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS)
-_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.REJECTED}
+_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from hivemux.settings import ServiceSettings
 from hivemux.topics import JOBS_LIFECYCLE, JOBS_SUBMITTED, NODE_TELEMETRY
 
 NAME = "cell-allocator"
-_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.PREEMPTED}
+_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.PREEMPTED}
 
 
 class AllocatorSettings(ServiceSettings):

@@ -50,7 +50,7 @@ class Executor:
         self.gpu_types: dict[str, str] = {}
         # The online service's own SM activity per GPU, measured while no offline job shares it.
         self.online_sm: dict[str, float] = {}
-        self.last_tick: datetime | None = None
+        self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
 
     def on_sample(self, sample: GpuTelemetrySample, _: RecordContext) -> None:
         self.gpu_types[sample.gpu_id] = sample.gpu_type
@@ -64,13 +64,14 @@ class Executor:
             return self._start(node, command, now)
         stopped = node.stop(command.job_id)
         self.commands.pop((command.node_id, command.job_id), None)
+        self.observed_until.pop((command.node_id, command.job_id), None)
         if stopped is None:
             return []  # not running here (finished, or a re-delivered stop)
         state = ReportState.EVICTED if command.action is CommandAction.EVICT else ReportState.STOPPED
         return [
             self._report(command, state, now, iterations=int(stopped.iterations_done), total=stopped.iterations_total,
                          detail=command.reason),
-            self._lifecycle(command, JobState.EVICTED if state is ReportState.EVICTED else JobState.FAILED, now, command.reason),
+            self._lifecycle(command, JobState.EVICTED if state is ReportState.EVICTED else JobState.STOPPED, now, command.reason),
         ]
 
     def _start(self, node: SimulatedNode, command: ExecutorCommand, now: datetime) -> list[Event]:
@@ -93,6 +94,7 @@ class Executor:
         if not node.start(workload):
             return []  # already running or finished here: a re-delivered command changes nothing
         self.commands[(command.node_id, command.job_id)] = command
+        self.observed_until[(command.node_id, command.job_id)] = now
         share = f" with {command.sm_share:.0f} % of the SMs" if command.sm_share is not None else ""
         return [
             self._report(command, ReportState.ACCEPTED, now, total=workload.iterations_total),
@@ -102,19 +104,20 @@ class Executor:
     def tick(self, now: datetime | None = None) -> list[Event]:
         """Advance every workload to `now`; report progress, completions and observations."""
         now = now or datetime.now(UTC)
-        window_start = self.last_tick or now
-        self.last_tick = now
         out: list[Event] = []
         for node_id, node in sorted(self.nodes.items()):
             for progress in node.advance(now, self.online_sm):
-                command = self.commands[(node_id, progress.job_id)]
+                key = (node_id, progress.job_id)
+                command = self.commands[key]
                 state = ReportState.COMPLETED if progress.finished else ReportState.RUNNING
                 out.append(self._report(command, state, now, progress=progress))
-                if command.action is CommandAction.START_OFFLINE:
+                window_start = self.observed_until[key]
+                if command.action is CommandAction.START_OFFLINE and now > window_start:
                     out.append(self._observation(command, progress, window_start, now))
+                    self.observed_until[key] = now
                 if progress.finished:
                     out.append(self._lifecycle(command, JobState.COMPLETED, now, f"{progress.iterations_total} iterations done"))
-                    del self.commands[(node_id, progress.job_id)]
+                    del self.commands[key], self.observed_until[key]
         return out
 
     def _observation(self, command: ExecutorCommand, progress: Progress, start: datetime, end: datetime) -> SharingObservation:

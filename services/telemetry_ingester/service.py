@@ -58,11 +58,14 @@ class TelemetryIngester:
                 time_scale=settings.time_scale,
             )
         )
+        self.gpu_ids = frozenset(g.gpu_id for g in self.fleet.gpus)
         self.offline: dict[str, OfflineLoad] = {}  # gpu_id -> the offline job sharing it
         self.source = f"{NAME}/{settings.instance}"
 
     def on_command(self, command: ExecutorCommand, _: RecordContext) -> None:
         if command.action is CommandAction.START_OFFLINE and command.workload is not None:
+            if command.gpu_ids[0] not in self.gpu_ids:
+                return  # not a GPU of this fleet (e.g. a smaller fleet after a restart)
             solo = solo_profile(command.workload.model, command.workload.batch_size, self.settings.gpu_type)
             self.offline[command.gpu_ids[0]] = OfflineLoad(command.job_id, solo, command.sm_share or 0.0)
         elif command.action in (CommandAction.STOP, CommandAction.EVICT):

@@ -34,7 +34,8 @@ def parse_jobs(path: Path, *, source: str = "cli", at: datetime | None = None) -
     data = _load(path)
     if isinstance(data, dict) and "jobs" in data:
         data = data["jobs"]
-    items: Sequence[Any] = data if isinstance(data, list) else [data]
+    # An empty YAML file (or `jobs:` with nothing under it) loads as None: no jobs, not a job.
+    items: Sequence[Any] = [] if data is None else data if isinstance(data, list) else [data]
     if not items:
         raise JobFileError(f"{path}: no jobs in the file")
     stamp = at or datetime.now(UTC)
@@ -47,7 +48,9 @@ def parse_jobs(path: Path, *, source: str = "cli", at: datetime | None = None) -
             jobs.append(JobSubmission.model_validate({"occurred_at": stamp, "source": source, **item}))
         except ValidationError as error:
             name = item.get("job_id", f"#{index + 1}")
-            details = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+            details = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"] for e in error.errors()
+            )
             problems.append(f"job {name}: {details}")
     if problems:
         raise JobFileError(f"{path}: " + " | ".join(problems))

@@ -24,7 +24,8 @@ NonNegative = Annotated[float, Field(ge=0.0)]
 class Record(BaseModel):
     """A frozen, strict value nested inside events."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN and infinities have no JSON form: refuse them at construction, not at decode.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Event(Record):

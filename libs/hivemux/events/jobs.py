@@ -69,6 +69,7 @@ class JobState(StrEnum):
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
+    STOPPED = "stopped"
     EVICTED = "evicted"
     PREEMPTED = "preempted"
     REJECTED = "rejected"

@@ -67,7 +67,7 @@ def test_paper_figure4_calibration() -> None:
 )
 def test_defaults(gpu_type: str, contention: float, interference: float) -> None:
     m = default_analytic_model(gpu_type)
-    assert (m.gpu_type, m.version, m.contention, m.interference) == (gpu_type, 0, contention, interference)
+    assert (m.gpu_type, m.version, m.contention, m.interference) == (gpu_type, 1, contention, interference)
 
 
 def test_parameters_round_trip() -> None:
