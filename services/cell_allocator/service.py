@@ -23,7 +23,7 @@ from hivemux.events import (
 )
 from hivemux.observability import configure_logging, run_with_endpoints
 from hivemux.settings import ServiceSettings
-from hivemux.topics import JOBS_LIFECYCLE, JOBS_SUBMITTED, NODE_TELEMETRY
+from hivemux.topics import CELL_BINDINGS, JOBS_LIFECYCLE, JOBS_SUBMITTED, NODE_TELEMETRY
 
 NAME = "cell-allocator"
 _ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.PREEMPTED}
@@ -39,27 +39,47 @@ class CellAllocator:
         self.pool = NodePool()
         self.waiting: dict[str, JobSubmission] = {}  # refused for lack of cells, in arrival order
         self.bound: dict[str, JobSubmission] = {}
+        self.seen: set[str] = set()  # training jobs already taken in
         self.refusal: dict[str, str] = {}
 
     def on_node(self, sample: NodeTelemetry, ctx: RecordContext) -> list[Event]:
         node = Node(sample.node_id, sample.gpu_type, sample.gpu_ids, serving=bool(sample.online_workloads))
-        known = self.pool.nodes.get(sample.node_id)
         self.pool = self.pool.with_node(node)
-        if known == node or ctx.replaying:
-            return []
-        return self._retry_waiting(sample)
+        # Waiting jobs are retried on live samples: after a restart, this is the first chance.
+        return [] if ctx.replaying else self._retry_waiting(sample)
 
-    def on_submission(self, job: JobSubmission, _: RecordContext) -> list[Event]:
-        if job.kind is not JobKind.TRAINING:
+    def on_submission(self, job: JobSubmission, ctx: RecordContext) -> list[Event]:
+        if job.kind is not JobKind.TRAINING or job.job_id in self.seen:
+            return []
+        self.seen.add(job.job_id)
+        if ctx.replaying:
+            self.waiting[job.job_id] = job  # until the bindings log says otherwise
             return []
         return self._try_bind(job, job)
 
+    def on_binding(self, binding: CellBinding, ctx: RecordContext) -> None:
+        """Crash recovery: restore the decisions published before a restart. Live echoes of
+        our own decisions are ignored (the state already has them, maybe newer)."""
+        if not ctx.replaying:
+            return
+        if binding.state == "bound":
+            job = self.waiting.pop(binding.job_id, None)
+            self.pool = self.pool.restore(binding.job_id, binding.node_ids)
+            if job is not None:
+                self.bound[binding.job_id] = job
+        elif binding.state == "released":
+            self.pool, _ = self.pool.release(binding.job_id)
+            self.bound.pop(binding.job_id, None)
+
     def on_lifecycle(self, change: JobLifecycleEvent, ctx: RecordContext) -> list[Event]:
-        if change.state not in _ENDED or change.job_id not in self.pool.bindings:
+        if change.state not in _ENDED:
+            return []
+        self.waiting.pop(change.job_id, None)
+        if change.job_id not in self.pool.bindings:
             return []
         self.pool, freed = self.pool.release(change.job_id)
-        job = self.bound.pop(change.job_id)
-        if ctx.replaying or not freed:
+        job = self.bound.pop(change.job_id, None)
+        if ctx.replaying or not freed or job is None:
             return []
         released = CellBinding(
             event_id=derived_id("release", change.job_id),
@@ -173,9 +193,10 @@ def _flat(inputs: dict) -> dict[str, float | int | str]:
 def build(settings: AllocatorSettings) -> Service:
     allocator = CellAllocator(f"{NAME}/{settings.instance}")
     service = Service(NAME, settings)
-    service.fold(NODE_TELEMETRY, allocator.on_node)
+    service.fold(JOBS_SUBMITTED, allocator.on_submission)
+    service.fold(CELL_BINDINGS, allocator.on_binding)
     service.fold(JOBS_LIFECYCLE, allocator.on_lifecycle)
-    service.on(JOBS_SUBMITTED, allocator.on_submission)
+    service.fold(NODE_TELEMETRY, allocator.on_node)
     return service
 
 

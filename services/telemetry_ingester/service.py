@@ -40,13 +40,17 @@ class IngesterSettings(ServiceSettings):
     seed: int = 7
     time_scale: float = Field(default=1.0, gt=0, description="Event-time speed-up of the diurnal load pattern")
     interval_s: float = Field(default=1.0, ge=0.1, description="Sampling interval (down to 100 ms)")
+    start_hour: float | None = Field(
+        default=None, ge=0, lt=24, description="Simulated hour of day when the ingester starts; unset: follow event time"
+    )
 
 
 class TelemetryIngester:
     """Samples the simulated fleet; knows which offline jobs run where from the executors."""
 
-    def __init__(self, settings: IngesterSettings) -> None:
+    def __init__(self, settings: IngesterSettings, *, started_at: datetime | None = None) -> None:
         self.settings = settings
+        origin = (started_at or datetime.now(UTC)).timestamp()
         self.fleet = SimulatedFleet(
             FleetSpec(
                 nodes=settings.nodes,
@@ -56,6 +60,8 @@ class TelemetryIngester:
                 hot_gpus=settings.hot_gpus,
                 seed=settings.seed,
                 time_scale=settings.time_scale,
+                start_hour=settings.start_hour,
+                origin_s=origin,
             )
         )
         self.gpu_ids = frozenset(g.gpu_id for g in self.fleet.gpus)

@@ -187,6 +187,11 @@ class NodePool:
         )
         return pool, decision
 
+    def restore(self, job_id: str, node_ids: tuple[str, ...]) -> NodePool:
+        """Record a binding decided before a restart (crash recovery from the bindings log).
+        Nodes need not be known yet; a node held by another job is an `InvariantViolation`."""
+        return NodePool(self.nodes, {**self.bindings, job_id: node_ids}, self.decisions)
+
     def release(self, job_id: str) -> tuple[NodePool, tuple[str, ...]]:
         """Free the job's nodes; releasing an unknown job changes nothing."""
         if job_id not in self.bindings:

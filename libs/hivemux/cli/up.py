@@ -32,10 +32,12 @@ from .services import SERVICES
 log = logging.getLogger("hivemux.up")
 
 # Demo pacing, used unless the environment already sets them: a matching round every 5 s of
-# event time and a simulated day every 12 minutes, so a short run shows load changing.
+# event time and a simulated day every 12 minutes starting at 19:00, so a short run climbs
+# into the evening peak of online load (health states and evictions show up).
 DEMO_ENV = {
     "HIVEMUX_MATCHER_INTERVAL_S": "5",
     "HIVEMUX_INGESTER_TIME_SCALE": "120",
+    "HIVEMUX_INGESTER_START_HOUR": "19",
     "HIVEMUX_INGESTER_INTERVAL_S": "1",
 }
 

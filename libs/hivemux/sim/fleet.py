@@ -72,6 +72,10 @@ class FleetSpec:
     seed: int = 7
     hot_gpus: int = 1  # this many serving GPUs run a heavier service (Unhealthy/Overlimit at peak)
     time_scale: float = 1.0  # simulated seconds per event-time second
+    # Anchor the simulated day: at event time `origin_s` (epoch seconds) the hour of day is
+    # `start_hour`. None: the hour follows event time itself (t x time_scale).
+    start_hour: float | None = None
+    origin_s: float = 0.0
 
     def __post_init__(self) -> None:
         for ok, what in (
@@ -79,6 +83,7 @@ class FleetSpec:
             (0 <= self.serving_nodes <= self.nodes, "serving_nodes must be in [0, nodes]"),
             (0 <= self.hot_gpus <= self.serving_nodes * self.gpus_per_node, "hot_gpus must be in [0, serving GPUs]"),
             (math.isfinite(self.time_scale) and self.time_scale > 0, "time_scale must be finite and > 0"),
+            (self.start_hour is None or 0.0 <= self.start_hour < 24.0, "start_hour must be in [0, 24)"),
             (self.gpu_type in GPU_TYPES, f"gpu_type must be one of {', '.join(sorted(GPU_TYPES))}"),
         ):
             if not ok:
@@ -209,13 +214,18 @@ class SimulatedFleet:
         if svc is None:
             raise KeyError(f"unknown service {service!r}; known: {', '.join(sorted(self._services))}")
         t = _event_seconds(at)
-        hour = (t * self.spec.time_scale / 3600.0 - svc.phase_h) % 24.0
+        hour = (self._hour_of_day(t) - svc.phase_h) % 24.0
         pos = (hour - 0.5) % 24.0  # the value of hour h is placed at h + 0.5
         i = math.floor(pos)
         f = pos - i
         shape = (1.0 - f) * DIURNAL_SHAPE[i % 24] + f * DIURNAL_SHAPE[(i + 1) % 24]
         qps = (QPS_MIN + (QPS_MAX - QPS_MIN) * shape) * (1.0 + 0.04 * self._noise(f"qps/{svc.gpu_id}", t))
         return _clip(qps, QPS_MIN, QPS_MAX)
+
+    def _hour_of_day(self, t: float) -> float:
+        if self.spec.start_hour is None:
+            return t * self.spec.time_scale / 3600.0
+        return self.spec.start_hour + (t - self.spec.origin_s) * self.spec.time_scale / 3600.0
 
     def online_sm_activity(self, gpu_id: str, at: datetime) -> float:
         """SM activity (%) of the online service on ``gpu_id`` alone; 0 on a GPU without one."""

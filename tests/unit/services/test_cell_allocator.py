@@ -166,9 +166,8 @@ def test_non_training_submissions_are_ignored(cluster: CellAllocator, kind: JobK
 def test_redelivered_submission_does_not_double_bind(cluster: CellAllocator) -> None:
     job = training("train-1", pods=1)
     first = cluster.on_submission(job, LIVE)
-    again = cluster.on_submission(job, LIVE)
-    assert [e.event_id for e in again] == [e.event_id for e in first]  # same decision, same ids
-    assert again == first
+    assert first
+    assert cluster.on_submission(job, LIVE) == []  # a job already taken in changes nothing
     assert dict(cluster.pool.bindings) == {"train-1": ("node-01",)}
     # the other free node is still free: a second job binds it
     other = of_type(cluster.on_submission(training("train-2", pods=1), LIVE), CellBinding)
@@ -211,3 +210,29 @@ def test_node_that_starts_serving_is_no_longer_free() -> None:
     a.on_node(node("node-01", online=("infer-bert-00",), seconds=5), LIVE)
     [waiting] = of_type(a.on_submission(training("train-1"), LIVE), JobLifecycleEvent)
     assert waiting.state is JobState.WAITING and "1 serving" in waiting.reason
+
+
+def test_restart_restores_bindings_and_retries_jobs_still_waiting() -> None:
+    """Crash recovery: a new allocator replays the log (submissions, its own bindings, node
+    inventory); bound nodes stay taken and a job that was waiting is bound on the first live
+    node sample."""
+    before = allocator(node("node-01"), node("node-02"))
+    published = before.on_submission(training("train-a", pods=1), LIVE)
+    (binding,) = of_type(published, CellBinding)
+    queued = before.on_submission(training("train-b", pods=2), LIVE)
+    assert [b.state for b in of_type(queued, CellBinding)] == ["refused"]
+
+    after = CellAllocator(SOURCE)
+    for job_id, pods in (("train-a", 1), ("train-b", 2)):
+        assert after.on_submission(training(job_id, pods=pods), REPLAY) == []
+    after.on_binding(binding, REPLAY)
+    for n in (node("node-01"), node("node-02")):
+        assert after.on_node(n, REPLAY) == []
+    assert dict(after.pool.bindings) == {"train-a": binding.node_ids}
+    assert list(after.waiting) == ["train-b"]
+
+    retried = after.on_node(node("node-02", seconds=200.0), LIVE)
+    assert [b.state for b in of_type(retried, CellBinding)] == ["refused"]  # one free node; train-a holds the other
+    grown = after.on_node(node("node-03", seconds=201.0), LIVE)
+    bound = of_type(grown, CellBinding)
+    assert [(b.job_id, b.state, b.node_ids) for b in bound] == [("train-b", "bound", ("node-02", "node-03"))]
