@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from .bus.runtime import Service
+from .settings import ServiceSettings
+
+S = TypeVar("S", bound=ServiceSettings)
 
 
 def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
@@ -52,6 +58,12 @@ async def serve_endpoints(service: Service, host: str, port: int) -> tuple[web.A
     bound = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - aiohttp exposes no public port
     logging.getLogger("hivemux.observability").info("%s serves /healthz and /metrics on %s:%s", service.name, host, bound)
     return runner, bound
+
+
+def serve(build: Callable[[S], Service], settings: S) -> None:
+    """A service process's `main`: logging, endpoints, then the service until stopped."""
+    configure_logging(settings.log_level)
+    asyncio.run(run_with_endpoints(build(settings)))
 
 
 async def run_with_endpoints(service: Service) -> None:

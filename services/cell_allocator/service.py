@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import datetime
 
 from pydantic_settings import SettingsConfigDict
@@ -21,7 +20,7 @@ from hivemux.events import (
     NodeTelemetry,
     derived_id,
 )
-from hivemux.observability import configure_logging, run_with_endpoints
+from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import CELL_BINDINGS, JOBS_LIFECYCLE, JOBS_SUBMITTED, NODE_TELEMETRY
 
@@ -201,6 +200,4 @@ def build(settings: AllocatorSettings) -> Service:
 
 
 def main() -> None:
-    settings = AllocatorSettings()
-    configure_logging(settings.log_level)
-    asyncio.run(run_with_endpoints(build(settings)))
+    serve(build, AllocatorSettings())

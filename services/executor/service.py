@@ -4,7 +4,6 @@ progress is measured on the wall clock of the node it runs on."""
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 from pydantic import Field
@@ -23,7 +22,7 @@ from hivemux.events import (
     SharingObservation,
     derived_id,
 )
-from hivemux.observability import configure_logging, run_with_endpoints
+from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.sim.catalog import solo_profile
 from hivemux.sim.interference import shared_execution
@@ -201,6 +200,4 @@ def build(settings: ExecutorSettings) -> Service:
 
 
 def main() -> None:
-    settings = ExecutorSettings()
-    configure_logging(settings.log_level)
-    asyncio.run(run_with_endpoints(build(settings)))
+    serve(build, ExecutorSettings())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 from pydantic_settings import SettingsConfigDict
@@ -18,7 +17,7 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.health.thresholds import GpuHealth, GpuMetrics, HealthThresholds
-from hivemux.observability import configure_logging, run_with_endpoints
+from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import GPU_HEALTH, GPU_TELEMETRY
 
@@ -118,6 +117,4 @@ def build(settings: HealthSettings, thresholds: HealthThresholds | None = None) 
 
 
 def main() -> None:
-    settings = HealthSettings()
-    configure_logging(settings.log_level)
-    asyncio.run(run_with_endpoints(build(settings)))
+    serve(build, HealthSettings())

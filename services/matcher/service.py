@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.matching.planner import MatchingPolicy, OnlineGpu, PendingJob, PlannedPlacement, plan_fcfs, plan_matching
-from hivemux.observability import configure_logging, run_with_endpoints
+from hivemux.observability import serve
 from hivemux.prediction.analytic import AnalyticSpeedModel
 from hivemux.settings import ServiceSettings
 from hivemux.sharing.dynamic_sm import window_sm_activity
@@ -306,6 +305,4 @@ def build(settings: MatcherSettings) -> Service:
 
 
 def main() -> None:
-    settings = MatcherSettings()
-    configure_logging(settings.log_level)
-    asyncio.run(run_with_endpoints(build(settings)))
+    serve(build, MatcherSettings())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 from prometheus_client import Counter
@@ -11,7 +10,7 @@ from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
 from hivemux.events import Event, PredictorModel, SharingObservation, derived_id
-from hivemux.observability import configure_logging, run_with_endpoints
+from hivemux.observability import serve
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.settings import ServiceSettings
 from hivemux.topics import PREDICTOR_MODELS, SHARING_OBSERVATIONS
@@ -74,6 +73,4 @@ def build(settings: PredictorSettings) -> Service:
 
 
 def main() -> None:
-    settings = PredictorSettings()
-    configure_logging(settings.log_level)
-    asyncio.run(run_with_endpoints(build(settings)))
+    serve(build, PredictorSettings())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import replace
 from uuid import UUID
 
@@ -12,7 +11,7 @@ from pydantic_settings import SettingsConfigDict
 from hivemux.bus import RecordContext, Service
 from hivemux.errors import ConfigurationError
 from hivemux.events import Event, JobKind, JobLifecycleEvent, JobState, JobSubmission, Profile, derived_id
-from hivemux.observability import configure_logging, run_with_endpoints
+from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.sim.catalog import solo_profile, workload_signature
 from hivemux.store import ProfileRecord, ProfileStore, connect, migrate
@@ -120,6 +119,4 @@ def build(settings: ProfilerSettings) -> Service:
 
 
 def main() -> None:
-    settings = ProfilerSettings()
-    configure_logging(settings.log_level)
-    asyncio.run(run_with_endpoints(build(settings)))
+    serve(build, ProfilerSettings())

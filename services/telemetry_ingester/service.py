@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import asdict
 from datetime import UTC, datetime
 
@@ -19,7 +18,7 @@ from hivemux.events import (
     NodeTelemetry,
     ReportState,
 )
-from hivemux.observability import configure_logging, run_with_endpoints
+from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.sim.catalog import solo_profile
 from hivemux.sim.fleet import FleetSpec, OfflineLoad, SimulatedFleet
@@ -105,6 +104,4 @@ def build(settings: IngesterSettings) -> Service:
 
 
 def main() -> None:
-    settings = IngesterSettings()
-    configure_logging(settings.log_level)
-    asyncio.run(run_with_endpoints(build(settings)))
+    serve(build, IngesterSettings())

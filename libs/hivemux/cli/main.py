@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import click
+from pydantic import ValidationError
 
 from .. import schemas
 from ..settings import BusSettings
@@ -26,7 +27,11 @@ def cli() -> None:
 @click.argument("name", type=click.Choice(sorted(SERVICES)))
 def service(name: str) -> None:
     """Run one service instance (configured by HIVEMUX_* environment variables)."""
-    importlib.import_module(SERVICES[name]).main()
+    try:
+        importlib.import_module(SERVICES[name]).main()
+    except ValidationError as error:  # bad configuration fails at start, readably
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise click.ClickException(f"bad configuration for {name}: {problems}") from error
 
 
 @cli.command()

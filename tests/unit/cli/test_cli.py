@@ -1,0 +1,49 @@
+"""The command line without a broker: configuration errors, the topic list, schema export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from hivemux.cli.main import cli
+from hivemux.topics import ALL_TOPICS
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_bad_service_configuration_fails_at_start_with_the_field_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVEMUX_MATCHER_INTERVAL_S", "-3")
+    result = CliRunner().invoke(cli, ["service", "matcher"])
+    assert result.exit_code == 1
+    assert "bad configuration for matcher: interval_s" in result.output
+
+
+def test_unknown_service_is_refused() -> None:
+    result = CliRunner().invoke(cli, ["service", "scheduler"])
+    assert result.exit_code == 2 and "telemetry-ingester" in result.output
+
+
+def test_topics_lists_every_topic_with_partitions() -> None:
+    result = CliRunner().invoke(cli, ["topics"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()[1:]
+    assert [line.split()[0] for line in lines] == [t.name for t in ALL_TOPICS]
+    assert lines[0].split()[:3] == ["telemetry.gpu", "gpu_id", "8"]
+
+
+def test_schemas_export_then_check(tmp_path: Path) -> None:
+    runner = CliRunner()
+    assert runner.invoke(cli, ["schemas", "export", "--check", "--dir", str(tmp_path)]).exit_code == 1
+    assert runner.invoke(cli, ["schemas", "export", "--dir", str(tmp_path)]).exit_code == 0
+    checked = runner.invoke(cli, ["schemas", "export", "--check", "--dir", str(tmp_path)])
+    assert checked.exit_code == 0 and "up to date" in checked.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (REPO / "schemas").iterdir())
+
+
+def test_submit_refuses_a_bad_file_before_touching_the_broker(tmp_path: Path) -> None:
+    bad = tmp_path / "job.yaml"
+    bad.write_text("job_id: j\nvc: a\nkind: offline\n")
+    result = CliRunner().invoke(cli, ["submit", str(bad)], env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    assert result.exit_code == 1 and "workload" in result.output
