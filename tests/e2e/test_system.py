@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,6 +103,10 @@ async def test_submitted_jobs_are_placed_run_and_bound(system, tmp_path: Path) -
     assert {"job_id": "e2e-training", "node_ids": list(binding.node_ids)} in summary["training_bound"]
     assert "e2e-offline" in {row["job_id"] for row in summary["offline_shared"]}
     assert all(child.process.poll() is None for child in children)  # nobody died on the way
+    matcher = next(c for c in children if c.name == "matcher")
+    with urllib.request.urlopen(f"http://127.0.0.1:{matcher.port}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    assert 'hivemux_records_consumed_total{service="matcher",topic="telemetry.gpu"}' in metrics
 
 
 async def test_bad_job_file_is_refused_with_a_clear_error(system, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

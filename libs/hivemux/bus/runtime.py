@@ -45,6 +45,7 @@ from .publisher import Publisher
 from .replay import assign_from_beginning, drain
 
 log = logging.getLogger("hivemux.bus.runtime")
+STOP_GRACE_S = 10.0
 
 Emitted = Iterable[Event] | None
 Handler = Callable[[Any, "RecordContext"], Emitted | Awaitable[Emitted]]
@@ -173,10 +174,14 @@ class Service:
                 if task is not stopper and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
         finally:
+            # Loops notice the stop flag within one poll: let the current batch publish and
+            # commit; only a loop stuck past the grace period is cancelled.
             self._stop.set()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            if tasks:
+                _, stuck = await asyncio.wait(tasks, timeout=STOP_GRACE_S)
+                for task in stuck:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
             for hook in self.stop_hooks:
                 await _call_hook(hook)
             await self.publisher.stop()
