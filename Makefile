@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_SECONDS ?= 90
 
-.PHONY: install demo test test-unit bench schemas clean
+.PHONY: install demo test test-unit bench schemas proto clean
 
 install: $(STAMP)
 
@@ -30,6 +30,10 @@ bench: install
 
 schemas: install
 	$(BIN)/hivemux schemas export
+
+# Regenerate the gRPC code of the cell allocator's inspect API from its .proto.
+proto: install
+	cd libs && ../$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. hivemux/cells/inspect_api/cells_inspect.proto
 
 clean:
 	rm -rf $(VENV) build *.egg-info libs/*.egg-info
