@@ -114,6 +114,53 @@ def schemas_export(directory: Path, check: bool) -> None:
     click.echo(f"wrote {len(written)} schemas to {directory}")
 
 
+@cli.group(name="cells")
+def cells_group() -> None:
+    """The cell scheduler (HiveD): acceptance scenario replay."""
+
+
+@cells_group.command("replay")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--scenario", "scenario_ids", multiple=True, help="Run only this scenario (repeatable; default: all).")
+@click.option("--json-only", is_flag=True, help="Print only the JSON lines (no table on stderr).")
+def cells_replay(file: Path, scenario_ids: tuple[str, ...], json_only: bool) -> None:
+    """Replay HiveD scenarios: one JSON line per op, then a summary; exit 1 if any check failed."""
+    import yaml
+
+    from ..cells import replay
+    from ..errors import ConfigurationError
+
+    try:
+        scenarios = replay.load_scenarios(yaml.safe_load(file.read_text()))
+    except (yaml.YAMLError, ConfigurationError) as error:
+        raise click.ClickException(f"{file}: {error}") from error
+    unknown = [s for s in scenario_ids if s not in scenarios.scenarios]
+    if unknown:
+        raise click.BadParameter(f"unknown scenario {', '.join(unknown)}", param_hint="--scenario")
+    try:
+        from ..cells.hived import HivedScheduler
+    except ImportError as error:
+        raise click.ClickException(f"the HiveD scheduler is not available: {error}") from error
+
+    def make_scheduler(config, chain_search_order):  # type: ignore[no-untyped-def]
+        return HivedScheduler(config, chain_search_order=chain_search_order)
+
+    reports = []
+    for scenario_id in scenario_ids or tuple(scenarios.scenarios):
+        report = replay.run_scenario(scenarios, scenario_id, make_scheduler)
+        reports.append(report)
+        for op in report.ops:
+            click.echo(json.dumps(op.to_json(), default=str))
+    summary = replay.summarize(scenarios, reports)
+    click.echo(json.dumps(summary))
+    if not json_only:
+        click.echo(replay.render_table(reports), err=True)
+        checks = summary["checks"]
+        click.echo(f"{summary['scenarios']} scenarios, {summary['ops']} ops: {checks['passed']} checks passed, "
+                   f"{checks['failed']} failed ({checks['uncounted']} reported only)", err=True)
+    sys.exit(0 if summary["passed"] else 1)
+
+
 def main() -> None:
     cli()
 

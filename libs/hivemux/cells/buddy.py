@@ -1,0 +1,239 @@
+"""Buddy cell allocation (HiveD §3.3, Algorithm 1 ALLOCATECELL / RELEASECELL).
+
+Reference: hivedscheduler ``pkg/algorithm/cell_allocation.go`` (``buddyAlloc``,
+``safeRelaxedBuddyAlloc``, ``mapVirtualCellsToPhysical``, ``getUsablePhysicalCells``) and
+``hived_algorithm.go`` (``removeCellFromFreeList`` = the split half of ALLOCATECELL,
+``addCellToFreeList`` = RELEASECELL's merge).
+
+Symbols: ``free_cells[level]`` is a ``FreeList`` per chain; a free cell is kept at the highest
+level possible (its buddies merge back on release). Removal swaps the last element into the
+gap; split children are appended.
+
+Departures from Algorithm 1, as in the reference:
+- ``allocate_cell`` is a backtracking search. A picked cell may be unusable for a request (bad
+  node, outside K8s suggested nodes, already bound), so every free cell at the lowest level with
+  a free cell is tried, then each is split recursively; the children of a picked cell are
+  matched to the virtual cell's children that must be bound (``BindingPath``), so the topology
+  inside a preassigned cell equals that of its physical cell.
+- when no candidate is usable, ``safe_relaxed_allocate`` splits higher cells only as far as
+  invariant (2) (``cells/safety.py``) allows, i.e. never a cell another VC still needs.
+- candidates are stably ordered by fewer opportunistic leaves, so guaranteed cells displace
+  as few low-priority pods as possible (§3.3). (The reference sorts the list it was given
+  rather than the usable candidates; we sort the usable candidates, which is its intent.)
+- the search runs on a copy of the free list; the scheduler commits a binding later with
+  ``split_to`` / ``release_cell``.
+
+Worked example: a chain of one 2-node rack (4 GPUs per node, 2 per switch). ``allocate_cell``
+for a 1-GPU preassigned cell starts at the rack (lowest level with a free cell), splits it into
+nodes, node 0 into switches, switch 0 into GPUs and picks GPU 0; the free list holds node 1,
+switch 1 and GPU 1. Releasing GPU 0 merges everything back into the rack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hivemux.cells.api import OPPORTUNISTIC_PRIORITY, SuggestedNodes
+from hivemux.cells.cell import PhysicalCell, VirtualCell
+from hivemux.cells.safety import splittable_cells
+from hivemux.errors import InvariantViolation
+
+
+class FreeList:
+    """Free physical cells of one chain, per level (``free_cells`` in Algorithm 1)."""
+
+    def __init__(self, top: int, levels: Mapping[int, list[PhysicalCell]] | None = None):
+        self.top = top
+        self.levels: dict[int, list[PhysicalCell]] = {lv: list((levels or {}).get(lv, [])) for lv in range(1, top + 1)}
+
+    def __getitem__(self, level: int) -> list[PhysicalCell]:
+        return self.levels[level]
+
+    def copy(self) -> FreeList:
+        return FreeList(self.top, self.levels)
+
+    def contains(self, c: PhysicalCell, level: int) -> bool:
+        return any(x is c for x in self.levels[level])
+
+    def remove(self, c: PhysicalCell, level: int) -> None:
+        cells = self.levels[level]
+        for i, x in enumerate(cells):
+            if x is c:
+                cells[i] = cells[-1]
+                cells.pop()
+                return
+        raise InvariantViolation(f"cell {c.address} not found in the level-{level} free list when removing it")
+
+    def append(self, level: int, cells: list[PhysicalCell]) -> None:
+        self.levels[level].extend(cells)
+
+    def counts(self) -> dict[int, int]:
+        return {lv: len(cells) for lv, cells in self.levels.items()}
+
+    def snapshot(self) -> dict[int, tuple[str, ...]]:
+        return {lv: tuple(c.address for c in cells) for lv, cells in self.levels.items()}
+
+
+@dataclass
+class BindingPath:
+    """A virtual cell to bind, with the children that must be bound below it."""
+
+    cell: VirtualCell
+    children: list[BindingPath] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Request:
+    suggested: SuggestedNodes
+    ignore_suggested: bool
+
+
+def usable_cells(candidates: list[PhysicalCell], needed: int, req: Request) -> list[PhysicalCell] | None:
+    usable = []
+    for c in candidates:
+        if c.virtual_cell is not None:
+            continue
+        if c.single_node and not c.healthy:
+            continue
+        if not req.ignore_suggested and not any(req.suggested.allows(n) for n in c.nodes):
+            continue
+        usable.append(c)
+    if len(usable) < needed:
+        return None
+    usable.sort(key=lambda c: c.used_at_priority.get(OPPORTUNISTIC_PRIORITY, 0))
+    return usable
+
+
+def map_virtual_cells(
+    cells: list[BindingPath], candidates: list[PhysicalCell], req: Request, bindings: dict[str, PhysicalCell]
+) -> list[PhysicalCell] | None:
+    """Match virtual cells to distinct candidates, recursively for their children (backtracking)."""
+    usable = usable_cells(candidates, len(cells), req)
+    if usable is None:
+        return None
+    picked: list[int] = []
+    taken: set[int] = set()
+    start = 0
+    while True:
+        i = len(picked)
+        found = False
+        for j in range(start, len(usable)):
+            if j in taken:
+                continue
+            cand = usable[j]
+            if cand.level == 1:
+                bindings[cells[i].cell.address] = cand
+                ok = True
+            else:
+                ok = map_virtual_cells(cells[i].children, cand.children, req, bindings) is not None
+            if ok:
+                picked.append(j)
+                taken.add(j)
+                found = True
+                break
+        if found:
+            if len(picked) == len(cells):
+                return [usable[j] for j in picked]
+            start = 0
+            continue
+        if not picked:
+            return None
+        last = picked.pop()
+        taken.discard(last)
+        start = last + 1
+
+
+def lowest_free_level(free: FreeList, level: int) -> int:
+    for lv in range(level, free.top + 1):
+        if free[lv]:
+            return lv
+    raise InvariantViolation(f"VC Safety Broken: free cell not found even split to the highest level {free.top}")
+
+
+def _buddy_alloc(path: BindingPath, free: FreeList, level: int, req: Request, bindings: dict[str, PhysicalCell]) -> bool:
+    if level == path.cell.level:
+        picked = map_virtual_cells([path], free[level], req, bindings)
+        if picked is None:
+            return False
+        for c in picked:
+            free.remove(c, level)
+        return True
+    candidates = usable_cells(free[level], 1, req)
+    if candidates is None:
+        return False
+    for c in candidates:
+        free.append(level - 1, list(c.children))
+        if _buddy_alloc(path, free, level - 1, req, bindings):
+            free.remove(c, level)
+            return True
+        free.levels[level - 1] = []
+    return False
+
+
+def allocate_cell(path: BindingPath, free: FreeList, req: Request, bindings: dict[str, PhysicalCell]) -> bool:
+    """ALLOCATECELL for a preassigned virtual cell on a copy of the free list; fills ``bindings``."""
+    return _buddy_alloc(path, free, lowest_free_level(free, path.cell.level), req, bindings)
+
+
+def safe_relaxed_allocate(
+    path: BindingPath,
+    free: FreeList,
+    vc_free_num: Mapping[int, int],
+    child_numbers: Mapping[int, int],
+    req: Request,
+    bindings: dict[str, PhysicalCell],
+) -> bool:
+    """Split as many higher free cells as invariant (2) allows, then retry the mapping."""
+    level = path.cell.level
+    splittable = splittable_cells(free.counts(), vc_free_num, child_numbers, free.top)
+    for lv in range(level + 1, free.top + 1):
+        n = min(len(free[lv]), splittable[lv])
+        if n <= 0:
+            continue
+        split = []
+        for _ in range(n):
+            c = free[lv][0]
+            split.append(c)
+            free.remove(c, lv)
+        splittable[lv] -= n
+        for _ in range(lv, level, -1):
+            split = [ch for c in split for ch in c.children]
+        free.levels[level] = split + free[level]
+        picked = map_virtual_cells([path], free[level], req, bindings)
+        if picked is not None:
+            for c in picked:
+                free.remove(c, level)
+            return True
+    return False
+
+
+def split_to(free: FreeList, c: PhysicalCell) -> int:
+    """Take ``c`` out of the free list, splitting its free ancestor; returns that ancestor's level."""
+    while True:
+        level = c.level
+        parent = c.parent
+        terminate = parent is None or parent.split
+        if not terminate:
+            free.append(level, list(parent.children))
+            parent.split = True
+        free.remove(c, level)
+        if terminate:
+            return level
+        c = parent
+
+
+def release_cell(free: FreeList, c: PhysicalCell) -> int:
+    """RELEASECELL: put ``c`` back, merging with free buddies upwards; returns the merged level."""
+    while True:
+        level = c.level
+        parent = c.parent
+        if parent is not None and all(b is c or free.contains(b, level) for b in parent.children):
+            for b in parent.children:
+                if b is not c:
+                    free.remove(b, level)
+            parent.split = False
+            c = parent
+            continue
+        free.append(level, [c])
+        return level

@@ -1,0 +1,246 @@
+"""Physical and virtual cells: the mutable cell view owned by one ``HivedScheduler``.
+
+Paper: HiveD §3.2 (cells, levels, VC views) and §3.3 (dynamic binding of virtual cells to
+physical cells). Reference: hivedscheduler ``pkg/algorithm/cell.go`` (``PhysicalCell``,
+``VirtualCell``), ``cell_allocation.go`` (``bindCell``, ``unbindCell``, ``setCellPriority``,
+``updateUsedLeafCellNumAtPriority``) and ``utils.go`` (``setCellState``, ``inFreeCellList``).
+
+A cell's *priority* is the highest priority of the pods using its leaves (``FREE_PRIORITY`` when
+none); ``used_at_priority`` counts used leaves per priority. A physical cell's *state* follows
+``doc/design/state-machine.md``: a leaf is free, used (a running group), reserving (used, and a
+preempting group waits for it) or reserved (only the preempting group holds it); a parent is
+used if any child is used and otherwise in a state only when all children are. A cell is bad
+if any of its leaves is on a bad node. ``split`` marks a physical cell whose children are in the
+free lists instead of itself; ``virtual_cell`` / ``physical_cell`` are the binding.
+
+These objects are internal to the scheduler state: only ``HivedScheduler`` methods mutate them,
+and callers see frozen ``api`` status views instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from hivemux.cells.api import FREE_PRIORITY
+from hivemux.cells.config import HivedConfig, PhysicalCellConfig, VirtualClusterConfig
+
+
+class Cell:
+    __slots__ = (
+        "chain", "level", "cell_type", "address", "parent", "children", "at_or_higher_than_node",
+        "total_leaf_num", "priority", "used_at_priority",
+    )
+
+    def __init__(self, chain: str, level: int, cell_type: str, address: str, at_or_higher_than_node: bool, total_leaf_num: int):
+        self.chain = chain
+        self.level = level
+        self.cell_type = cell_type
+        self.address = address
+        self.parent: Any = None
+        self.children: list[Any] = []
+        self.at_or_higher_than_node = at_or_higher_than_node
+        self.total_leaf_num = total_leaf_num
+        self.priority = FREE_PRIORITY
+        self.used_at_priority: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.address})"
+
+
+class PhysicalCell(Cell):
+    __slots__ = (
+        "nodes", "leaf_index", "is_node_level", "state", "healthy", "using_group", "reserving_group",
+        "virtual_cell", "split", "pinned_id",
+    )
+
+    def __init__(self, cfg: PhysicalCellConfig, at_or_higher_than_node: bool, is_node_level: bool, total_leaf_num: int):
+        super().__init__(cfg.chain, cfg.level, cfg.cell_type, cfg.address, at_or_higher_than_node, total_leaf_num)
+        self.nodes = cfg.nodes
+        self.leaf_index = cfg.leaf_index
+        self.is_node_level = is_node_level
+        self.state = "free"
+        self.healthy = True
+        self.using_group: Any = None
+        self.reserving_group: Any = None
+        self.virtual_cell: VirtualCell | None = None
+        self.split = False
+        self.pinned_id = cfg.pinned_cell_id
+
+    @property
+    def single_node(self) -> bool:
+        return len(self.nodes) == 1
+
+
+class VirtualCell(Cell):
+    __slots__ = ("vc", "preassigned", "physical_cell", "pinned_id")
+
+    def __init__(self, vc: str, chain: str, level: int, cell_type: str, address: str, at_or_higher_than_node: bool, total_leaf_num: int):
+        super().__init__(chain, level, cell_type, address, at_or_higher_than_node, total_leaf_num)
+        self.vc = vc
+        self.preassigned: VirtualCell = self
+        self.physical_cell: PhysicalCell | None = None
+        self.pinned_id = ""
+
+
+ChainCellList = dict[int, list[Any]]  # level -> cells
+
+
+def new_chain_cell_list(top: int) -> ChainCellList:
+    return {level: [] for level in range(1, top + 1)}
+
+
+def walk(c: Cell) -> Iterator[Any]:
+    yield c
+    for ch in c.children:
+        yield from walk(ch)
+
+
+def build_physical(config: HivedConfig) -> tuple[dict[str, ChainCellList], list[PhysicalCell], dict[str, PhysicalCell]]:
+    """Physical trees: full lists per chain (pre-order), top cells in config order, pinned cells."""
+    full: dict[str, ChainCellList] = {}
+    pinned: dict[str, PhysicalCell] = {}
+
+    def build(cfg: PhysicalCellConfig) -> PhysicalCell:
+        info = config.cell_types[cfg.cell_type]
+        cell = PhysicalCell(cfg, info.has_node, info.is_node_level, info.leaf_cell_number)
+        full.setdefault(cfg.chain, {}).setdefault(cfg.level, []).append(cell)
+        if cfg.pinned_cell_id:
+            pinned[cfg.pinned_cell_id] = cell
+        for ch in cfg.children:
+            child = build(ch)
+            child.parent = cell
+            cell.children.append(child)
+        return cell
+
+    tops = [build(cfg) for cfg in config.physical_cells]
+    return full, tops, pinned
+
+
+def build_virtual(
+    config: HivedConfig, vc: VirtualClusterConfig
+) -> tuple[dict[str, ChainCellList], dict[str, ChainCellList], dict[str, ChainCellList]]:
+    """A VC's cells: non-pinned full lists, non-pinned preassigned lists (per chain), pinned lists (per id).
+
+    Addresses follow the reference: preassigned cell ``<vc>/<n>`` in configuration order (pinned
+    cells last), child ``i`` of ``a/.../k`` is ``a/.../k/(k*childNumber+i)``, of ``<vc>/<n>`` is
+    ``<vc>/<n>/i``.
+    """
+    full: dict[str, ChainCellList] = {}
+    preassigned: dict[str, ChainCellList] = {}
+    pinned: dict[str, ChainCellList] = {}
+
+    def build(target: ChainCellList, chain: str, cell_type: str, address: str, root: VirtualCell | None, is_root: bool) -> VirtualCell:
+        info = config.cell_types[cell_type]
+        cell = VirtualCell(vc.name, chain, info.level, cell_type, address, info.has_node, info.leaf_cell_number)
+        cell.preassigned = root or cell
+        target.setdefault(info.level, []).append(cell)
+        if info.level > 1:
+            assert info.child_type is not None
+            offset = 0 if is_root else int(address.rsplit("/", 1)[1]) * info.child_number
+            for i in range(info.child_number):
+                child = build(target, chain, info.child_type, f"{address}/{offset + i}", root or cell, False)
+                child.parent = cell
+                cell.children.append(child)
+        return cell
+
+    n = 0
+    for vcell in vc.virtual_cells:
+        for _ in range(vcell.cell_number):
+            root = build(full.setdefault(vcell.chain, {}), vcell.chain, vcell.cell_type, f"{vc.name}/{n}", None, True)
+            preassigned.setdefault(vcell.chain, {}).setdefault(root.level, []).append(root)
+            n += 1
+    for pid in vc.pinned_cells:
+        pc = config.pinned_cells[pid]
+        lists: ChainCellList = {}
+        root = build(lists, pc.chain, pc.cell_type, f"{vc.name}/{n}", None, True)
+        for c in walk(root):
+            c.pinned_id = pid
+        pinned[pid] = lists
+        n += 1
+    return full, preassigned, pinned
+
+
+def set_cell_priority(c: Cell, p: int) -> None:
+    """Set a leaf's priority and keep every ancestor at the max of its children."""
+    original = c.priority
+    c.priority = p
+    parent = c.parent
+    if parent is None:
+        return
+    if p > parent.priority:
+        set_cell_priority(parent, p)
+    elif original == parent.priority and p < original:
+        set_cell_priority(parent, max([FREE_PRIORITY] + [b.priority for b in parent.children]))
+
+
+def update_used_at_priority(c: Cell | None, p: int, increase: bool) -> None:
+    delta = 1 if increase else -1
+    while c is not None:
+        n = c.used_at_priority.get(p, 0) + delta
+        if n:
+            c.used_at_priority[p] = n
+        else:
+            c.used_at_priority.pop(p, None)
+        c = c.parent
+
+
+def set_cell_state(c: PhysicalCell, s: str) -> None:
+    c.state = s
+    parent = c.parent
+    if parent is not None and (s == "used" or all(ch.state == s for ch in parent.children)):
+        set_cell_state(parent, s)
+
+
+def bind_cell(pc: PhysicalCell, vc: VirtualCell) -> None:
+    """Bind a virtual leaf to a physical leaf and unbound ancestors to ancestors."""
+    while vc.physical_cell is None:
+        pc.virtual_cell = vc
+        vc.physical_cell = pc
+        if vc.parent is None:
+            break
+        vc = vc.parent
+        pc = pc.parent
+
+
+def unbind_cell(pc: PhysicalCell) -> None:
+    """Unbind a physical leaf and every ancestor left without a bound child (pinned cells stay)."""
+    bound = pc.virtual_cell
+    while bound is not None and bound.physical_cell is not None and not bound.physical_cell.pinned_id:
+        physical = bound.physical_cell
+        bound.physical_cell = None
+        physical.virtual_cell = None
+        if bound.parent is None or any(ch.physical_cell is not None for ch in bound.parent.children):
+            return
+        bound = bound.parent
+
+
+def in_free_cell_list(c: PhysicalCell) -> bool:
+    """True if the cell or an ancestor is in the free list (free or obtainable by splitting)."""
+    while True:
+        if c.virtual_cell is not None or c.split:
+            return False
+        if c.parent is None or c.parent.split:
+            return True
+        c = c.parent
+
+
+def find_lca(lower: Cell, higher: Cell) -> Cell | None:
+    while lower.level < higher.level:
+        if lower.parent is None:
+            return None
+        lower = lower.parent
+    if lower is higher:
+        return lower
+    while lower.parent is not higher.parent:
+        if lower.parent is None or higher.parent is None:
+            return None
+        lower, higher = lower.parent, higher.parent
+    return lower.parent
+
+
+def node_of(c: Cell) -> Cell:
+    """The ancestor at node level (or the top cell when the chain is below node level)."""
+    while not c.at_or_higher_than_node and c.parent is not None:
+        c = c.parent
+    return c
