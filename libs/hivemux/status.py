@@ -41,8 +41,8 @@ class ClusterStatus:
     job_reason: dict[str, str] = field(default_factory=dict)
     sharing_now: dict[str, Sharing] = field(default_factory=dict)
     shared_ever: dict[str, Sharing] = field(default_factory=dict)
-    bound_now: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    bound_ever: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    bound_now: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)  # job -> pod -> nodes
+    bound_ever: dict[str, set[str]] = field(default_factory=dict)  # job -> nodes it was ever bound to
     _seen: set[Any] = field(default_factory=set)
 
     def apply(self, event: Event) -> None:
@@ -65,10 +65,13 @@ class ClusterStatus:
             case Placement(action="evict"):
                 self.sharing_now.pop(event.job_id, None)
             case CellBinding(state="bound"):
-                self.bound_now[event.job_id] = event.node_ids
-                self.bound_ever[event.job_id] = event.node_ids
-            case CellBinding(state="released"):
-                self.bound_now.pop(event.job_id, None)
+                self.bound_now.setdefault(event.job_id, {})[event.pod or event.job_id] = event.node_ids
+                self.bound_ever.setdefault(event.job_id, set()).update(event.node_ids)
+            case CellBinding(state="released" | "preempted"):
+                pods = self.bound_now.get(event.job_id, {})
+                pods.pop(event.pod or event.job_id, None)
+                if not pods:
+                    self.bound_now.pop(event.job_id, None)
 
     def _job_changed(self, event: JobLifecycleEvent) -> None:
         if self.job_state.get(event.job_id) in {s.value for s in _ENDED}:
@@ -95,8 +98,10 @@ class ClusterStatus:
             "waiting": [
                 {"job_id": j, "reason": self.job_reason.get(j, "")} for j, s in sorted(self.job_state.items()) if s == JobState.WAITING.value
             ],
-            "training_bound": [{"job_id": j, "node_ids": list(n)} for j, n in sorted(self.bound_ever.items())],
-            "training_bound_now": [{"job_id": j, "node_ids": list(n)} for j, n in sorted(self.bound_now.items())],
+            "training_bound": [{"job_id": j, "node_ids": sorted(n)} for j, n in sorted(self.bound_ever.items())],
+            "training_bound_now": [
+                {"job_id": j, "node_ids": sorted({n for nodes in pods.values() for n in nodes})} for j, pods in sorted(self.bound_now.items())
+            ],
         }
 
 

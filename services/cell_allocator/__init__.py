@@ -1,9 +1,13 @@
-"""cell-allocator: binds training jobs to cells (HiveD).
+"""cell-allocator: binds training jobs to cells with HiveD (paper §3–§4).
 
-This first version places each pod of a training job on a whole free node
-(`hivemux.cells.whole_node`), all-or-nothing, queueing jobs that do not fit until nodes are
-released. HiveD's buddy cell allocation over virtual clusters replaces it with the cells issue.
-Node inventory is folded from node telemetry; releases from job lifecycle events.
+Each training job becomes a HiveD affinity group whose pods are scheduled by the HiveD
+algorithm (`hivemux.cells.hived`, or the quota-based baseline for comparison) through
+`hivemux.cells.job_allocator`. The cell configuration is HiveD's own YAML.
 
-One active instance per cell pool: the node pool is this instance's state.
+Everything is folded from topics: the job log (jobs.submitted), job ends (jobs.lifecycle),
+GPU health (a Disabled GPU makes its node bad), and this allocator's own bindings
+(cells.bindings, which carry HiveD's pod spec and bind info): a restarted allocator rebuilds
+the same state from them, as HiveD does from pod annotations. It publishes bindings,
+preemptions (as bindings plus evict commands), lifecycle events and executor commands, and
+serves HiveD's inspect view over gRPC. One active instance per cell configuration.
 """

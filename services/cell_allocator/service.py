@@ -1,201 +1,270 @@
-"""The cell-allocator shell: training submissions in, cell bindings and executor commands out."""
+"""The cell-allocator shell: job events in, HiveD decisions out as bindings and commands."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import logging
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from typing import Literal
 
+import grpc
+import yaml
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.cells.whole_node import Bound, Node, NodePool, Refused, TrainingRequest
+from hivemux.cells import api
+from hivemux.cells.config import (
+    bind_info_from_annotation,
+    bind_info_to_annotation,
+    parse_config,
+    pod_spec_from_annotation,
+    pod_spec_to_annotation,
+)
+from hivemux.cells.inspect_api.server import start_inspect_server
+from hivemux.cells.job_allocator import (
+    Decision,
+    JobAllocator,
+    JobRefused,
+    JobWaiting,
+    PodBound,
+    PodPreempted,
+    PodReleased,
+    TrainingJob,
+)
+from hivemux.errors import ConfigurationError
 from hivemux.events import (
     CellBinding,
     CommandAction,
     Event,
     ExecutorCommand,
+    HealthState,
+    HealthTransition,
     JobKind,
     JobLifecycleEvent,
     JobState,
     JobSubmission,
-    NodeTelemetry,
+    Priority,
     derived_id,
 )
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import CELL_BINDINGS, JOBS_LIFECYCLE, JOBS_SUBMITTED, NODE_TELEMETRY
+from hivemux.topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED
 
 NAME = "cell-allocator"
-_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.PREEMPTED}
+_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED}
+log = logging.getLogger("hivemux.cell_allocator")
 
 
 class AllocatorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="HIVEMUX_ALLOCATOR_", extra="ignore")
 
+    config: Path | None = Field(default=None, description="HiveD cell configuration (YAML); default: the demo cluster")
+    scheduler: Literal["hived", "quota"] = Field(default="hived", description="HiveD, or the quota-based baseline")
+    inspect_host: str = "127.0.0.1"
+    inspect_port: int = Field(default=0, ge=0, le=65535, description="gRPC inspect view; 0: any free port")
+    retry_interval_s: float = Field(default=5.0, gt=0, description="How often waiting jobs are tried again")
 
-class CellAllocator:
-    def __init__(self, source: str) -> None:
+
+def load_config(path: Path | None) -> dict:
+    text = path.read_text() if path else (resources.files("hivemux.cells") / "demo_cluster.yaml").read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigurationError(f"cell configuration {path}: not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"cell configuration {path}: expected a mapping with physicalCluster and virtualClusters")
+    return data
+
+
+def make_scheduler(kind: str, raw: dict) -> api.CellScheduler:
+    config = parse_config(raw)
+    if kind == "quota":
+        from hivemux.cells.quota_baseline import QuotaScheduler
+
+        return QuotaScheduler(config)
+    from hivemux.cells.hived import HivedScheduler
+
+    return HivedScheduler(config)
+
+
+def training_job(job: JobSubmission) -> TrainingJob:
+    return TrainingJob(
+        job_id=job.job_id,
+        vc=job.vc,
+        priority=api.OPPORTUNISTIC_PRIORITY if job.priority is Priority.OPPORTUNISTIC else max(0, job.priority_value),
+        pod_sizes=job.pod_sizes,
+        leaf_type=job.gpu_type or "",
+        pinned_cell_id=job.pinned_cell_id or "",
+        lazy_preemption=job.lazy_preemption,
+    )
+
+
+def gpu_ids(node: str, indices: tuple[int, ...]) -> tuple[str, ...]:
+    """GPU ids as node agents name them (`<node>/gpu-<index>`)."""
+    return tuple(f"{node}/gpu-{i}" for i in indices)
+
+
+class CellAllocatorShell:
+    def __init__(self, scheduler: api.CellScheduler, source: str) -> None:
+        self.allocator = JobAllocator(scheduler)
         self.source = source
-        self.pool = NodePool()
-        self.waiting: dict[str, JobSubmission] = {}  # refused for lack of cells, in arrival order
-        self.bound: dict[str, JobSubmission] = {}
-        self.seen: set[str] = set()  # training jobs already taken in
-        self.refusal: dict[str, str] = {}
+        self.submissions: dict[str, JobSubmission] = {}
+        self.disabled: dict[str, set[str]] = {}  # node -> its Disabled GPUs
+        self.latest = datetime.min.replace(tzinfo=UTC)  # latest event time seen
 
-    def on_node(self, sample: NodeTelemetry, ctx: RecordContext) -> list[Event]:
-        node = Node(sample.node_id, sample.gpu_type, sample.gpu_ids, serving=bool(sample.online_workloads))
-        self.pool = self.pool.with_node(node)
-        # Waiting jobs are retried on live samples: after a restart, this is the first chance.
-        return [] if ctx.replaying else self._retry_waiting(sample)
-
+    # -- folds ------------------------------------------------------------------------------
     def on_submission(self, job: JobSubmission, ctx: RecordContext) -> list[Event]:
-        if job.kind is not JobKind.TRAINING or job.job_id in self.seen:
+        if job.kind is not JobKind.TRAINING:
             return []
-        self.seen.add(job.job_id)
+        self._saw(job)
+        self.submissions[job.job_id] = job
         if ctx.replaying:
-            self.waiting[job.job_id] = job  # until the bindings log says otherwise
+            self.allocator.enqueue(training_job(job))
             return []
-        return self._try_bind(job, job)
+        return self._publish(self.allocator.submit(training_job(job)), job)
 
     def on_binding(self, binding: CellBinding, ctx: RecordContext) -> None:
-        """Crash recovery: restore the decisions published before a restart. Live echoes of
-        our own decisions are ignored (the state already has them, maybe newer)."""
-        if not ctx.replaying:
+        """Crash recovery: restore the bindings published before a restart."""
+        if not ctx.replaying or binding.pod is None:
             return
-        if binding.state == "bound":
-            job = self.waiting.pop(binding.job_id, None)
-            self.pool = self.pool.restore(binding.job_id, binding.node_ids)
-            if job is not None:
-                self.bound[binding.job_id] = job
-        elif binding.state == "released":
-            self.pool, _ = self.pool.release(binding.job_id)
-            self.bound.pop(binding.job_id, None)
+        if binding.state == "bound" and binding.pod_spec and binding.bind_info:
+            pod = api.Pod(binding.pod, pod_spec_from_annotation(binding.pod_spec))
+            self.allocator.restore(binding.job_id, pod, bind_info_from_annotation(binding.bind_info))
+        elif binding.state in ("released", "preempted"):
+            self.allocator.forget(binding.job_id, binding.pod)
 
     def on_lifecycle(self, change: JobLifecycleEvent, ctx: RecordContext) -> list[Event]:
         if change.state not in _ENDED:
             return []
-        self.waiting.pop(change.job_id, None)
-        if change.job_id not in self.pool.bindings:
-            return []
-        self.pool, freed = self.pool.release(change.job_id)
-        job = self.bound.pop(change.job_id, None)
-        if ctx.replaying or not freed or job is None:
-            return []
-        released = CellBinding(
-            event_id=derived_id("release", change.job_id),
-            occurred_at=change.occurred_at,
-            source=self.source,
-            job_id=change.job_id,
-            vc=job.vc,
-            state="released",
-            priority=job.priority,
-            cell_type=job.affinity_cell_type or "node",
-            node_ids=freed,
-            reason=f"job {change.state.value}: nodes {', '.join(freed)} are free again",
-        )
-        return [released, *self._retry_waiting(change)]
+        self._saw(change)
+        decisions = self.allocator.end(change.job_id)
+        return [] if ctx.replaying else self._publish(decisions, change)
 
-    def _retry_waiting(self, trigger: Event) -> list[Event]:
+    def on_health(self, transition: HealthTransition, ctx: RecordContext) -> list[Event]:
+        self._saw(transition)
+        bad = self.disabled.setdefault(transition.node_id, set())
+        was_bad = bool(bad)
+        if transition.to_state is HealthState.DISABLED:
+            bad.add(transition.gpu_id)
+        else:
+            bad.discard(transition.gpu_id)
+        if bad and not was_bad:
+            self.allocator.set_node_bad(transition.node_id)
+        elif was_bad and not bad:
+            decisions = self.allocator.set_node_healthy(transition.node_id)
+            return [] if ctx.replaying else self._publish(decisions, transition)
+        return []
+
+    def retry(self) -> list[Event]:
+        return self._publish(self.allocator.retry_waiting(), None)
+
+    def _saw(self, event: Event) -> None:
+        self.latest = max(self.latest, event.occurred_at)
+
+    # -- decisions to events ----------------------------------------------------------------
+    def _publish(self, decisions: list[Decision], trigger: Event | None) -> list[Event]:
+        at = trigger.occurred_at if trigger else max(self.latest, datetime.now(UTC))
+        cause = trigger.event_id if trigger else at.isoformat()
         out: list[Event] = []
-        for job in list(self.waiting.values()):
-            out += self._try_bind(job, trigger)
+        for decision in decisions:
+            out += self._events(decision, at, cause)
+        for job_id in dict.fromkeys(d.job_id for d in decisions if isinstance(d, PodBound)):
+            if self.allocator.fully_placed(job_id):
+                out.append(self._lifecycle(job_id, JobState.BOUND, at, cause, f"all pods bound: {self._placement(job_id)}"))
         return out
 
-    def _try_bind(self, job: JobSubmission, trigger: Event) -> list[Event]:
-        request = TrainingRequest(job.job_id, job.vc, job.pods, job.gpus_per_pod, job.gpu_type)
-        self.pool, decision = self.pool.bind(request)
-        at = trigger.occurred_at
-        match decision:
-            case Bound():
-                self.waiting.pop(job.job_id, None)
-                self.bound[job.job_id] = job
-                return self._bound(job, decision, at)
-            case Refused():
-                self.waiting[job.job_id] = job
-                if self.refusal.get(job.job_id) == decision.reason:
-                    return []  # already told; say it again only when the reason changes
-                self.refusal[job.job_id] = decision.reason
-                refused = derived_id("refused", job.event_id, trigger.event_id)
-                return [
-                    JobLifecycleEvent(
-                        event_id=derived_id("waiting", refused),
-                        occurred_at=at,
-                        source=self.source,
-                        job_id=job.job_id,
-                        state=JobState.WAITING,
-                        reason=decision.reason,
-                    ),
+    def _events(self, d: Decision, at: datetime, cause: object) -> list[Event]:
+        job = self.submissions.get(d.job_id)
+        vc = job.vc if job else "-"
+        priority = job.priority if job else Priority.GUARANTEED
+        match d:
+            case PodBound(pod=pod, bind=bind):
+                key = derived_id("bound", pod.name, cause)
+                gpus = gpu_ids(bind.node, bind.leaf_cells)
+                out: list[Event] = [
                     CellBinding(
-                        event_id=refused,
-                        occurred_at=at,
-                        source=self.source,
-                        job_id=job.job_id,
-                        vc=job.vc,
-                        state="refused",
-                        priority=job.priority,
-                        cell_type=job.affinity_cell_type or "node",
-                        reason=decision.reason + " (queued until cells free up)",
-                        inputs=_flat(decision.inputs),
-                    )
+                        event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="bound",
+                        priority=priority, cell_type=bind.bind_info.cell_chain, pod=pod.name, node_ids=(bind.node,),
+                        gpu_ids=gpus, reason=bind.reason or f"bound to {bind.node}",
+                        pod_spec=pod_spec_to_annotation(pod.spec), bind_info=bind_info_to_annotation(bind.bind_info),
+                    ),  # fmt: skip
                 ]
-        raise AssertionError(decision)
+                if job is not None:
+                    out.append(
+                        ExecutorCommand(
+                            event_id=derived_id("start", key), occurred_at=at, source=self.source, node_id=bind.node,
+                            action=CommandAction.START_TRAINING, job_id=d.job_id, gpu_ids=gpus, workload=job.workload,
+                            reason=f"pod {pod.name} bound to {bind.node} GPUs {list(bind.leaf_cells)}",
+                        )  # fmt: skip
+                    )
+                return out
+            case PodReleased(pod=pod, node=node):
+                return [
+                    CellBinding(
+                        event_id=derived_id("released", pod.name, cause), occurred_at=at, source=self.source,
+                        job_id=d.job_id, vc=vc, state="released", priority=priority, pod=pod.name,
+                        node_ids=(node,), reason="job ended: its cells are free again",
+                    )  # fmt: skip
+                ]
+            case PodPreempted(pod=pod, node=node, by=by):
+                reason = f"preempted by {by}"
+                key = derived_id("preempted", pod.name, cause)
+                return [
+                    CellBinding(
+                        event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="preempted",
+                        priority=priority, pod=pod.name, node_ids=(node,), reason=reason,
+                    ),  # fmt: skip
+                    ExecutorCommand(
+                        event_id=derived_id("evict", key), occurred_at=at, source=self.source, node_id=node,
+                        action=CommandAction.EVICT, job_id=d.job_id, reason=reason,
+                    ),  # fmt: skip
+                    self._lifecycle(d.job_id, JobState.PREEMPTED, at, cause, reason + "; it waits to resume"),
+                ]
+            case JobWaiting(reason=reason):
+                return [self._lifecycle(d.job_id, JobState.WAITING, at, cause, reason)]
+            case JobRefused(reason=reason):
+                return [
+                    self._lifecycle(d.job_id, JobState.REJECTED, at, cause, reason),
+                    CellBinding(
+                        event_id=derived_id("refused", d.job_id, cause), occurred_at=at, source=self.source,
+                        job_id=d.job_id, vc=vc, state="refused", priority=priority, reason=reason,
+                    ),  # fmt: skip
+                ]
+        raise AssertionError(d)
 
-    def _bound(self, job: JobSubmission, bound: Bound, at: datetime) -> list[Event]:
-        key = derived_id("bind", job.event_id)
-        out: list[Event] = [
-            CellBinding(
-                event_id=key,
-                occurred_at=at,
-                source=self.source,
-                job_id=job.job_id,
-                vc=job.vc,
-                state="bound",
-                priority=job.priority,
-                cell_type=job.affinity_cell_type or "node",
-                node_ids=bound.node_ids,
-                gpu_ids=bound.gpu_ids,
-                reason=bound.reason,
-                inputs=_flat(bound.inputs),
-            ),
-            JobLifecycleEvent(
-                event_id=derived_id("bound", job.event_id),
-                occurred_at=at,
-                source=self.source,
-                job_id=job.job_id,
-                state=JobState.BOUND,
-                reason=bound.reason,
-                gpu_ids=bound.gpu_ids,
-            ),
-        ]
-        chosen = set(bound.gpu_ids)
-        for node_id in bound.node_ids:
-            gpus = tuple(g for g in self.pool.nodes[node_id].gpu_ids if g in chosen)
-            out.append(
-                ExecutorCommand(
-                    event_id=derived_id("start", job.event_id, node_id),
-                    occurred_at=at,
-                    source=self.source,
-                    node_id=node_id,
-                    action=CommandAction.START_TRAINING,
-                    job_id=job.job_id,
-                    gpu_ids=gpus[: job.gpus_per_pod],
-                    workload=job.workload,
-                    reason=f"pod of {job.job_id} bound to {node_id}",
-                )
-            )
-        return out
+    def _placement(self, job_id: str) -> str:
+        return ", ".join(f"{info.node}{list(info.leaf_cell_isolation)}" for _, info in self.allocator.placed[job_id].values())
 
-
-def _flat(inputs: dict) -> dict[str, float | int | str]:
-    return {str(k): v if isinstance(v, (int, float, str)) else str(v) for k, v in inputs.items()}
+    def _lifecycle(self, job_id: str, state: JobState, at: datetime, cause: object, reason: str) -> JobLifecycleEvent:
+        return JobLifecycleEvent(
+            event_id=derived_id("lifecycle", job_id, state.value, cause), occurred_at=at, source=self.source,
+            job_id=job_id, state=state, reason=reason,
+        )  # fmt: skip
 
 
 def build(settings: AllocatorSettings) -> Service:
-    allocator = CellAllocator(f"{NAME}/{settings.instance}")
+    shell = CellAllocatorShell(make_scheduler(settings.scheduler, load_config(settings.config)), f"{NAME}/{settings.instance}")
     service = Service(NAME, settings)
-    service.fold(JOBS_SUBMITTED, allocator.on_submission)
-    service.fold(CELL_BINDINGS, allocator.on_binding)
-    service.fold(JOBS_LIFECYCLE, allocator.on_lifecycle)
-    service.fold(NODE_TELEMETRY, allocator.on_node)
+    service.fold(JOBS_SUBMITTED, shell.on_submission)
+    service.fold(CELL_BINDINGS, shell.on_binding)
+    service.fold(JOBS_LIFECYCLE, shell.on_lifecycle)
+    service.fold(GPU_HEALTH, shell.on_health)
+    service.every(settings.retry_interval_s, shell.retry)
+    inspect: dict[str, grpc.aio.Server] = {}
+
+    async def start_inspect() -> None:
+        server, port = await start_inspect_server(lambda: shell.allocator.scheduler, settings.inspect_host, settings.inspect_port)
+        inspect["server"] = server
+        log.info("cell inspect view (gRPC) on %s:%s", settings.inspect_host, port)
+
+    async def stop_inspect() -> None:
+        if "server" in inspect:
+            await inspect["server"].stop(1.0)
+
+    service.on_start(start_inspect)
+    service.on_stop(stop_inspect)
     return service
 
 

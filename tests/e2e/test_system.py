@@ -31,7 +31,7 @@ FAST = {
 JOBS = """
 jobs:
   - {job_id: e2e-offline, vc: vc-a, kind: offline, workload: {model: densenet201, batch_size: 16, iterations: 50}}
-  - {job_id: e2e-training, vc: vc-b, kind: training, pods: 2, gpus_per_pod: 4, priority: guaranteed,
+  - {job_id: e2e-training, vc: vc-a, kind: training, pods: 2, gpus_per_pod: 4, priority: guaranteed,
      workload: {model: bert, batch_size: 32, iterations: 20}}
 """
 
@@ -89,10 +89,12 @@ async def test_submitted_jobs_are_placed_run_and_bound(system, tmp_path: Path) -
     assert report.iterations_done == report.iterations_total == 50
 
     async def bound():  # type: ignore[no-untyped-def]
-        return [b for b in await _events(endpoints, CELL_BINDINGS, "e2e-training") if b.state == "bound"]
+        pods = [b for b in await _events(endpoints, CELL_BINDINGS, "e2e-training") if b.state == "bound"]
+        return pods if len(pods) == 2 else None
 
     binding = (await eventually(bound, timeout_s=60))[0]
-    assert len(binding.node_ids) == 2 and len(binding.gpu_ids) == 8
+    assert len(binding.gpu_ids) == 4 and binding.bind_info is not None  # one record per pod
+    assert {b.node_ids[0] for b in await bound()} == {"node-02", "node-03"}
     states = {e.state for e in await eventually(lambda: _events(endpoints, JOBS_LIFECYCLE, "e2e-training"), timeout_s=30)}
     assert "bound" in states
 
@@ -100,7 +102,7 @@ async def test_submitted_jobs_are_placed_run_and_bound(system, tmp_path: Path) -
     assert status.returncode == 0, status.stderr
     summary = json.loads(status.stdout)
     assert sum(summary["gpus_by_health"].values()) == 16
-    assert {"job_id": "e2e-training", "node_ids": list(binding.node_ids)} in summary["training_bound"]
+    assert {"job_id": "e2e-training", "node_ids": ["node-02", "node-03"]} in summary["training_bound"]
     assert "e2e-offline" in {row["job_id"] for row in summary["offline_shared"]}
     assert all(child.process.poll() is None for child in children)  # nobody died on the way
     matcher = next(c for c in children if c.name == "matcher")

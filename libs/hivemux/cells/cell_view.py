@@ -145,7 +145,7 @@ class CellView:
             self._set_bad_cell(c.parent)
         if in_free_cell_list(c):
             self._add_bad_free_cell(c)
-        elif c.virtual_cell is None and not c.split:
+        elif c.virtual_cell is None and not c.split and c.parent is not None and c.parent.virtual_cell is not None:
             # an ancestor is bound: bind c too so that the VC sees the failure
             v = _first_unbound(c.parent.virtual_cell.children)
             if v is not None:
@@ -250,7 +250,7 @@ class CellView:
     def _allocate_bad_cell(self, c: PhysicalCell) -> None:
         if any(x is c for x in self.bad_free[c.chain][c.level]):
             _drop(self.bad_free[c.chain][c.level], c)
-        if c.virtual_cell is None:
+        if c.virtual_cell is None and c.parent is not None and c.parent.virtual_cell is not None:
             v = _first_unbound(c.parent.virtual_cell.children)
             if v is not None:
                 c.virtual_cell, v.physical_cell = v, c
@@ -314,7 +314,9 @@ class CellView:
         return True, ""
 
     def release_leaf_cell(self, p_leaf: PhysicalCell, vc: str) -> None:
-        if (v_leaf := p_leaf.virtual_cell) is not None:
+        v_leaf = p_leaf.virtual_cell
+        # a leaf bound only because it is bad (priority free) is not this group's virtual leaf
+        if v_leaf is not None and v_leaf.priority != FREE_PRIORITY:
             update_used_at_priority(v_leaf, v_leaf.priority, False)
             set_cell_priority(v_leaf, FREE_PRIORITY)
             pac_physical = v_leaf.preassigned.physical_cell

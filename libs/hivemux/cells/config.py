@@ -422,3 +422,22 @@ def bind_info_to_annotation(b: api.BindInfo) -> dict[str, Any]:
             for m in b.affinity_group_bind_info
         ],
     }
+
+
+def pod_spec_to_annotation(s: api.PodSchedulingSpec) -> dict[str, Any]:
+    """The inverse of ``pod_spec_from_annotation`` (what the binding log records per pod)."""
+    out: dict[str, Any] = {
+        "virtualCluster": s.virtual_cluster,
+        "priority": s.priority,
+        "leafCellType": s.leaf_cell_type,
+        "leafCellNumber": s.leaf_cell_number,
+        "pinnedCellId": s.pinned_cell_id,
+        "lazyPreemptionEnable": s.lazy_preemption_enable,
+        "ignoreK8sSuggestedNodes": s.ignore_k8s_suggested_nodes,
+    }
+    if s.affinity_group is not None:
+        out["affinityGroup"] = {
+            "name": s.affinity_group.name,
+            "members": [{"podNumber": m.pod_number, "leafCellNumber": m.leaf_cell_number} for m in s.affinity_group.members],
+        }
+    return out

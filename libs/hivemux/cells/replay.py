@@ -13,6 +13,9 @@ summary the CLI prints (`hivemux cells replay`).
 
 Decisions the format leaves to the harness:
 
+- Pod specs and bind info are decoded by `cells.config` (`pod_spec_from_annotation`,
+  `bind_info_from_annotation`), with `ignoreK8sSuggestedNodes` defaulting to false as the
+  format says (the production parser's default is true).
 - A pod without `affinityGroup` gets the group `{name: <pod>, members: [{podNumber: 1,
   leafCellNumber: <its own>}]}`, what the reference does for an ungrouped pod, so that group
   checks can name it.
@@ -206,7 +209,8 @@ def load_scenarios(data: Mapping[str, Any]) -> ScenarioFile:
         orders[str(name)] = _chain_search_order(order if order is not None else default_order, f"configs.{name}")
 
     pod_defaults = _mapping(defaults.get("pod"), "defaults.pod")
-    pods = {str(n): _merge_pod(str(n), _mapping(p, f"pods.{n}"), pod_defaults) for n, p in _mapping(data.get("pods"), "pods").items()}
+    raw_pods = _mapping(data.get("pods"), "pods")
+    pods = {str(n): _merge_pod(str(n), _mapping(p, f"pods.{n}"), pod_defaults) for n, p in raw_pods.items()}
     pod_specs = {}
     for name, pod in pods.items():
         try:
@@ -226,9 +230,8 @@ def load_scenarios(data: Mapping[str, Any]) -> ScenarioFile:
                                   None if raw.get("prelude") is None else str(raw["prelude"]),
                                   raw.get("expectInitError", False), ops)
 
-    file = ScenarioFile(fmt, configs, orders, pods, pod_specs,
-                        tuple(Invariant(str(i.get("id")), str(i.get("statement", ""))) for i in data.get("invariants") or ()),
-                        scenarios)
+    invariants = tuple(Invariant(str(i.get("id")), str(i.get("statement", ""))) for i in data.get("invariants") or ())
+    file = ScenarioFile(fmt, configs, orders, pods, pod_specs, invariants, scenarios)
     for scenario in scenarios.values():
         _validate_scenario(file, scenario)
     return file
@@ -328,8 +331,8 @@ def suggested_nodes(value: Any) -> SuggestedNodes:
     if isinstance(value, Mapping):
         if set(value) - {"allExcept", "only"}:
             raise ValueError(f"suggestedNodes: unknown keys {sorted(set(value) - {'allExcept', 'only'})}")
-        only = value.get("only")
-        return SuggestedNodes(None if only is None else frozenset(map(str, only)), frozenset(map(str, value.get("allExcept") or ())))
+        only = None if value.get("only") is None else frozenset(map(str, value["only"]))
+        return SuggestedNodes(only, frozenset(map(str, value.get("allExcept") or ())))
     if isinstance(value, (list, tuple)):
         return SuggestedNodes(only=frozenset(map(str, value)))
     raise ValueError(f"suggestedNodes must be all, a list or {{allExcept: [...]}}, not {value!r}")
@@ -357,7 +360,8 @@ class _Run:
         if name is not None:
             self.pods_seen.add(name)
         if op.kind == "schedule":
-            result = s.schedule(self.pod(name), suggested_nodes(op.args.get("suggestedNodes")), op.args.get("phase", "preempting"))
+            suggested = suggested_nodes(op.args.get("suggestedNodes"))
+            result = s.schedule(self.pod(name), suggested, op.args.get("phase", "preempting"))
             if isinstance(result, Bind):
                 self.last_bind[name] = result
                 self.placements[name] = PodPlacement(result.node, tuple(result.leaf_cells), result.bind_info.cell_chain)
@@ -400,7 +404,8 @@ class _Run:
 
 
 def _check_blocks(op: Op, obs: Observation) -> list[Verdict]:
-    verdicts = [evaluate(k, v, obs, block="expect", counted=k not in op.implementation_specific) for k, v in op.expect.items()]
+    specific = op.implementation_specific
+    verdicts = [evaluate(k, v, obs, block="expect", counted=k not in specific) for k, v in op.expect.items()]
     verdicts += [evaluate(k, v, obs, block="portable") for k, v in op.portable.items()]
     verdicts += [evaluate(k, v, obs, block="observed", counted=False) for k, v in op.observed.items()]
     return verdicts
@@ -436,20 +441,22 @@ def run_scenario(file: ScenarioFile, scenario_id: str, make_scheduler: Scheduler
     if run.scheduler is None:
         return ScenarioReport(scenario_id, file.scenarios[scenario_id].title, tuple(reports))
     step = 0
+    total = sum(len(s.ops) for s in chain)
     for scenario in chain:
         for index, op in enumerate(scenario.ops):
             step += 1
-            args = {k: v for k, v in op.args.items()}
+            args = dict(op.args)
             if op.kind not in OP_KINDS:
-                reports.append(OpReport(scenario_id, scenario.id, index, step, op.kind, args, {},
-                                        (Verdict("op", sorted(OP_KINDS), op.kind, False, "harness", note="unsupported op"),)))
+                verdict = Verdict("op", sorted(OP_KINDS), op.kind, False, "harness",
+                                  note=f"unsupported op; the scenario stops here ({total - step} ops not run)")
+                reports.append(OpReport(scenario_id, scenario.id, index, step, op.kind, args, {}, (verdict,)))
                 return ScenarioReport(scenario_id, file.scenarios[scenario_id].title, tuple(reports))
             try:
                 result, verdicts = run.apply(op)
                 obs = run.observe(op, result)
             except Exception as error:  # the scheduler crashed: a failed verdict, and its state is unknown
                 verdict = Verdict("exception", None, f"{type(error).__name__}: {error}", False, "harness",
-                                  note="the scheduler raised; the scenario stops here")
+                                  note=f"the scheduler raised; the scenario stops here ({total - step} ops not run)")
                 reports.append(OpReport(scenario_id, scenario.id, index, step, op.kind, args, {}, (verdict,)))
                 return ScenarioReport(scenario_id, file.scenarios[scenario_id].title, tuple(reports))
             verdicts += _check_blocks(op, obs)
@@ -468,7 +475,8 @@ def render_table(reports: Iterable[ScenarioReport]) -> str:
             failed = [f"{v.block}.{v.key}" for v in counted if not v.passed]
             label = op.kind if op.source == report.scenario else f"{op.source}:{op.kind}"
             target = str(op.args.get("pod") or op.args.get("node") or op.args.get("config") or "")
-            lines.append(f"{report.scenario:<10} {op.step:>4}  {label:<22} {target:<16} {str(op.observed.get('result', '')):<10} "
+            result = str(op.observed.get("result", ""))
+            lines.append(f"{report.scenario:<10} {op.step:>4}  {label:<22} {target:<16} {result:<10} "
                          f"{len(counted) - len(failed):>3}/{len(counted):<3}  {', '.join(failed)}")
         lines.append(f"{report.scenario:<10} {'':>4}  {'=> ' + ('PASS' if report.passed else 'FAIL')}")
     return "\n".join(lines)

@@ -242,7 +242,8 @@ def _vc_cells(obs: Observation, vc: str, chain: str, cell_type: str) -> list[Vir
 
 
 def _leaves_of_node(physical: tuple[PhysicalCellStatus, ...], node: str) -> list[PhysicalCellStatus]:
-    return [path[-1] for (leaf_node, _), entries in leaf_paths(physical).items() if leaf_node == node for _, _, path in entries]
+    index = leaf_paths(physical)
+    return [path[-1] for (leaf_node, _), entries in index.items() if leaf_node == node for _, _, path in entries]
 
 
 # --- checks --------------------------------------------------------------------------------

@@ -128,6 +128,7 @@ def cells_replay(file: Path, scenario_ids: tuple[str, ...], json_only: bool) -> 
     import yaml
 
     from ..cells import replay
+    from ..cells.replay_factory import hived_factory
     from ..errors import ConfigurationError
 
     try:
@@ -137,14 +138,12 @@ def cells_replay(file: Path, scenario_ids: tuple[str, ...], json_only: bool) -> 
     unknown = [s for s in scenario_ids if s not in scenarios.scenarios]
     if unknown:
         raise click.BadParameter(f"unknown scenario {', '.join(unknown)}", param_hint="--scenario")
+    if not scenarios.scenarios:
+        raise click.ClickException(f"{file}: no scenarios to replay")
     try:
-        from ..cells.hived import HivedScheduler
+        make_scheduler = hived_factory()
     except ImportError as error:
         raise click.ClickException(f"the HiveD scheduler is not available: {error}") from error
-
-    def make_scheduler(config, chain_search_order):  # type: ignore[no-untyped-def]
-        return HivedScheduler(config, chain_search_order=chain_search_order)
-
     reports = []
     for scenario_id in scenario_ids or tuple(scenarios.scenarios):
         report = replay.run_scenario(scenarios, scenario_id, make_scheduler)

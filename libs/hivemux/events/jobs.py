@@ -50,6 +50,11 @@ class JobSubmission(Event):
     affinity_cell_type: Name | None = Field(default=None, description="HiveD cell type the gang must share")
     priority: Priority = Priority.OPPORTUNISTIC
     priority_value: int = Field(default=0, ge=-1, le=1000, description="HiveD priority: -1 opportunistic, 0..1000")
+    pinned_cell_id: Name | None = Field(default=None, description="HiveD pinnedCellId: run inside this pinned cell")
+    lazy_preemption: bool = Field(default=False, description="HiveD lazyPreemptionEnable: downgrade instead of kill")
+    pod_gpus: tuple[int, ...] = Field(
+        default=(), description="GPUs of each pod when pods differ in size (HiveD affinity group members); empty: pods x gpus_per_pod"
+    )
     workload: WorkloadSpec
     estimates: ResourceEstimates = Field(default_factory=ResourceEstimates)
 
@@ -57,7 +62,14 @@ class JobSubmission(Event):
     def _offline_is_single_gpu(self) -> "JobSubmission":
         if self.kind is JobKind.OFFLINE and (self.pods != 1 or self.gpus_per_pod != 1):
             raise ValueError("offline jobs share one GPU: pods and gpus_per_pod must be 1")
+        if self.pod_gpus and (len(self.pod_gpus) != self.pods or min(self.pod_gpus) < 1):
+            raise ValueError(f"pod_gpus lists {len(self.pod_gpus)} sizes for {self.pods} pods (each at least 1)")
         return self
+
+    @property
+    def pod_sizes(self) -> tuple[int, ...]:
+        """GPUs of each pod, in pod order."""
+        return self.pod_gpus or (self.gpus_per_pod,) * self.pods
 
 
 class JobState(StrEnum):

@@ -5,7 +5,7 @@ from the topics alone."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field
 
@@ -42,13 +42,20 @@ class PredictorModel(Event):
 
 
 class CellBinding(Event):
-    """A training job bound to (or released from) physical cells."""
+    """A training job's pod bound to physical cells, released, preempted, or refused.
+
+    Bound records carry HiveD's pod scheduling spec and pod-bind-info annotations (camelCase,
+    as HiveD writes them on pods): the allocator rebuilds its whole state from them after a
+    crash or a reconfiguration."""
 
     job_id: Name
     vc: Name
-    state: Literal["bound", "released", "refused"]
+    state: Literal["bound", "released", "preempted", "refused"]
+    pod: Name | None = Field(default=None, description="The pod (job_id/index) for per-pod records")
+    pod_spec: dict[str, Any] | None = Field(default=None, description="HiveD pod scheduling spec annotation")
+    bind_info: dict[str, Any] | None = Field(default=None, description="HiveD pod-bind-info annotation")
     priority: Priority
-    cell_type: Name
+    cell_type: Name | None = Field(default=None, description="The cell chain (or type) the job is bound in")
     node_ids: tuple[Name, ...] = ()
     gpu_ids: tuple[Name, ...] = ()
     reason: str = Field(max_length=2000)

@@ -1,0 +1,536 @@
+"""The HiveD cell scheduler: guaranteed, opportunistic and pinned gangs on a VC-safe cell view.
+
+Paper: HiveD (OSDI '20) §3 (VC views of multi-level cells; an intra-VC scheduler places jobs
+in the VC view; buddy cell allocation binds virtual cells to physical cells dynamically and keeps
+invariant (2), Theorem 1; low-priority jobs use idle physical cells and are preempted by
+guaranteed ones) and §4 (bad hardware, reconfiguration). Reference: hivedscheduler
+``pkg/algorithm/hived_algorithm.go`` (``Schedule``, ``AddAllocatedPod``, ``DeleteAllocatedPod``,
+``DeleteUnallocatedPod``, node health) behind ``pkg/internal/types.go``'s interface.
+
+A ``schedule`` call for a pod of a new group:
+1. picks a chain: the pinned cell's, or the chains of the requested leaf type in search order
+   (descending name unless ``chain_search_order`` says otherwise), or every leaf type in
+   configuration order for an untyped request;
+2. guaranteed (priority >= 0): the VC's topology-aware scheduler (``cells/topology.py``) picks
+   virtual leaves, first free ones only, then also lower-priority ones; lazy-preemptible victims
+   in that placement are downgraded to opportunistic; the virtual placement is mapped to
+   physical cells (``cells/buddy.py``): bound virtual cells keep their physical cells, unbound
+   preassigned cells get buddy-allocated ones, their descendants the matching physical
+   descendants. Opportunistic (-1): the physical topology-aware scheduler, free leaves only,
+   packing away from guaranteed pods;
+3. leaves still used by other groups make the group *preempting* (preempting phase only): the
+   leaves are reserved and the victims' pods (whole gangs, one node per answer as K8s preempts
+   per node) are returned; overlapping lower-priority preemptors are cancelled first.
+Otherwise the pod is bound; the group becomes allocated when ``add_allocated_pod`` brings the bind
+info back (also the crash-recovery and reconfiguration path: leaves whose virtual cell cannot be
+found again, or whose binding would break safety, make the group lazy-preempted, i.e.
+opportunistic).
+
+Departures from the reference: refusals are ``UserError`` results instead of panics; the
+preemption node is the first by name instead of a random one; untyped requests try leaf types in
+configuration order instead of Go map order; start-up marks nodes bad then healthy in
+configuration order. Weighted max-min fairness between VCs for opportunistic capacity (§3.3) is
+not in the reference and not implemented here; neither are the reference's later v2 pod-group
+spec and per-user quotas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hivemux.cells import api
+from hivemux.cells.affinity_group import (
+    AffinityGroup,
+    Placement,
+    allocated_pod_index,
+    collect_victims,
+    group_pod_numbers,
+    make_bind_info,
+    placement_leaves,
+)
+from hivemux.cells.buddy import BindingPath, FreeList, Request, allocate_cell, map_virtual_cells, safe_relaxed_allocate
+from hivemux.cells.cell import PhysicalCell, VirtualCell, in_free_cell_list, set_cell_state, walk
+from hivemux.cells.cell_view import MIN_GUARANTEED_PRIORITY, CellView
+from hivemux.cells.config import HivedConfig, parse_config
+from hivemux.cells.topology import TopologyAwareScheduler
+from hivemux.errors import ConfigurationError, InvalidEvent
+
+
+class HivedScheduler:
+    """Implements ``api.CellScheduler``. Single-threaded; callers serialize calls."""
+
+    def __init__(self, config: HivedConfig | Mapping[str, Any], chain_search_order: Mapping[str, Sequence[str]] | None = None):
+        self.config = config if isinstance(config, HivedConfig) else parse_config(config)
+        cfg = self.config
+        self.chain_order: dict[str, tuple[str, ...]] = dict(cfg.leaf_type_chains)
+        for leaf_type, chains in (chain_search_order or {}).items():
+            if leaf_type not in cfg.leaf_type_chains or set(chains) != set(cfg.leaf_type_chains[leaf_type]):
+                raise ConfigurationError(f"chain search order for leaf type {leaf_type} must list exactly its chains {cfg.leaf_type_chains.get(leaf_type)}")
+            self.chain_order[leaf_type] = tuple(chains)
+        self.view = CellView(cfg)
+        self.vc_schedulers: dict[str, dict[str, TopologyAwareScheduler]] = {}
+        self.pinned_schedulers: dict[str, dict[str, TopologyAwareScheduler]] = {}
+        for vc, cells in self.view.vcs.items():
+            self.vc_schedulers[vc] = {c: TopologyAwareScheduler(ccl, cfg.level_leaf_numbers(c), True) for c, ccl in cells.full.items()}
+            self.pinned_schedulers[vc] = {
+                pid: TopologyAwareScheduler(ccl, cfg.level_leaf_numbers(cfg.pinned_cells[pid].chain), True) for pid, ccl in cells.pinned.items()
+            }
+        self.opportunistic_schedulers = {c: TopologyAwareScheduler(self.view.full[c], cfg.level_leaf_numbers(c), False) for c in cfg.chains}
+        self.groups: dict[str, AffinityGroup] = {}
+        self.pod_slots: dict[str, tuple[str, int, int]] = {}  # allocated pod -> (group, leaf number, index)
+        nodes = self.view.nodes()
+        for n in nodes:  # as the reference: every node is bad until K8s reports it healthy
+            self.view.set_bad_node(n)
+        for n in nodes:
+            self.view.set_healthy_node(n)
+
+    # --- CellScheduler: scheduling ------------------------------------------------------------
+    def schedule(self, pod: api.Pod, suggested: api.SuggestedNodes = api.ALL_NODES, phase: api.Phase = "preempting") -> api.ScheduleResult:
+        s = pod.spec
+        spec = s.affinity_group or api.AffinityGroupSpec(pod.name, (api.AffinityGroupMember(1, s.leaf_cell_number),))
+        error = self._validate(s, spec)
+        if error:
+            return api.UserError(f"[{pod.name}]: {error}")
+        physical: Placement | None = None
+        virtual: Placement | None = None
+        victims: dict[str, set[str]] = {}
+        wait_reason = ""
+        pod_index = 0
+        g = self.groups.get(spec.name)
+        if g is not None:
+            bad = self._bad_or_non_suggested(g.physical, suggested, g.ignore_suggested)
+            if g.state == "allocated":
+                slots = g.allocated_pods.get(s.leaf_cell_number)
+                if slots is None or None not in slots:
+                    return api.UserError(
+                        f"[{pod.name}]: Requesting more pods than the configured number for {s.leaf_cell_number} leaf cells "
+                        f"({g.total_pods.get(s.leaf_cell_number, 0)} pods) in affinity group {spec.name}"
+                    )
+                pod_index = slots.index(None)
+                physical, virtual = g.physical, g.virtual
+            elif g.state == "being_preempted":
+                return api.Wait(f"affinity group {spec.name} is being preempted")
+            elif phase == "preempting" and bad:
+                self._delete_preempting_group(g)  # re-schedule it elsewhere
+            else:
+                physical, virtual = g.physical, g.virtual
+                victims, _ = collect_victims(physical)
+                g.preempting_pods[pod.name] = None
+        if spec.name not in self.groups:
+            physical, virtual, wait_reason = self._schedule_new_group(s, spec, suggested)
+            if physical is not None:
+                victims, overlapping = collect_victims(physical)
+                if phase == "preempting":
+                    for preemptor in overlapping.values():
+                        self._delete_preempting_group(preemptor)
+                    if victims:
+                        self._create_preempting_group(pod, s, spec, physical, virtual)
+        if physical is None:
+            return api.Wait(wait_reason)
+        if victims:
+            node = min(victims)
+            return api.Preempt(tuple(sorted(victims[node])), reason=f"affinity group {spec.name} needs the leaf cells of {sorted(victims[node])} on node {node}")
+        info, leaves, node = make_bind_info(physical, virtual, self._type_name, s.leaf_cell_number, pod_index, self.groups.get(spec.name))
+        return api.Bind(node, leaves, info, reason=f"affinity group {spec.name} placed in chain {info.cell_chain}")
+
+    def _validate(self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec) -> str:
+        cells = self.view.vcs.get(s.virtual_cluster)
+        if cells is None:
+            return f"VC {s.virtual_cluster} does not exists!"
+        if not api.OPPORTUNISTIC_PRIORITY <= s.priority <= api.MAX_GUARANTEED_PRIORITY:
+            return f"priority {s.priority} is outside [{api.OPPORTUNISTIC_PRIORITY}, {api.MAX_GUARANTEED_PRIORITY}]"
+        if s.leaf_cell_number <= 0 or any(m.leaf_cell_number <= 0 or m.pod_number <= 0 for m in spec.members):
+            return f"affinity group {spec.name} needs positive pod and leaf cell numbers"
+        if not any(m.leaf_cell_number == s.leaf_cell_number for m in spec.members):
+            return f"affinity group {spec.name} has no member with leafCellNumber {s.leaf_cell_number}"
+        if s.pinned_cell_id:
+            if s.pinned_cell_id not in cells.pinned:
+                return f"VC {s.virtual_cluster} does not have pinned cell {s.pinned_cell_id}"
+            if s.priority < MIN_GUARANTEED_PRIORITY:
+                return f"opportunistic pod not supported to use pinned cell {s.pinned_cell_id}"
+            chains: tuple[str, ...] = (self.config.pinned_cells[s.pinned_cell_id].chain,)
+        elif s.leaf_cell_type:
+            if s.leaf_cell_type not in self.chain_order:
+                return f"Pod requesting leaf cell type {s.leaf_cell_type} which the whole cluster does not have"
+            chains = self.chain_order[s.leaf_cell_type]
+            if s.priority >= MIN_GUARANTEED_PRIORITY and not any(c in cells.preassigned for c in chains):
+                return f"Pod requesting leaf cell type {s.leaf_cell_type} which VC {s.virtual_cluster} does not have"
+        else:
+            chains = self.config.chains
+        largest = max(self.config.cell_types[c].leaf_cell_number for c in chains)
+        biggest = max(m.leaf_cell_number for m in spec.members)
+        if biggest > largest:
+            return f"a pod of affinity group {spec.name} requests {biggest} leaf cells, more than any cell holds ({largest})"
+        return ""
+
+    def _type_name(self, chain: str, level: int) -> str:
+        return self.config.chain_types(chain)[level].name
+
+    def _schedule_new_group(
+        self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, suggested: api.SuggestedNodes
+    ) -> tuple[Placement | None, Placement | None, str]:
+        pods = group_pod_numbers(spec)
+        req = Request(suggested, s.ignore_k8s_suggested_nodes)
+        if s.pinned_cell_id:
+            chain = self.config.pinned_cells[s.pinned_cell_id].chain
+            return self._schedule_in_chain(s, spec.name, pods, chain, req)
+        leaf_types = [s.leaf_cell_type] if s.leaf_cell_type else list(self.chain_order)
+        reason = ""
+        for leaf_type in leaf_types:
+            for chain in self.chain_order[leaf_type]:
+                if s.priority >= MIN_GUARANTEED_PRIORITY and chain not in self.view.vcs[s.virtual_cluster].preassigned:
+                    continue
+                physical, virtual, why = self._schedule_in_chain(s, spec.name, pods, chain, req)
+                if physical is not None:
+                    return physical, virtual, ""
+                reason = why or reason
+        return None, None, reason or f"no chain of VC {s.virtual_cluster} matches the request"
+
+    def _schedule_in_chain(
+        self, s: api.PodSchedulingSpec, name: str, pods: dict[int, int], chain: str, req: Request
+    ) -> tuple[Placement | None, Placement | None, str]:
+        where = f"pinned cell {s.pinned_cell_id}" if s.pinned_cell_id else f"chain {chain}"
+        if s.priority < MIN_GUARANTEED_PRIORITY:
+            placement, why = self.opportunistic_schedulers[chain].schedule(pods, api.OPPORTUNISTIC_PRIORITY, req.suggested, req.ignore_suggested)
+            return placement, None, "" if placement else f"{why} when scheduling in physical cluster ({where})"
+        scheduler = (
+            self.pinned_schedulers[s.virtual_cluster][s.pinned_cell_id] if s.pinned_cell_id else self.vc_schedulers[s.virtual_cluster][chain]
+        )
+        virtual, why = scheduler.schedule(pods, s.priority, req.suggested, req.ignore_suggested)
+        if virtual is None:
+            return None, None, f"{why} when scheduling in VC {s.virtual_cluster} ({where})"
+        lazy = self._try_lazy_preempt(virtual, name)
+        bindings: dict[str, PhysicalCell] = {}
+        preassigned, others = _binding_paths(virtual, bindings)
+        free = self.view.free[chain].copy()
+        free_num = dict(self.view.all_vc_free_num[chain])
+        if self._map_to_physical(preassigned, others, free, free_num, chain, req, bindings):
+            return {n: [[bindings[v.address] for v in pod] for pod in pods_] for n, pods_ in virtual.items()}, virtual, ""
+        for group_name, original in lazy.items():
+            self._revert_lazy_preempt(self.groups[group_name], original)
+        kind = "bad" if req.ignore_suggested else "bad or non-suggested"
+        return None, None, f"Mapping the virtual placement would need to use at least one {kind} node ({where})"
+
+    def _map_to_physical(self, preassigned, others, free: FreeList, free_num: dict[int, int], chain: str, req: Request, bindings) -> bool:
+        for path in preassigned:
+            if allocate_cell(path, free, req, bindings):
+                free_num[path.cell.level] -= 1
+            elif not safe_relaxed_allocate(path, free, free_num, self.view.child_numbers[chain], req, bindings):
+                return False
+        for paths in others:
+            if map_virtual_cells(paths, paths[0].cell.parent.physical_cell.children, req, bindings) is None:
+                return False
+        return True
+
+    def _bad_or_non_suggested(self, physical: Placement, suggested: api.SuggestedNodes, ignore: bool) -> set[str]:
+        return {
+            c.nodes[0]
+            for _, _, _, c in placement_leaves(physical)
+            if c is not None and (not c.healthy or (not ignore and not suggested.allows(c.nodes[0])))
+        }
+
+    # --- preemption -----------------------------------------------------------------------------
+    def _try_lazy_preempt(self, virtual: Placement, preemptor: str) -> dict[str, Placement]:
+        preempted: dict[str, Placement] = {}
+        for _, _, _, v in placement_leaves(virtual):
+            p = v.physical_cell
+            if p is not None and p.state == "used" and p.using_group.lazy_preemption_enable and p.using_group.virtual is not None:
+                preempted[p.using_group.name] = self._lazy_preempt_group(p.using_group, preemptor)
+        return preempted
+
+    def _lazy_preempt_group(self, victim: AffinityGroup, preemptor: str) -> Placement:
+        original = victim.virtual
+        for _, _, _, v in placement_leaves(original):
+            if v is not None and v.physical_cell is not None:
+                p = v.physical_cell
+                self.view.release_leaf_cell(p, victim.vc)
+                self.view.allocate_leaf_cell(p, None, api.OPPORTUNISTIC_PRIORITY, victim.vc)
+        victim.virtual = None
+        victim.lazy_preempted_by = preemptor
+        return original or {}
+
+    def _revert_lazy_preempt(self, g: AffinityGroup, virtual: Placement) -> None:
+        for n, i, j, p in placement_leaves(g.physical):
+            if p is not None:
+                self.view.release_leaf_cell(p, g.vc)
+                self.view.allocate_leaf_cell(p, virtual[n][i][j], g.priority, g.vc)
+        g.virtual = virtual
+        g.lazy_preempted_by = None
+
+    def _new_group(self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, state: str) -> AffinityGroup:
+        return AffinityGroup(
+            spec.name, s.virtual_cluster, s.priority, s.lazy_preemption_enable, s.ignore_k8s_suggested_nodes, group_pod_numbers(spec), state
+        )
+
+    def _create_preempting_group(self, pod: api.Pod, s, spec, physical: Placement, virtual: Placement | None) -> None:
+        g = self._new_group(s, spec, "preempting")
+        g.physical, g.virtual = physical, virtual
+        for n, i, j, p in placement_leaves(physical):
+            if p.state == "used":
+                self.view.release_leaf_cell(p, p.using_group.vc)
+                p.using_group.state = "being_preempted"
+            self.view.allocate_leaf_cell(p, virtual[n][i][j] if virtual else None, s.priority, s.virtual_cluster)
+            p.reserving_group = g
+            set_cell_state(p, "reserving" if p.state == "used" else "reserved")
+        g.preempting_pods[pod.name] = None
+        self.groups[spec.name] = g
+
+    def _delete_preempting_group(self, g: AffinityGroup) -> None:
+        for _, _, _, p in placement_leaves(g.physical):
+            self.view.release_leaf_cell(p, g.vc)
+            p.reserving_group = None
+            if p.state == "reserving":
+                set_cell_state(p, "used")
+                victim = p.using_group
+                self.view.allocate_leaf_cell(p, victim.virtual_of(p), victim.priority, victim.vc)
+            else:
+                set_cell_state(p, "free")
+        del self.groups[g.name]
+
+    # --- CellScheduler: allocated and unallocated pods -------------------------------------------
+    def add_allocated_pod(self, pod: api.Pod, bind_info: api.BindInfo) -> None:
+        if pod.name in self.pod_slots:
+            return  # idempotent
+        s = pod.spec
+        spec = s.affinity_group or api.AffinityGroupSpec(pod.name, (api.AffinityGroupMember(1, s.leaf_cell_number),))
+        g = self.groups.get(spec.name)
+        if g is not None and g.state == "preempting":
+            for _, _, _, p in placement_leaves(g.physical):
+                p.reserving_group = None
+                p.using_group = g
+                set_cell_state(p, "used")
+            g.state = "allocated"
+            g.preempting_pods.clear()
+        elif g is None:
+            g = self._create_allocated_group(s, spec, bind_info)
+        index = allocated_pod_index(bind_info, s.leaf_cell_number)
+        slots = g.allocated_pods.get(s.leaf_cell_number)
+        if index < 0 or slots is None or index >= len(slots):
+            raise InvalidEvent(f"[{pod.name}]: placement node {bind_info.node} leaf cells {bind_info.leaf_cell_isolation} not found in group {spec.name}")
+        slots[index] = pod.name
+        g.pod_nodes[pod.name] = bind_info.node
+        g.bind_infos[pod.name] = bind_info
+        self.pod_slots[pod.name] = (g.name, s.leaf_cell_number, index)
+
+    def _create_allocated_group(self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, info: api.BindInfo) -> AffinityGroup:
+        g = self._new_group(s, spec, "allocated")
+        self.groups[g.name] = g
+        lazy = False
+        for member in info.affinity_group_bind_info:
+            if not member.pod_placements:
+                continue
+            n = len(member.pod_placements[0].physical_leaf_cell_indices)
+            if n not in g.physical:
+                continue
+            for i, placement in enumerate(member.pod_placements[: len(g.physical[n])]):
+                for j, index in enumerate(placement.physical_leaf_cell_indices[:n]):
+                    p = self._find_physical_leaf(info.cell_chain, placement.physical_node, index)
+                    if p is None or p.using_group is not None or p.reserving_group is not None:
+                        continue  # no longer in the configuration (or taken): the pod keeps running
+                    types = placement.preassigned_cell_types
+                    v, why = (None, "") if g.virtual is None or lazy else self._find_virtual_leaf(p, types[j] if j < len(types) else None, s)
+                    g.physical[n][i][j] = p
+                    if why == "opportunistic":
+                        g.virtual = None
+                    elif v is not None and g.virtual is not None:
+                        g.virtual[n][i][j] = v
+                        pac = v.preassigned
+                        if in_free_cell_list(p) and pac.priority > api.FREE_PRIORITY:
+                            self._lazy_preempt_cell(pac, g.name)
+                    elif why:
+                        lazy = True
+                    ok, _ = self.view.allocate_leaf_cell(p, v, s.priority, s.virtual_cluster)
+                    p.using_group = g
+                    set_cell_state(p, "used")
+                    lazy = lazy or not ok
+        if lazy and g.virtual is not None:
+            self._lazy_preempt_group(g, g.name)
+        return g
+
+    def _find_physical_leaf(self, chain: str, node: str, index: int) -> PhysicalCell | None:
+        chains = ([chain] if chain in self.view.full else []) + [c for c in self.config.chains if c != chain]
+        for c in chains:
+            for leaf in self.view.full[c][1]:
+                if leaf.nodes[0] == node and leaf.leaf_index == index:
+                    return leaf
+        return None
+
+    def _find_virtual_leaf(self, p: PhysicalCell, preassigned_type: str | None, s: api.PodSchedulingSpec) -> tuple[VirtualCell | None, str]:
+        """The virtual leaf a recovered physical leaf maps to; ``why`` says why there is none."""
+        if preassigned_type is None:
+            return None, "preassigned cell not found in pod bind info"
+        if preassigned_type == "":
+            return None, "opportunistic"
+        levels = [lv for lv, t in self.config.chain_types(p.chain).items() if t.name == preassigned_type]
+        cells = self.view.vcs.get(s.virtual_cluster)
+        if not levels:
+            return None, f"Preassigned cell type {preassigned_type} not found in chain {p.chain}"
+        if cells is None:
+            return None, f"VC {s.virtual_cluster} not found"
+        lists = cells.pinned.get(s.pinned_cell_id) if s.pinned_cell_id else cells.preassigned.get(p.chain)
+        if lists is None:
+            return None, f"VC {s.virtual_cluster} has no cell for {s.pinned_cell_id or p.chain}"
+        return _physical_to_virtual(p, lists, levels[-1], s.priority, s.virtual_cluster)
+
+    def _lazy_preempt_cell(self, v: VirtualCell, preemptor: str) -> None:
+        for c in walk(v):
+            if c.level == 1 and c.physical_cell is not None and c.physical_cell.state == "used":
+                victim = c.physical_cell.using_group
+                if victim.virtual is not None:
+                    self._lazy_preempt_group(victim, preemptor)
+
+    def delete_allocated_pod(self, pod: api.Pod) -> None:
+        slot = self.pod_slots.pop(pod.name, None)
+        if slot is None:
+            return
+        name, n, index = slot
+        g = self.groups[name]
+        g.allocated_pods[n][index] = None
+        g.pod_nodes.pop(pod.name, None)
+        g.bind_infos.pop(pod.name, None)
+        if g.allocated():
+            return
+        for _, _, _, p in placement_leaves(g.physical):
+            if p is None:
+                continue
+            p.using_group = None
+            if p.state == "used":
+                self.view.release_leaf_cell(p, g.vc)
+                set_cell_state(p, "free")
+            else:  # reserving: already allocated to the preemptor
+                set_cell_state(p, "reserved")
+        del self.groups[name]
+
+    def delete_unallocated_pod(self, pod: api.Pod) -> None:
+        spec = pod.spec.affinity_group
+        g = self.groups.get(spec.name if spec else pod.name)
+        if g is not None and g.state == "preempting":
+            g.preempting_pods.pop(pod.name, None)
+            if not g.preempting_pods:
+                self._delete_preempting_group(g)
+
+    # --- CellScheduler: health ------------------------------------------------------------------
+    def set_node_bad(self, node: str) -> None:
+        self.view.set_bad_node(node)
+
+    def set_node_healthy(self, node: str) -> None:
+        self.view.set_healthy_node(node)
+
+    def check_safety(self) -> None:
+        """Assert invariant (2) on every chain (``cells/safety.py``)."""
+        self.view.check_safety()
+
+    # --- CellScheduler: inspection ----------------------------------------------------------------
+    def affinity_groups(self) -> tuple[api.GroupStatus, ...]:
+        return tuple(g.status() for g in self.groups.values())
+
+    def physical_cluster(self) -> tuple[api.PhysicalCellStatus, ...]:
+        return tuple(_physical_status(t) for t in self.view.tops)
+
+    def virtual_cluster(self, vc: str) -> tuple[api.VirtualCellStatus, ...]:
+        cells = self.view.vcs.get(vc)
+        if cells is None:
+            return ()
+        roots = [c for ccl in cells.preassigned.values() for lv in sorted(ccl, reverse=True) for c in ccl[lv]]
+        roots += [cells.pinned_root(pid) for pid in cells.pinned]
+        roots.sort(key=lambda c: int(c.address.rsplit("/", 1)[1]))
+        return tuple(_virtual_status(c) for c in roots)
+
+
+def _binding_paths(virtual: Placement, bindings: dict[str, PhysicalCell]) -> tuple[list[BindingPath], list[list[BindingPath]]]:
+    """Unbound ancestors of the placement's virtual leaves, as trees rooted at a preassigned cell
+    (to buddy-allocate) or below a bound cell (to map inside its physical cell)."""
+    vertices: dict[str, BindingPath] = {}
+    preassigned: list[BindingPath] = []
+    others: list[list[BindingPath]] = []
+    for _, _, _, leaf in placement_leaves(virtual):
+        if leaf.physical_cell is not None:
+            bindings[leaf.address] = leaf.physical_cell
+            continue
+        path = []
+        c = leaf
+        while c is not None and c.physical_cell is None and c.address not in vertices:
+            path.append(c)
+            c = c.parent
+        root = BindingPath(path[-1])
+        vertices[root.cell.address] = root
+        parent = root.cell.parent
+        if parent is None:
+            preassigned.append(root)
+        elif parent.physical_cell is not None:
+            group = next((g for g in others if g[0].cell.parent is parent), None)
+            if group is None:
+                others.append([root])
+            else:
+                group.append(root)
+        else:
+            vertices[parent.address].children.append(root)
+        for c in reversed(path[:-1]):
+            vertex = BindingPath(c)
+            vertices[c.parent.address].children.append(vertex)
+            vertices[c.address] = vertex
+    return preassigned, others
+
+
+def _lowest_priority_virtual(cells: list[VirtualCell], p: int) -> VirtualCell | None:
+    lowest, found = api.MAX_GUARANTEED_PRIORITY, None
+    for c in cells:
+        if c.priority == api.FREE_PRIORITY:
+            if c.physical_cell is None:
+                return c
+        elif c.priority < p and c.priority < lowest:
+            lowest, found = c.priority, c
+    return found
+
+
+def _physical_to_virtual(c: PhysicalCell, lists: dict[int, list[VirtualCell]], level: int, p: int, vc: str) -> tuple[VirtualCell | None, str]:
+    if c.virtual_cell is not None:
+        if c.virtual_cell.vc != vc:
+            return None, f"physical cell {c.address} is bound to VC {c.virtual_cell.vc}"
+        return c.virtual_cell, ""
+    if c.level == level:
+        v = _lowest_priority_virtual(lists.get(level, []), p)
+        return (v, "") if v else (None, f"insufficient free cell in the VC at the preassigned level ({level})")
+    if c.parent is None:
+        return None, f"physical and virtual cell hierarchies not match (cannot reach the preassigned level {level} in physical)"
+    parent, why = _physical_to_virtual(c.parent, lists, level, p, vc)
+    if parent is None:
+        return None, why
+    v = _lowest_priority_virtual(parent.children, p)
+    return (v, "") if v else (None, f"no free virtual cell below {parent.address}")
+
+
+def _physical_status(c: PhysicalCell) -> api.PhysicalCellStatus:
+    v = c.virtual_cell
+    vc = v.vc if v is not None else (c.using_group.vc if c.using_group is not None and c.level == 1 else None)
+    return api.PhysicalCellStatus(
+        address=c.address,
+        cell_type=c.cell_type,
+        level=c.level,
+        chain=c.chain,
+        state=c.state,  # type: ignore[arg-type]
+        priority=c.priority,
+        healthy=c.healthy,
+        node=c.nodes[0] if len(c.nodes) == 1 else None,
+        leaf_index=c.leaf_index,
+        vc=vc,
+        virtual_cell=v.address if v is not None else None,
+        children=tuple(_physical_status(ch) for ch in c.children),
+    )
+
+
+def _virtual_status(c: VirtualCell) -> api.VirtualCellStatus:
+    p = c.physical_cell
+    return api.VirtualCellStatus(
+        address=c.address,
+        chain=c.chain,
+        cell_type=c.cell_type,
+        level=c.level,
+        state=p.state if p is not None else "free",  # type: ignore[arg-type]
+        priority=c.priority,
+        healthy=p.healthy if p is not None else True,
+        preassigned=c.parent is None,
+        physical_cell=p.address if p is not None else None,
+        children=tuple(_virtual_status(ch) for ch in c.children),
+    )

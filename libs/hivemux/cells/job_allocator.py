@@ -1,0 +1,209 @@
+"""Jobs on top of a cell scheduler: the cell-allocator's decisions, as a pure state object.
+
+HiveD schedules *pods* (§4, and the reference's extender calls); users submit *jobs*. This
+module turns a training job into HiveD pods (one affinity group per job, one member per
+distinct pod size), drives a `CellScheduler` through each pod, and returns what the shell
+must publish: pods bound (with HiveD's pod scheduling spec and bind info, so the binding
+log alone rebuilds the state), victims preempted, jobs waiting with the reason, jobs
+refused. A job is placed all or nothing: HiveD reserves the whole group's placement when its
+first pod binds, so the remaining pods of the group always bind too.
+
+Preemption: when the scheduler answers `Preempt(victims)`, the victims' jobs lose their
+cells here (their pods deleted from the scheduler, a `PodPreempted` each, so the shell can
+evict them) and go back to the queue, and the pod is scheduled again, a bounded number of
+times. Lazy preemption needs nothing here: the scheduler downgrades the victim in place and
+it keeps running.
+
+Crash recovery: `restore` re-adds a recorded binding; `end` of a job whose bindings come
+later in the replay is remembered, so replaying the topics in any interleaving converges.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from . import api
+
+MAX_PREEMPTION_ROUNDS = 8
+
+
+@dataclass(frozen=True)
+class TrainingJob:
+    job_id: str
+    vc: str
+    priority: int  # -1 opportunistic, 0..1000 guaranteed
+    pod_sizes: tuple[int, ...]
+    leaf_type: str = ""
+    pinned_cell_id: str = ""
+    lazy_preemption: bool = False
+
+    def pods(self) -> tuple[api.Pod, ...]:
+        counts = Counter(self.pod_sizes)
+        group = api.AffinityGroupSpec(self.job_id, tuple(api.AffinityGroupMember(counts[n], n) for n in sorted(counts)))
+        return tuple(
+            api.Pod(
+                f"{self.job_id}/{index}",
+                api.PodSchedulingSpec(
+                    virtual_cluster=self.vc,
+                    priority=self.priority,
+                    leaf_cell_number=size,
+                    leaf_cell_type=self.leaf_type,
+                    pinned_cell_id=self.pinned_cell_id,
+                    lazy_preemption_enable=self.lazy_preemption,
+                    ignore_k8s_suggested_nodes=True,
+                    affinity_group=group,
+                ),
+            )
+            for index, size in enumerate(self.pod_sizes)
+        )
+
+
+@dataclass(frozen=True)
+class PodBound:
+    job_id: str
+    pod: api.Pod
+    bind: api.Bind
+
+
+@dataclass(frozen=True)
+class PodReleased:
+    job_id: str
+    pod: api.Pod
+    node: str
+
+
+@dataclass(frozen=True)
+class PodPreempted:
+    job_id: str
+    pod: api.Pod
+    node: str
+    by: str  # the preemptor job
+
+
+@dataclass(frozen=True)
+class JobWaiting:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobRefused:
+    job_id: str
+    reason: str
+
+
+Decision = PodBound | PodReleased | PodPreempted | JobWaiting | JobRefused
+
+
+@dataclass
+class JobAllocator:
+    scheduler: api.CellScheduler
+    jobs: dict[str, TrainingJob] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)  # job id -> last reason told, in arrival order
+    placed: dict[str, dict[str, tuple[api.Pod, api.BindInfo]]] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
+
+    def submit(self, job: TrainingJob) -> list[Decision]:
+        if job.job_id in self.jobs or job.job_id in self.ended:
+            return []  # a re-delivered submission changes nothing
+        self.jobs[job.job_id] = job
+        self.waiting[job.job_id] = ""
+        return self._try(job)
+
+    def enqueue(self, job: TrainingJob) -> None:
+        """Take a job in without scheduling it (replaying the job log after a restart)."""
+        if job.job_id in self.jobs or job.job_id in self.ended:
+            return
+        self.jobs[job.job_id] = job
+        if not self.fully_placed(job.job_id):
+            self.waiting[job.job_id] = ""
+
+    def fully_placed(self, job_id: str) -> bool:
+        job = self.jobs.get(job_id)
+        return job is not None and len(self.placed.get(job_id, {})) == len(job.pod_sizes)
+
+    def retry_waiting(self) -> list[Decision]:
+        out: list[Decision] = []
+        for job_id in list(self.waiting):
+            if job_id in self.waiting:  # an earlier job of this pass may have preempted it
+                out += self._try(self.jobs[job_id])
+        return out
+
+    def end(self, job_id: str) -> list[Decision]:
+        """The job completed, failed or was cancelled: free its cells, then retry the queue."""
+        if job_id in self.ended:
+            return []
+        self.ended.add(job_id)
+        self.waiting.pop(job_id, None)
+        released = self._release(job_id)
+        return [*released, *self.retry_waiting()] if released else []
+
+    def restore(self, job_id: str, pod: api.Pod, bind_info: api.BindInfo) -> None:
+        """Re-add a recorded binding (crash recovery); bindings of ended jobs stay released."""
+        if job_id in self.ended or pod.name in self.placed.get(job_id, {}):
+            return
+        self.scheduler.add_allocated_pod(pod, bind_info)
+        self.placed.setdefault(job_id, {})[pod.name] = (pod, bind_info)
+        if self.fully_placed(job_id):
+            self.waiting.pop(job_id, None)
+
+    def forget(self, job_id: str, pod_name: str) -> None:
+        """A recorded release or preemption of one pod (crash recovery)."""
+        pod, _ = self.placed.get(job_id, {}).pop(pod_name, (None, None))
+        if pod is not None:
+            self.scheduler.delete_allocated_pod(pod)
+
+    def set_node_bad(self, node: str) -> None:
+        self.scheduler.set_node_bad(node)
+
+    def set_node_healthy(self, node: str) -> list[Decision]:
+        self.scheduler.set_node_healthy(node)
+        return self.retry_waiting()
+
+    def _release(self, job_id: str) -> list[Decision]:
+        pods = self.placed.pop(job_id, {})
+        for pod, _ in pods.values():
+            self.scheduler.delete_allocated_pod(pod)
+        return [PodReleased(job_id, pod, info.node) for pod, info in pods.values()]
+
+    def _try(self, job: TrainingJob) -> list[Decision]:
+        out: list[Decision] = []
+        placed = self.placed.setdefault(job.job_id, {})
+        for pod in job.pods():
+            if pod.name in placed:
+                continue
+            for _ in range(MAX_PREEMPTION_ROUNDS):
+                result = self.scheduler.schedule(pod)
+                if not isinstance(result, api.Preempt):
+                    break
+                out += self._preempt(result, by=job.job_id)
+            match result:
+                case api.Bind():
+                    self.scheduler.add_allocated_pod(pod, result.bind_info)
+                    placed[pod.name] = (pod, result.bind_info)
+                    out.append(PodBound(job.job_id, pod, result))
+                case api.UserError():
+                    self.waiting.pop(job.job_id, None)
+                    self.ended.add(job.job_id)
+                    out += self._release(job.job_id)
+                    return [*out, JobRefused(job.job_id, result.message)]
+                case api.Wait() | api.Preempt():
+                    reason = result.reason or "waiting for cells"
+                    if self.waiting.get(job.job_id) != reason:  # say it again only when it changes
+                        self.waiting[job.job_id] = reason
+                        out.append(JobWaiting(job.job_id, reason))
+                    return out
+        self.waiting.pop(job.job_id, None)
+        return out
+
+    def _preempt(self, preempt: api.Preempt, *, by: str) -> list[Decision]:
+        victims = sorted({name.rsplit("/", 1)[0] for name in preempt.victims})
+        out: list[Decision] = []
+        for victim in victims:
+            for pod, info in self.placed.pop(victim, {}).values():
+                self.scheduler.delete_allocated_pod(pod)
+                out.append(PodPreempted(victim, pod, info.node, by))
+            if victim in self.jobs:  # back to the queue, to resume when cells free up
+                self.waiting[victim] = f"preempted by {by}"
+        return out
