@@ -16,6 +16,7 @@ from typing import Literal
 
 from .events import (
     CellBinding,
+    CellConfig,
     DeadLetter,
     Event,
     ExecutorCommand,
@@ -69,6 +70,7 @@ JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
 SHARING_OBSERVATIONS = Topic("sharing.observations", SharingObservation, "gpu_id", 4, "delete", "Measured effects of sharing a GPU")
 PREDICTOR_MODELS = Topic("predictor.models", PredictorModel, "gpu_type", 1, "compact", "Speed predictor versions per GPU type")
+CELL_CONFIG = Topic("cells.config", CellConfig, "cluster", 1, "compact", "Cell configuration versions (HiveD format)")
 CELL_BINDINGS = Topic("cells.bindings", CellBinding, "job_id", 4, "compact", "HiveD cell bindings of training jobs")
 PLACEMENTS = Topic("placements", Placement, "job_id", 4, "delete", "Matcher decisions for offline jobs")
 EXECUTOR_COMMANDS = Topic("executor.commands", ExecutorCommand, "node_id", 8, "delete", "Commands to node executors")
@@ -84,6 +86,7 @@ TOPICS: tuple[Topic, ...] = (
     JOBS_PROFILED,
     SHARING_OBSERVATIONS,
     PREDICTOR_MODELS,
+    CELL_CONFIG,
     CELL_BINDINGS,
     PLACEMENTS,
     EXECUTOR_COMMANDS,

@@ -33,9 +33,10 @@ from hivemux.cells.job_allocator import (
     PodReleased,
     TrainingJob,
 )
-from hivemux.errors import ConfigurationError
+from hivemux.errors import ConfigurationError, InvalidEvent
 from hivemux.events import (
     CellBinding,
+    CellConfig,
     CommandAction,
     Event,
     ExecutorCommand,
@@ -50,7 +51,7 @@ from hivemux.events import (
 )
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED
+from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED
 
 NAME = "cell-allocator"
 _ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED}
@@ -107,9 +108,11 @@ def gpu_ids(node: str, indices: tuple[int, ...]) -> tuple[str, ...]:
 
 
 class CellAllocatorShell:
-    def __init__(self, scheduler: api.CellScheduler, source: str) -> None:
+    def __init__(self, scheduler: api.CellScheduler, source: str, kind: str = "hived") -> None:
         self.allocator = JobAllocator(scheduler)
         self.source = source
+        self.kind = kind
+        self.config_version = 0  # 0: the configuration file the service started with
         self.submissions: dict[str, JobSubmission] = {}
         self.disabled: dict[str, set[str]] = {}  # node -> its Disabled GPUs
         self.latest = datetime.min.replace(tzinfo=UTC)  # latest event time seen
@@ -134,6 +137,22 @@ class CellAllocatorShell:
             self.allocator.restore(binding.job_id, pod, bind_info_from_annotation(binding.bind_info))
         elif binding.state in ("released", "preempted"):
             self.allocator.forget(binding.job_id, binding.pod)
+
+    def on_config(self, change: CellConfig, ctx: RecordContext) -> list[Event]:
+        """A newer cell configuration: reconfigure without losing placements."""
+        if change.version <= self.config_version:
+            return []
+        try:
+            scheduler = make_scheduler(self.kind, change.config)
+        except ConfigurationError as error:
+            raise InvalidEvent(f"cell configuration version {change.version} is refused: {error}") from error
+        self.config_version = change.version
+        decisions = self.allocator.reconfigure(scheduler)
+        for node, bad in self.disabled.items():
+            if bad:
+                self.allocator.set_node_bad(node)
+        log.info("reconfigured to cell configuration version %s", change.version)
+        return [] if ctx.replaying else self._publish(decisions, change)
 
     def on_lifecycle(self, change: JobLifecycleEvent, ctx: RecordContext) -> list[Event]:
         if change.state not in _ENDED:
@@ -245,8 +264,10 @@ class CellAllocatorShell:
 
 
 def build(settings: AllocatorSettings) -> Service:
-    shell = CellAllocatorShell(make_scheduler(settings.scheduler, load_config(settings.config)), f"{NAME}/{settings.instance}")
+    scheduler = make_scheduler(settings.scheduler, load_config(settings.config))
+    shell = CellAllocatorShell(scheduler, f"{NAME}/{settings.instance}", settings.scheduler)
     service = Service(NAME, settings)
+    service.fold(CELL_CONFIG, shell.on_config)
     service.fold(JOBS_SUBMITTED, shell.on_submission)
     service.fold(CELL_BINDINGS, shell.on_binding)
     service.fold(JOBS_LIFECYCLE, shell.on_lifecycle)
@@ -263,7 +284,7 @@ def build(settings: AllocatorSettings) -> Service:
         if "server" in inspect:
             await inspect["server"].stop(1.0)
 
-    service.on_start(start_inspect)
+    service.on_ready(start_inspect)  # serve the view once the state is rebuilt
     service.on_stop(stop_inspect)
     return service
 

@@ -30,7 +30,11 @@ class Publisher:
         )
 
     async def start(self) -> None:
-        await self._producer.start()
+        try:
+            await self._producer.start()
+        except BaseException:
+            await self._producer.stop()  # release its connections; the caller sees the error
+            raise
 
     async def stop(self) -> None:
         await self._producer.stop()

@@ -108,6 +108,7 @@ class Service:
     folds: dict[str, _Subscription] = field(default_factory=dict)
     tickers: list[_Ticker] = field(default_factory=list)
     start_hooks: list[Hook] = field(default_factory=list)
+    ready_hooks: list[Hook] = field(default_factory=list)
     stop_hooks: list[Hook] = field(default_factory=list)
     publisher: Publisher | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -138,6 +139,10 @@ class Service:
     def on_start(self, hook: Hook) -> None:
         self.start_hooks.append(hook)
 
+    def on_ready(self, hook: Hook) -> None:
+        """Run once the folded state has caught up (e.g. serve views of that state)."""
+        self.ready_hooks.append(hook)
+
     def on_stop(self, hook: Hook) -> None:
         self.stop_hooks.append(hook)
 
@@ -166,6 +171,8 @@ class Service:
             if self.subscriptions:
                 tasks.append(asyncio.create_task(self._group_loop(), name=f"{self.name}-group"))
             tasks += [asyncio.create_task(self._tick_loop(t), name=f"{self.name}-tick") for t in self.tickers]
+            for hook in self.ready_hooks:
+                await _call_hook(hook)
             self.ready.set()
             log.info("service %s ready (group %s)", self.source, self.group_id)
             stopper = asyncio.create_task(self._stop.wait())

@@ -208,6 +208,41 @@ def safe_relaxed_allocate(
     return False
 
 
+def binding_paths(virtual: Mapping[int, list[list[VirtualCell]]], bindings: dict[str, PhysicalCell]) -> tuple[list[BindingPath], list[list[BindingPath]]]:
+    """Unbound ancestors of the placement's virtual leaves, as trees rooted at a preassigned cell
+    (to buddy-allocate) or below a bound cell (to map inside its physical cell)."""
+    vertices: dict[str, BindingPath] = {}
+    preassigned: list[BindingPath] = []
+    others: list[list[BindingPath]] = []
+    for leaf in (leaf for n in sorted(virtual) for pod in virtual[n] for leaf in pod):
+        if leaf.physical_cell is not None:
+            bindings[leaf.address] = leaf.physical_cell
+            continue
+        path = []
+        c = leaf
+        while c is not None and c.physical_cell is None and c.address not in vertices:
+            path.append(c)
+            c = c.parent
+        root = BindingPath(path[-1])
+        vertices[root.cell.address] = root
+        parent = root.cell.parent
+        if parent is None:
+            preassigned.append(root)
+        elif parent.physical_cell is not None:
+            group = next((g for g in others if g[0].cell.parent is parent), None)
+            if group is None:
+                others.append([root])
+            else:
+                group.append(root)
+        else:
+            vertices[parent.address].children.append(root)
+        for c in reversed(path[:-1]):
+            vertex = BindingPath(c)
+            vertices[c.parent.address].children.append(vertex)
+            vertices[c.address] = vertex
+    return preassigned, others
+
+
 def split_to(free: FreeList, c: PhysicalCell) -> int:
     """Take ``c`` out of the free list, splitting its free ancestor; returns that ancestor's level."""
     while True:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from hivemux.cells.api import FREE_PRIORITY
+from hivemux.cells.api import FREE_PRIORITY, PhysicalCellStatus, VirtualCellStatus
 from hivemux.cells.config import HivedConfig, PhysicalCellConfig, VirtualClusterConfig
 
 
@@ -244,3 +244,38 @@ def node_of(c: Cell) -> Cell:
     while not c.at_or_higher_than_node and c.parent is not None:
         c = c.parent
     return c
+
+
+def physical_status(c: PhysicalCell) -> PhysicalCellStatus:
+    v = c.virtual_cell
+    vc = v.vc if v is not None else (c.using_group.vc if c.using_group is not None and c.level == 1 else None)
+    return PhysicalCellStatus(
+        address=c.address,
+        cell_type=c.cell_type,
+        level=c.level,
+        chain=c.chain,
+        state=c.state,  # type: ignore[arg-type]
+        priority=c.priority,
+        healthy=c.healthy,
+        node=c.nodes[0] if len(c.nodes) == 1 else None,
+        leaf_index=c.leaf_index,
+        vc=vc,
+        virtual_cell=v.address if v is not None else None,
+        children=tuple(physical_status(ch) for ch in c.children),
+    )
+
+
+def virtual_status(c: VirtualCell) -> VirtualCellStatus:
+    p = c.physical_cell
+    return VirtualCellStatus(
+        address=c.address,
+        chain=c.chain,
+        cell_type=c.cell_type,
+        level=c.level,
+        state=p.state if p is not None else "free",  # type: ignore[arg-type]
+        priority=c.priority,
+        healthy=p.healthy if p is not None else True,
+        preassigned=c.parent is None,
+        physical_cell=p.address if p is not None else None,
+        children=tuple(virtual_status(ch) for ch in c.children),
+    )

@@ -111,6 +111,10 @@ class CellView:
         self.vc_doomed = {vc: {c: new_chain_cell_list(self.top_level[c]) for c in counts} for vc, counts in self.vc_free_num.items()}
         self.all_vc_doomed = {c: {lv: 0 for lv in range(1, self.top_level[c] + 1)} for c in config.chains}
         self.bad_nodes: set[str] = set()
+        self._leaves_by_node: dict[str, list[PhysicalCell]] = {}
+        for chain in config.chains:
+            for leaf in self.full[chain][1]:
+                self._leaves_by_node.setdefault(leaf.nodes[0], []).append(leaf)
         for name, pinned in self.pinned_physical.items():
             for pid, pc in pinned.items():
                 self.allocate_preassigned_cell(pc, name, False)
@@ -121,7 +125,7 @@ class CellView:
         return list(dict.fromkeys(n for t in self.tops for n in t.nodes))
 
     def leaves_on(self, node: str) -> list[PhysicalCell]:
-        return [leaf for chain in self.config.chains for leaf in self.full[chain][1] if leaf.nodes[0] == node]
+        return self._leaves_by_node.get(node, [])
 
     def set_bad_node(self, node: str) -> None:
         if node in self.bad_nodes:

@@ -49,8 +49,8 @@ from hivemux.cells.affinity_group import (
     make_bind_info,
     placement_leaves,
 )
-from hivemux.cells.buddy import BindingPath, FreeList, Request, allocate_cell, map_virtual_cells, safe_relaxed_allocate
-from hivemux.cells.cell import PhysicalCell, VirtualCell, in_free_cell_list, set_cell_state, walk
+from hivemux.cells.buddy import FreeList, Request, allocate_cell, binding_paths, map_virtual_cells, safe_relaxed_allocate
+from hivemux.cells.cell import PhysicalCell, VirtualCell, in_free_cell_list, physical_status, set_cell_state, virtual_status, walk
 from hivemux.cells.cell_view import MIN_GUARANTEED_PRIORITY, CellView
 from hivemux.cells.config import HivedConfig, parse_config
 from hivemux.cells.topology import TopologyAwareScheduler
@@ -158,10 +158,10 @@ class HivedScheduler:
                 return f"Pod requesting leaf cell type {s.leaf_cell_type} which VC {s.virtual_cluster} does not have"
         else:
             chains = self.config.chains
-        largest = max(self.config.cell_types[c].leaf_cell_number for c in chains)
+        largest = max(t.leaf_cell_number for c in chains for t in self.config.chain_types(c).values() if t.is_node_level)
         biggest = max(m.leaf_cell_number for m in spec.members)
         if biggest > largest:
-            return f"a pod of affinity group {spec.name} requests {biggest} leaf cells, more than any cell holds ({largest})"
+            return f"a pod of affinity group {spec.name} requests {biggest} leaf cells, more than any node holds ({largest})"
         return ""
 
     def _type_name(self, chain: str, level: int) -> str:
@@ -202,7 +202,7 @@ class HivedScheduler:
             return None, None, f"{why} when scheduling in VC {s.virtual_cluster} ({where})"
         lazy = self._try_lazy_preempt(virtual, name)
         bindings: dict[str, PhysicalCell] = {}
-        preassigned, others = _binding_paths(virtual, bindings)
+        preassigned, others = binding_paths(virtual, bindings)
         free = self.view.free[chain].copy()
         free_num = dict(self.view.all_vc_free_num[chain])
         if self._map_to_physical(preassigned, others, free, free_num, chain, req, bindings):
@@ -426,7 +426,7 @@ class HivedScheduler:
         return tuple(g.status() for g in self.groups.values())
 
     def physical_cluster(self) -> tuple[api.PhysicalCellStatus, ...]:
-        return tuple(_physical_status(t) for t in self.view.tops)
+        return tuple(physical_status(t) for t in self.view.tops)
 
     def virtual_cluster(self, vc: str) -> tuple[api.VirtualCellStatus, ...]:
         cells = self.view.vcs.get(vc)
@@ -435,42 +435,7 @@ class HivedScheduler:
         roots = [c for ccl in cells.preassigned.values() for lv in sorted(ccl, reverse=True) for c in ccl[lv]]
         roots += [cells.pinned_root(pid) for pid in cells.pinned]
         roots.sort(key=lambda c: int(c.address.rsplit("/", 1)[1]))
-        return tuple(_virtual_status(c) for c in roots)
-
-
-def _binding_paths(virtual: Placement, bindings: dict[str, PhysicalCell]) -> tuple[list[BindingPath], list[list[BindingPath]]]:
-    """Unbound ancestors of the placement's virtual leaves, as trees rooted at a preassigned cell
-    (to buddy-allocate) or below a bound cell (to map inside its physical cell)."""
-    vertices: dict[str, BindingPath] = {}
-    preassigned: list[BindingPath] = []
-    others: list[list[BindingPath]] = []
-    for _, _, _, leaf in placement_leaves(virtual):
-        if leaf.physical_cell is not None:
-            bindings[leaf.address] = leaf.physical_cell
-            continue
-        path = []
-        c = leaf
-        while c is not None and c.physical_cell is None and c.address not in vertices:
-            path.append(c)
-            c = c.parent
-        root = BindingPath(path[-1])
-        vertices[root.cell.address] = root
-        parent = root.cell.parent
-        if parent is None:
-            preassigned.append(root)
-        elif parent.physical_cell is not None:
-            group = next((g for g in others if g[0].cell.parent is parent), None)
-            if group is None:
-                others.append([root])
-            else:
-                group.append(root)
-        else:
-            vertices[parent.address].children.append(root)
-        for c in reversed(path[:-1]):
-            vertex = BindingPath(c)
-            vertices[c.parent.address].children.append(vertex)
-            vertices[c.address] = vertex
-    return preassigned, others
+        return tuple(virtual_status(c) for c in roots)
 
 
 def _lowest_priority_virtual(cells: list[VirtualCell], p: int) -> VirtualCell | None:
@@ -499,38 +464,3 @@ def _physical_to_virtual(c: PhysicalCell, lists: dict[int, list[VirtualCell]], l
         return None, why
     v = _lowest_priority_virtual(parent.children, p)
     return (v, "") if v else (None, f"no free virtual cell below {parent.address}")
-
-
-def _physical_status(c: PhysicalCell) -> api.PhysicalCellStatus:
-    v = c.virtual_cell
-    vc = v.vc if v is not None else (c.using_group.vc if c.using_group is not None and c.level == 1 else None)
-    return api.PhysicalCellStatus(
-        address=c.address,
-        cell_type=c.cell_type,
-        level=c.level,
-        chain=c.chain,
-        state=c.state,  # type: ignore[arg-type]
-        priority=c.priority,
-        healthy=c.healthy,
-        node=c.nodes[0] if len(c.nodes) == 1 else None,
-        leaf_index=c.leaf_index,
-        vc=vc,
-        virtual_cell=v.address if v is not None else None,
-        children=tuple(_physical_status(ch) for ch in c.children),
-    )
-
-
-def _virtual_status(c: VirtualCell) -> api.VirtualCellStatus:
-    p = c.physical_cell
-    return api.VirtualCellStatus(
-        address=c.address,
-        chain=c.chain,
-        cell_type=c.cell_type,
-        level=c.level,
-        state=p.state if p is not None else "free",  # type: ignore[arg-type]
-        priority=c.priority,
-        healthy=p.healthy if p is not None else True,
-        preassigned=c.parent is None,
-        physical_cell=p.address if p is not None else None,
-        children=tuple(_virtual_status(ch) for ch in c.children),
-    )

@@ -154,6 +154,16 @@ class JobAllocator:
         if pod is not None:
             self.scheduler.delete_allocated_pod(pod)
 
+    def reconfigure(self, scheduler: api.CellScheduler) -> list[Decision]:
+        """Move to a scheduler built from a new configuration, keeping every placement (HiveD's
+        work-preserving reconfiguration: a fresh scheduler with every bound pod re-added; the
+        algorithm downgrades placements inconsistent with the new configuration)."""
+        self.scheduler = scheduler
+        for pods in self.placed.values():
+            for pod, bind_info in pods.values():
+                scheduler.add_allocated_pod(pod, bind_info)
+        return self.retry_waiting()
+
     def set_node_bad(self, node: str) -> None:
         self.scheduler.set_node_bad(node)
 

@@ -6,9 +6,13 @@ import asyncio
 import importlib
 import json
 import sys
+from datetime import UTC, datetime
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
+from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
 from .. import schemas
@@ -16,6 +20,8 @@ from ..settings import BusSettings
 from ..topics import ALL_TOPICS
 from .jobfile import JobFileError, parse_jobs
 from .services import SERVICES
+
+T = TypeVar("T")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,7 +74,7 @@ def submit(path: Path) -> None:
         async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
             await publisher.publish_all(jobs)
 
-    asyncio.run(send())
+    _run_on_bus(send())
     for job in jobs:
         click.echo(f"submitted {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
 
@@ -80,7 +86,7 @@ def status(as_json: bool) -> None:
     from ..bus.replay import read_topics
     from ..status import STATUS_TOPICS, fold_status, render_summary
 
-    events, _ = asyncio.run(read_topics(BusSettings().kafka_bootstrap_servers, STATUS_TOPICS))
+    events, _ = _run_on_bus(read_topics(BusSettings().kafka_bootstrap_servers, STATUS_TOPICS))
     summary = fold_status(events).summary()
     click.echo(json.dumps(summary, indent=2) if as_json else render_summary(summary))
 
@@ -116,7 +122,38 @@ def schemas_export(directory: Path, check: bool) -> None:
 
 @cli.group(name="cells")
 def cells_group() -> None:
-    """The cell scheduler (HiveD): acceptance scenario replay."""
+    """The cell scheduler (HiveD): configuration changes and acceptance scenario replay."""
+
+
+@cells_group.command("configure")
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option("--version", "version", type=click.IntRange(min=1), default=None,
+              help="Configuration version (must exceed the running one; default: the current Unix time).")
+def cells_configure(file: Path, version: int | None) -> None:
+    """Validate a HiveD cell configuration and publish it; the cell allocator reconfigures
+    without losing placements."""
+    import time
+
+    import yaml
+
+    from ..bus import Publisher
+    from ..cells.config import parse_config
+    from ..errors import ConfigurationError
+    from ..events import CellConfig
+
+    try:
+        raw = yaml.safe_load(file.read_text())
+        parse_config(raw)
+    except (yaml.YAMLError, ConfigurationError, AttributeError, TypeError) as error:
+        raise click.ClickException(f"{file}: {error}") from error
+    change = CellConfig(occurred_at=datetime.now(UTC), source="cli", version=version or int(time.time()), config=raw)
+
+    async def send() -> None:
+        async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
+            await publisher.publish(change)
+
+    _run_on_bus(send())
+    click.echo(f"published cell configuration version {change.version} from {file}")
 
 
 @cells_group.command("replay")
@@ -158,6 +195,17 @@ def cells_replay(file: Path, scenario_ids: tuple[str, ...], json_only: bool) -> 
         click.echo(f"{summary['scenarios']} scenarios, {summary['ops']} ops: {checks['passed']} checks passed, "
                    f"{checks['failed']} failed ({checks['uncounted']} reported only)", err=True)
     sys.exit(0 if summary["passed"] else 1)
+
+
+def _run_on_bus(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a CLI's bus work; an unreachable broker is a clear error, not a traceback."""
+    try:
+        return asyncio.run(coroutine)
+    except KafkaConnectionError as error:
+        servers = BusSettings().kafka_bootstrap_servers
+        raise click.ClickException(
+            f"cannot reach Kafka at {servers} ({error}); set KAFKA_BOOTSTRAP_SERVERS to the address `hivemux up` printed"
+        ) from error
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from .jobs import (
     ResourceEstimates,
     WorkloadSpec,
 )
-from .scheduling import CellBinding, Placement, PredictorModel, SharingObservation
+from .scheduling import CellBinding, CellConfig, Placement, PredictorModel, SharingObservation
 from .telemetry import (
     Fault,
     FaultKind,
@@ -24,6 +24,7 @@ from .telemetry import (
 
 __all__ = [
     "CellBinding",
+    "CellConfig",
     "CommandAction",
     "DeadLetter",
     "Event",

@@ -62,6 +62,16 @@ class CellBinding(Event):
     inputs: dict[str, float | int | str] = Field(default_factory=dict)
 
 
+class CellConfig(Event):
+    """A version of the cell configuration, in HiveD's own format (physicalCluster,
+    virtualClusters). The cell allocator reconfigures to a newer version without losing
+    placements (HiveD's work-preserving reconfiguration)."""
+
+    cluster: Name = "default"
+    version: int = Field(ge=1, description="Increases with every change; older versions are ignored")
+    config: dict[str, Any]
+
+
 class Placement(Event):
     """The matcher's decision for one offline job: share a GPU, or be evicted from one."""
 

@@ -10,8 +10,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hivemux.bus import RecordContext
+from hivemux.errors import InvalidEvent
 from hivemux.events import (
     CellBinding,
+    CellConfig,
     CommandAction,
     Event,
     ExecutorCommand,
@@ -137,3 +139,34 @@ def test_offline_jobs_and_redeliveries_change_nothing(kind: str) -> None:
     job = training("once")
     assert s.on_submission(job, LIVE)
     assert s.on_submission(job, LIVE) == []
+
+
+def grown_config() -> dict:
+    """The demo cluster with a third training node, and vc-a reserving all three."""
+    raw = load_config(None)
+    raw["physicalCluster"]["cellTypes"]["T4-POOL"]["childCellNumber"] = 3
+    raw["physicalCluster"]["physicalCells"][0]["cellChildren"].append({"cellAddress": "node-04"})
+    raw["virtualClusters"]["vc-a"]["virtualCells"] = [{"cellType": "T4-POOL.T4-NODE", "cellNumber": 3}]
+    return raw
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_reconfiguration_keeps_placements_and_binds_waiting_jobs(kind: str) -> None:
+    s = CellAllocatorShell(make_scheduler(kind, load_config(None)), "cell-allocator/test", kind)
+    s.on_submission(training("running", pods=2), LIVE)
+    assert [e.state for e in of(s.on_submission(training("queued", seconds=2), LIVE), JobLifecycleEvent)] == [JobState.WAITING]
+    placed = dict(s.allocator.placed["running"])
+    out = s.on_config(CellConfig(occurred_at=at(10), source="cli", version=2, config=grown_config()), LIVE)
+    assert [(b.job_id, b.node_ids) for b in of(out, CellBinding)] == [("queued", ("node-04",))]
+    assert s.allocator.placed["running"] == placed
+    assert s.on_config(CellConfig(occurred_at=at(11), source="cli", version=2, config=load_config(None)), LIVE) == []
+
+
+def test_a_bad_configuration_is_refused_and_the_old_one_stays() -> None:
+    s = shell("hived")
+    broken = load_config(None)
+    broken["virtualClusters"]["vc-b"]["virtualCells"] = [{"cellType": "T4-POOL", "cellNumber": 1}]  # 2 pools asked, 1 exists
+    with pytest.raises(InvalidEvent, match="Insufficient physical cells"):
+        s.on_config(CellConfig(occurred_at=at(1), source="cli", version=5, config=broken), LIVE)
+    assert s.config_version == 0
+    assert of(s.on_submission(training("still-works"), LIVE), CellBinding)
