@@ -98,6 +98,8 @@ class HivedScheduler:
         wait_reason = ""
         pod_index = 0
         g = self.groups.get(spec.name)
+        if g is not None and s.leaf_cell_number not in g.total_pods:
+            return api.UserError(f"[{pod.name}]: affinity group {spec.name} has no member with leafCellNumber {s.leaf_cell_number}")
         if g is not None:
             bad = self._bad_or_non_suggested(g.physical, suggested, g.ignore_suggested)
             if g.state == "allocated":

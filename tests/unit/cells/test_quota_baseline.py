@@ -1,5 +1,6 @@
 """The quota-based baseline (`hivemux.cells.quota_baseline.QuotaScheduler`): quota admission,
-best-fit packing, gangs, opportunistic preemption, and the sharing anomaly of HiveD §2."""
+best-fit packing, gangs and opportunistic preemption (the sharing anomaly of HiveD §2 is in
+test_sharing_anomaly.py)."""
 
 from __future__ import annotations
 
@@ -75,26 +76,6 @@ def test_opportunistic_work_is_preempted_for_guaranteed_work_within_quota(quota:
     victim = result.victims[0]
     quota.delete_allocated_pod(pod(victim, "a", 8, priority=-1))
     assert isinstance(quota.schedule(pod("urgent", "b", 8)), api.Bind)
-
-
-def test_sharing_anomaly_of_hived_section_2(quota: QuotaScheduler) -> None:
-    """Tenant a holds quota for two whole nodes and asks for one 2x8 gang while using
-    nothing, yet 1-GPU jobs of varying lengths (its own earlier ones and b's) have left the
-    free GPUs scattered: the gang waits, though a private 2-node cluster would run it."""
-    a_jobs = [pod(f"a{i}", "a") for i in range(16)]
-    for p in a_jobs:
-        run(quota, p)  # n1 and n2 full of a's 1-GPU jobs
-    for i in range(4):
-        assert run(quota, pod(f"b{i}", "b")).node == "n3"
-    for p in a_jobs[4:12]:
-        quota.delete_allocated_pod(p)  # shorter jobs end: 4 free on n1, 4 on n2
-    for i in range(4, 8):
-        assert run(quota, pod(f"b{i}", "b")).node == "n1"  # best fit: the first of three 4-free nodes
-    for p in a_jobs[:4] + a_jobs[12:]:
-        quota.delete_allocated_pod(p)  # a now uses nothing: 16 GPUs of quota free
-    gang = quota.schedule(pod("big-0", "a", 8, group="big", pods=2))
-    assert isinstance(gang, api.Wait)
-    assert "16 GPUs free" in gang.reason and "largest free block on one node 8" in gang.reason
 
 
 def test_inspect_views(quota: QuotaScheduler) -> None:
