@@ -66,6 +66,9 @@ class AllocatorSettings(ServiceSettings):
     inspect_host: str = "127.0.0.1"
     inspect_port: int = Field(default=0, ge=0, le=65535, description="gRPC inspect view; 0: any free port")
     retry_interval_s: float = Field(default=5.0, gt=0, description="How often waiting jobs are tried again")
+    fairness_weights: dict[str, float] = Field(
+        default_factory=dict, description='VC weights for sharing opportunistic capacity, e.g. {"vc-a": 2}; default 1'
+    )
 
 
 def load_config(path: Path | None) -> dict:
@@ -108,8 +111,8 @@ def gpu_ids(node: str, indices: tuple[int, ...]) -> tuple[str, ...]:
 
 
 class CellAllocatorShell:
-    def __init__(self, scheduler: api.CellScheduler, source: str, kind: str = "hived") -> None:
-        self.allocator = JobAllocator(scheduler)
+    def __init__(self, scheduler: api.CellScheduler, source: str, kind: str = "hived", weights: dict[str, float] | None = None) -> None:
+        self.allocator = JobAllocator(scheduler, dict(weights or {}))
         self.source = source
         self.kind = kind
         self.config_version = 0  # 0: the configuration file the service started with
@@ -265,7 +268,7 @@ class CellAllocatorShell:
 
 def build(settings: AllocatorSettings) -> Service:
     scheduler = make_scheduler(settings.scheduler, load_config(settings.config))
-    shell = CellAllocatorShell(scheduler, f"{NAME}/{settings.instance}", settings.scheduler)
+    shell = CellAllocatorShell(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights)
     service = Service(NAME, settings)
     service.fold(CELL_CONFIG, shell.on_config)
     service.fold(JOBS_SUBMITTED, shell.on_submission)

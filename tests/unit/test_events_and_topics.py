@@ -19,6 +19,7 @@ from hivemux.bus import decode_key, decode_value, encode_key, encode_value
 from hivemux.errors import InvalidEvent
 from hivemux.events import (
     CellBinding,
+    CellConfig,
     CommandAction,
     DeadLetter,
     Event,
@@ -104,6 +105,9 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
     CellBinding: lambda: CellBinding(
         **ENVELOPE, job_id="train-1", vc="vc-a", state="bound", priority=Priority.GUARANTEED, cell_type="node",
         node_ids=("node-02",), gpu_ids=("node-02/gpu-0",), reason="bound", inputs={"pods": 1, "vc": "vc-a"},
+    ),
+    CellConfig: lambda: CellConfig(
+        **ENVELOPE, version=3, config={"physicalCluster": {"cellTypes": {}, "physicalCells": []}, "virtualClusters": {}},
     ),
     Placement: lambda: Placement(
         **ENVELOPE, job_id="off-1", action="place", gpu_id="node-00/gpu-0", node_id="node-00", sm_share=60.0,

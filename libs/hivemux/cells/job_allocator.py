@@ -14,6 +14,11 @@ evict them) and go back to the queue, and the pod is scheduled again, a bounded 
 times. Lazy preemption needs nothing here: the scheduler downgrades the victim in place and
 it keeps running.
 
+Opportunistic capacity is shared between VCs by weighted max-min fairness (HiveD §3.3,
+`cells.fairness`): waiting opportunistic jobs are tried most under-served VC first, and a
+VC at or above its fair share is held back while another VC below its share waits (the
+allocation stays work-conserving: with nobody else waiting, idle cells are used).
+
 Crash recovery: `restore` re-adds a recorded binding; `end` of a job whose bindings come
 later in the replay is remembered, so replaying the topics in any interleaving converges.
 """
@@ -24,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from . import api
+from .fairness import fair_shares
 
 MAX_PREEMPTION_ROUNDS = 8
 
@@ -99,6 +105,7 @@ Decision = PodBound | PodReleased | PodPreempted | JobWaiting | JobRefused
 @dataclass
 class JobAllocator:
     scheduler: api.CellScheduler
+    weights: dict[str, float] = field(default_factory=dict)  # VC weights for opportunistic fairness (default 1)
     jobs: dict[str, TrainingJob] = field(default_factory=dict)
     waiting: dict[str, str] = field(default_factory=dict)  # job id -> last reason told, in arrival order
     placed: dict[str, dict[str, tuple[api.Pod, api.BindInfo]]] = field(default_factory=dict)
@@ -124,11 +131,52 @@ class JobAllocator:
         return job is not None and len(self.placed.get(job_id, {})) == len(job.pod_sizes)
 
     def retry_waiting(self) -> list[Decision]:
+        """Guaranteed jobs in arrival order, then opportunistic ones most under-served VC first."""
+        order = list(self.waiting)
+        usage = self._opportunistic_usage()
+        guaranteed = [j for j in order if self.jobs[j].priority >= 0]
+        opportunistic = sorted(
+            (j for j in order if self.jobs[j].priority < 0),
+            key=lambda j: (usage.get(self.jobs[j].vc, 0) / self.weights.get(self.jobs[j].vc, 1.0), order.index(j)),
+        )
         out: list[Decision] = []
-        for job_id in list(self.waiting):
+        for job_id in guaranteed + opportunistic:
             if job_id in self.waiting:  # an earlier job of this pass may have preempted it
                 out += self._try(self.jobs[job_id])
         return out
+
+    def _opportunistic_usage(self) -> dict[str, int]:
+        usage: dict[str, int] = {}
+        for job_id, pods in self.placed.items():
+            job = self.jobs.get(job_id)
+            if job is not None and job.priority < 0:
+                usage[job.vc] = usage.get(job.vc, 0) + sum(p.spec.leaf_cell_number for p, _ in pods.values())
+        return usage
+
+    def _over_fair_share(self, job: TrainingJob) -> str | None:
+        """Why an opportunistic job must wait for other VCs' fair shares, or None."""
+        usage = self._opportunistic_usage()
+        waiting: dict[str, int] = {}
+        for job_id in self.waiting:
+            other = self.jobs[job_id]
+            if other.priority < 0 and job_id != job.job_id:
+                waiting[other.vc] = waiting.get(other.vc, 0) + sum(other.pod_sizes)
+        starved = [vc for vc in waiting if vc != job.vc]
+        if not starved:
+            return None  # nobody else waits: using idle cells harms no one
+        capacity = _gpus_not_guaranteed(self.scheduler.physical_cluster())
+        need = sum(job.pod_sizes)
+        demand = {vc: usage.get(vc, 0) + waiting.get(vc, 0) for vc in {*usage, *waiting, job.vc}}
+        demand[job.vc] += need
+        shares = fair_shares(capacity, demand, self.weights)
+        if usage.get(job.vc, 0) + need <= shares[job.vc] + 1e-9:
+            return None
+        if not any(usage.get(vc, 0) < shares[vc] - 1e-9 for vc in starved):
+            return None
+        return (
+            f"VC {job.vc} would exceed its fair share of opportunistic capacity "
+            f"({usage.get(job.vc, 0)} + {need} > {shares[job.vc]:.1f} of {capacity} GPUs) while {', '.join(sorted(starved))} wait"
+        )
 
     def end(self, job_id: str) -> list[Decision]:
         """The job completed, failed or was cancelled: free its cells, then retry the queue."""
@@ -180,6 +228,12 @@ class JobAllocator:
     def _try(self, job: TrainingJob) -> list[Decision]:
         out: list[Decision] = []
         placed = self.placed.setdefault(job.job_id, {})
+        held = self._over_fair_share(job) if job.priority < 0 and not placed else None
+        if held is not None:
+            if self.waiting.get(job.job_id) != held:
+                self.waiting[job.job_id] = held
+                out.append(JobWaiting(job.job_id, held))
+            return out
         for pod in job.pods():
             if pod.name in placed:
                 continue
@@ -217,3 +271,16 @@ class JobAllocator:
             if victim in self.jobs:  # back to the queue, to resume when cells free up
                 self.waiting[victim] = f"preempted by {by}"
         return out
+
+
+def _gpus_not_guaranteed(cells: tuple[api.PhysicalCellStatus, ...]) -> int:
+    """Healthy leaf cells not held by guaranteed work: the opportunistic capacity."""
+    count = 0
+    stack = list(cells)
+    while stack:
+        cell = stack.pop()
+        if cell.children:
+            stack.extend(cell.children)
+        elif cell.healthy and cell.priority < 0:
+            count += 1
+    return count

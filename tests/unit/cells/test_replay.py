@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import HIVED_EXAMPLES
 import yaml
 from click.testing import CliRunner
 
@@ -38,7 +39,7 @@ from hivemux.cells.replay_invariants import check_invariants, invariant_for
 from hivemux.cli.main import cli
 from hivemux.errors import ConfigurationError
 
-EXAMPLES = Path("/work/shared/hived/example-scenarios.yaml")
+EXAMPLES = HIVED_EXAMPLES
 
 # --- builders ------------------------------------------------------------------------------
 
@@ -738,7 +739,6 @@ def test_examples_replay_cleanly_on_the_quota_baseline() -> None:
         json.dumps([op.to_json() for op in report.ops])
 
 
-@pytest.mark.xfail(strict=False, reason="the HiveD algorithm (hivemux.cells.hived) may still be incomplete")
 @pytest.mark.parametrize("scenario_id", _example_ids())
 def test_example_scenario_passes_on_hived(scenario_id: str) -> None:
     make = _hived_factory()
@@ -750,7 +750,6 @@ def test_example_scenario_passes_on_hived(scenario_id: str) -> None:
 FIXTURE = Path(__file__).with_name("replay_scenarios.yaml")
 
 
-@pytest.mark.xfail(strict=False, reason="the HiveD algorithm (hivemux.cells.hived) may still be incomplete")
 def test_fixture_scenarios_pass_on_hived_through_the_cli() -> None:
     """Preemption, lazy preemption, restart, preludes and init errors on the real algorithm,
     end to end: `hivemux cells replay` exits 0 and every op line carries its verdicts."""
