@@ -16,7 +16,8 @@ Departures from Algorithm 1, as in the reference:
   matched to the virtual cell's children that must be bound (``BindingPath``), so the topology
   inside a preassigned cell equals that of its physical cell.
 - when no candidate is usable, ``safe_relaxed_allocate`` splits higher cells only as far as
-  invariant (2) (``cells/safety.py``) allows, i.e. never a cell another VC still needs.
+  invariant (2) (``cells/safety.py``) allows, i.e. never a cell another VC still needs (checked
+  at every level it splits through, which the reference does only at the top one).
 - candidates are stably ordered by fewer opportunistic leaves, so guaranteed cells displace
   as few low-priority pods as possible (§3.3). (The reference sorts the list it was given
   rather than the usable candidates; we sort the usable candidates, which is its intent.)
@@ -36,14 +37,17 @@ from dataclasses import dataclass, field
 
 from hivemux.cells.api import OPPORTUNISTIC_PRIORITY, SuggestedNodes
 from hivemux.cells.cell import PhysicalCell, VirtualCell
-from hivemux.cells.safety import splittable_cells
+from hivemux.cells.safety import is_vc_safe, splittable_cells
 from hivemux.errors import InvariantViolation
+
+
+CellLevel = int  # 1 = leaf (the paper's level-1 cell, a single GPU)
 
 
 class FreeList:
     """Free physical cells of one chain, per level (``free_cells`` in Algorithm 1)."""
 
-    def __init__(self, top: int, levels: Mapping[int, list[PhysicalCell]] | None = None):
+    def __init__(self, top: CellLevel, levels: Mapping[CellLevel, list[PhysicalCell]] | None = None):
         self.top = top
         self.levels: dict[int, list[PhysicalCell]] = {lv: list((levels or {}).get(lv, [])) for lv in range(1, top + 1)}
 
@@ -176,6 +180,22 @@ def allocate_cell(path: BindingPath, free: FreeList, req: Request, bindings: dic
     return _buddy_alloc(path, free, lowest_free_level(free, path.cell.level), req, bindings)
 
 
+def take(free: FreeList, c: PhysicalCell) -> None:
+    """Remove free cell ``c`` from a free list copy, splitting its free ancestor (like ``split_to``,
+    but reading which cells are free from the list itself, so it works on search copies)."""
+    ancestor = c
+    while not free.contains(ancestor, ancestor.level):
+        if ancestor.parent is None:
+            raise InvariantViolation(f"cell {c.address} is not free")
+        ancestor = ancestor.parent
+    x = c
+    while x is not ancestor:
+        free.append(x.level, list(x.parent.children))
+        free.remove(x, x.level)
+        x = x.parent
+    free.remove(ancestor, ancestor.level)
+
+
 def safe_relaxed_allocate(
     path: BindingPath,
     free: FreeList,
@@ -184,27 +204,38 @@ def safe_relaxed_allocate(
     req: Request,
     bindings: dict[str, PhysicalCell],
 ) -> bool:
-    """Split as many higher free cells as invariant (2) allows, then retry the mapping."""
+    """After ``allocate_cell`` failed: take a cell from splitting higher free cells, if that is safe.
+
+    For each level above the request (lowest first), the first ``min(free, slack)`` free cells of
+    that level (slack per ``cells/safety.py``) are split down to the requested level, as the
+    reference does; a candidate that maps is accepted only if taking it (keeping every other
+    part of the split cells whole, as the real commit will) still satisfies invariant (2).
+    Departure: the reference accepts any candidate of the split cells and keeps them split in
+    its search copy, which can consume an intermediate cell another VC needs and later trip
+    "VC Safety Broken"; here the search copy is left exactly as the commit will leave the free
+    lists.
+    """
     level = path.cell.level
     splittable = splittable_cells(free.counts(), vc_free_num, child_numbers, free.top)
+    after = dict(vc_free_num)
+    after[level] = after.get(level, 0) - 1
     for lv in range(level + 1, free.top + 1):
         n = min(len(free[lv]), splittable[lv])
         if n <= 0:
             continue
-        split = []
-        for _ in range(n):
-            c = free[lv][0]
-            split.append(c)
-            free.remove(c, lv)
-        splittable[lv] -= n
+        candidates = free[lv][:n]
         for _ in range(lv, level, -1):
-            split = [ch for c in split for ch in c.children]
-        free.levels[level] = split + free[level]
-        picked = map_virtual_cells([path], free[level], req, bindings)
-        if picked is not None:
-            for c in picked:
-                free.remove(c, level)
-            return True
+            candidates = [ch for c in candidates for ch in c.children]
+        for cand in candidates:
+            trial_bindings: dict[str, PhysicalCell] = {}
+            if map_virtual_cells([path], [cand], req, trial_bindings) is None:
+                continue
+            trial = free.copy()
+            take(trial, cand)
+            if is_vc_safe(trial.counts(), after, child_numbers, trial.top):
+                free.levels = trial.levels
+                bindings.update(trial_bindings)
+                return True
     return False
 
 

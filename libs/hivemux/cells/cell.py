@@ -239,13 +239,6 @@ def find_lca(lower: Cell, higher: Cell) -> Cell | None:
     return lower.parent
 
 
-def node_of(c: Cell) -> Cell:
-    """The ancestor at node level (or the top cell when the chain is below node level)."""
-    while not c.at_or_higher_than_node and c.parent is not None:
-        c = c.parent
-    return c
-
-
 def physical_status(c: PhysicalCell) -> PhysicalCellStatus:
     v = c.virtual_cell
     vc = v.vc if v is not None else (c.using_group.vc if c.using_group is not None and c.level == 1 else None)

@@ -18,13 +18,22 @@ are bound at once to bad free physical cells (state: doomed) so the VC view show
 the intra-VC scheduler avoids them; when enough physical cells turn healthy again (or other
 bindings are released) the binding is dropped (state: unbound). Transitions happen whenever
 ``total_left``, ``bad_free`` or ``vc_free_num`` change. A bound preassigned cell whose physical
-cell turns bad stays bound (its VC sees the bad cell in place).
+cell turns bad stays bound (its VC sees the bad cell in place). Example (F17): the only M60 node
+goes bad; ``vc1``'s M60 node cell is doomed (bound to it, reported bad) and a job for it waits;
+the node recovers, the binding is dropped and the job binds there.
+
+Departures from the reference (found by randomized tests, ``test_cell_safety.py`` and
+``test_hived_reference_cases.py``): a doomed binding takes the first bad free cell whose
+allocation keeps invariant (2), not simply the first one (which may split a higher cell another
+VC needs); a doomed cell that its VC uses and that turns healthy becomes an ordinary binding (the
+reference keeps it doomed and, when its last pod leaves, unbinds it without freeing it); a leaf
+bound only because it is bad is not mistaken for the virtual leaf of the group releasing it.
 """
 
 from __future__ import annotations
 
 from hivemux.cells.api import FREE_PRIORITY, OPPORTUNISTIC_PRIORITY
-from hivemux.cells.buddy import FreeList, release_cell, split_to
+from hivemux.cells.buddy import FreeList, release_cell, split_to, take
 from hivemux.cells.cell import (
     ChainCellList,
     PhysicalCell,
@@ -39,7 +48,7 @@ from hivemux.cells.cell import (
     update_used_at_priority,
 )
 from hivemux.cells.config import HivedConfig
-from hivemux.cells.safety import check_vc_safety
+from hivemux.cells.safety import check_vc_safety, is_vc_safe
 
 MIN_GUARANTEED_PRIORITY = 0
 
@@ -168,6 +177,12 @@ class CellView:
                 _drop(self.vc_doomed[v.vc][c.chain][c.level], c)
                 self.all_vc_doomed[c.chain][c.level] -= 1
                 self.release_preassigned_cell(c, v.vc, True)
+        elif v is not None and v.parent is None and any(x is c for x in self.vc_doomed[v.vc][c.chain][c.level]):
+            # a doomed cell its VC is using turns healthy: from now on it is an ordinary binding,
+            # released when its last leaf is (the reference keeps it doomed and later unbinds it
+            # without returning it to the free list)
+            _drop(self.vc_doomed[v.vc][c.chain][c.level], c)
+            self.all_vc_doomed[c.chain][c.level] -= 1
         if c.parent is not None and all(b.healthy for b in c.parent.children):
             self._set_healthy_cell(c.parent)
 
@@ -191,11 +206,22 @@ class CellView:
                 v = _first_unbound(self.vcs[vc].preassigned.get(chain, {}).get(level, []))
                 if v is None:
                     break
-                pc = self.bad_free[chain][level][0]
+                pc = next((c for c in self.bad_free[chain][level] if self._safe_to_take(c)), None)
+                if pc is None:
+                    break
                 pc.virtual_cell, v.physical_cell = v, pc
                 self.vc_doomed[vc][chain][level].append(pc)
                 self.all_vc_doomed[chain][level] += 1
                 self.allocate_preassigned_cell(pc, vc, True)
+
+    def _safe_to_take(self, c: PhysicalCell) -> bool:
+        """Whether binding free cell ``c`` to a VC keeps invariant (2). Departure: the reference
+        dooms the first bad free cell, which may split a higher cell another VC still needs."""
+        trial = self.free[c.chain].copy()
+        take(trial, c)
+        after = dict(self.all_vc_free_num[c.chain])
+        after[c.level] -= 1
+        return is_vc_safe(trial.counts(), after, self.child_numbers[c.chain], self.top_level[c.chain])
 
     def _try_unbind_doomed(self, chain: str, level: int) -> None:
         for vc, counts in self.vc_free_num.items():

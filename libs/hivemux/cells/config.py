@@ -271,7 +271,7 @@ def parse_config(raw: Mapping[str, Any]) -> HivedConfig:
     physical: list[PhysicalCellConfig] = []
     for index, spec in enumerate(pc_raw.get("physicalCells") or []):
         ct = spec.get("cellType")
-        if ct not in types or types[ct].level == 1 and ct not in (pc_raw.get("cellTypes") or {}):
+        if ct not in types:
             raise UnknownCellTypeError(f"physicalCells[{index}] has unknown cellType {ct!r}")
         if not types[ct].has_node:
             raise CellTreeMismatchError(f"physicalCells[{index}]: top cell type {ct} must be node-level or above")

@@ -26,7 +26,13 @@ info back (also the crash-recovery and reconfiguration path: leaves whose virtua
 found again, or whose binding would break safety, make the group lazy-preempted, i.e.
 opportunistic).
 
-Departures from the reference: refusals are ``UserError`` results instead of panics; the
+Worked example (HiveD Figure 3, ``tests/unit/cells/test_hived_scheduler.py``): tenants A and B
+each fill their socket + switch + GPU with seven 1-GPU jobs, and an eighth waits ("insufficient
+capacity when scheduling in VC A"); tenant C still binds two 8-GPU jobs on two whole nodes and a
+2-GPU job under one PCIe switch, because buddy allocation never split the nodes C is owed.
+
+Departures from the reference: refusals are ``UserError`` results instead of panics; a pod of a
+group that is being preempted waits (the reference would treat it as a preemptor); the
 preemption node is the first by name instead of a random one; untyped requests try leaf types in
 configuration order instead of Go map order; start-up marks nodes bad then healthy in
 configuration order. Weighted max-min fairness between VCs for opportunistic capacity (§3.3) is
@@ -216,10 +222,11 @@ class HivedScheduler:
 
     def _map_to_physical(self, preassigned, others, free: FreeList, free_num: dict[int, int], chain: str, req: Request, bindings) -> bool:
         for path in preassigned:
-            if allocate_cell(path, free, req, bindings):
-                free_num[path.cell.level] -= 1
-            elif not safe_relaxed_allocate(path, free, free_num, self.view.child_numbers[chain], req, bindings):
+            if not allocate_cell(path, free, req, bindings) and not safe_relaxed_allocate(
+                path, free, free_num, self.view.child_numbers[chain], req, bindings
+            ):
                 return False
+            free_num[path.cell.level] -= 1  # (the reference forgets this after a relaxed split)
         for paths in others:
             if map_virtual_cells(paths, paths[0].cell.parent.physical_cell.children, req, bindings) is None:
                 return False

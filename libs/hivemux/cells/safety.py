@@ -53,6 +53,12 @@ def splittable_cells(free: Mapping[int, int], unallocated: Mapping[int, int], ch
     return slack
 
 
+def is_vc_safe(free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int) -> bool:
+    """Invariant (2) as a predicate."""
+    obtainable = obtainable_cells(free, unallocated, child_numbers, top)
+    return all(unallocated.get(k, 0) <= free.get(k, 0) + obtainable[k] for k in range(1, top + 1))
+
+
 def check_vc_safety(
     chain: str, free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int
 ) -> None:

@@ -79,7 +79,8 @@ def test_random_workload_keeps_invariant_2_and_guaranteed_requests_that_fit_are_
             h.set_node_bad(node)
             bad.add(node)
         elif bad:
-            node = bad.pop()
+            node = sorted(bad)[0]
+            bad.discard(node)
             h.set_node_healthy(node)
         h.check_safety()
         used = {}

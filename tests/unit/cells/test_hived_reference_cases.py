@@ -296,3 +296,91 @@ def test_reconfiguration(design):
         h2.delete_allocated_pod(pod(name))
     assert h2.affinity_groups() == ()
     h2.check_safety()
+
+
+def assert_consistent(h: HivedScheduler) -> None:
+    """Structural invariants of the cell view: symmetric bindings at equal levels, the free lists
+    agree with ``in_free_cell_list``, bad free cells are bad and free, invariant (2) holds."""
+    from hivemux.cells.cell import in_free_cell_list, walk
+
+    for top in h.view.tops:
+        free = h.view.free[top.chain]
+        for c in walk(top):
+            if c.virtual_cell is not None:
+                assert c.virtual_cell.physical_cell is c and c.virtual_cell.level == c.level, c
+            x = c
+            while x is not None and not free.contains(x, x.level):
+                x = x.parent
+            assert in_free_cell_list(c) == (x is not None), c
+    for ccl in h.view.bad_free.values():
+        for cells in ccl.values():
+            assert all(in_free_cell_list(c) and not c.healthy for c in cells)
+    h.check_safety()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_operations_on_the_design_cluster_keep_the_cell_view_consistent(design, seed):
+    import random
+
+    rng = random.Random(seed)
+    h = new(design)
+    nodes = h.view.nodes()
+    running: dict[str, api.Pod] = {}
+    waiting: dict[str, api.Pod] = {}
+    bad: set[str] = set()
+    for step in range(150):
+        action = rng.random()
+        if action < 0.5:
+            vc = rng.choice(["VC1", "VC2"])
+            priority = rng.choice([-1, 0, 1, 2, 3])
+            leaf_type = rng.choice(["DGX2-V100", "DGX1-P100", "CT1", ""])
+            pinned = ""
+            if vc == "VC1" and priority >= 0 and rng.random() < 0.2:
+                pinned, leaf_type = rng.choice(["VC1-YQW-CT1", "VC1-YQW-DGX2", "VC1-YQW-IB-DGX2"]), ""
+            n = rng.choice([1, 1, 2, 4, 8, 16])
+            count = rng.choice([1, 1, 2])
+            lazy, ignore = rng.random() < 0.5, rng.random() < 0.5
+            pods = [
+                make_pod(f"p{step}-{i}", vc, n, priority=priority, lazy=lazy, pinned=pinned, leaf_type=leaf_type,
+                         group=f"p{step}", members=((count, n),), ignore_suggested=ignore)
+                for i in range(count)
+            ]
+            suggested = api.ALL_NODES if rng.random() < 0.7 else only(*rng.sample(nodes, 5))
+            phase = "preempting" if rng.random() < 0.8 else "filtering"
+            for p in pods:
+                r = h.schedule(p, suggested, phase)
+                if isinstance(r, api.Bind):
+                    h.add_allocated_pod(p, r.bind_info)
+                    running[p.name] = p
+                elif isinstance(r, api.Preempt):
+                    waiting[p.name] = p
+                    for victim in r.victims:
+                        if victim in running and rng.random() < 0.7:
+                            h.delete_allocated_pod(running.pop(victim))
+                else:
+                    break
+        elif action < 0.75 and running:
+            h.delete_allocated_pod(running.pop(rng.choice(sorted(running))))
+        elif action < 0.82 and waiting:
+            h.delete_unallocated_pod(waiting.pop(rng.choice(sorted(waiting))))
+        elif action < 0.9:
+            node = rng.choice(nodes)
+            h.set_node_bad(node)
+            bad.add(node)
+        elif bad:
+            node = rng.choice(sorted(bad))
+            bad.discard(node)
+            h.set_node_healthy(node)
+        assert_consistent(h)
+    for p in running.values():
+        h.delete_allocated_pod(p)
+    for p in waiting.values():
+        h.delete_unallocated_pod(p)
+    for node in sorted(bad):
+        h.set_node_healthy(node)
+    assert_consistent(h)
+    assert h.affinity_groups() == ()
+    fresh = new(design)
+    for chain in h.config.chains:
+        assert h.view.free[chain].counts() == fresh.view.free[chain].counts(), chain
+        assert h.view.all_vc_free_num[chain] == fresh.view.all_vc_free_num[chain], chain

@@ -52,6 +52,14 @@ def test_figure3_every_tenant_gets_its_cells_whatever_the_others_ran_first():
     h.check_safety()
 
 
+def test_f01_two_gangs_of_a_one_node_vc_always_land_in_its_node():
+    h = HivedScheduler(k80_config())
+    placed = [bind(h, pod(f"s{g}-{i}", "vc1", 1, priority=100, leaf_type="K80", group=f"safety-{g}", members=((2, 1),))) for g in (1, 2) for i in (0, 1)]
+    assert len({b.node for b in placed}) == 1
+    assert placed[0].node != "10.151.41.25"  # vc2's pinned node
+    h.check_safety()
+
+
 def test_gang_with_pods_of_different_sizes_is_placed_at_once():
     h = HivedScheduler(figure3_config())
     members = ((1, 4), (2, 2))
