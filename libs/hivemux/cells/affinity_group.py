@@ -89,6 +89,8 @@ class AffinityGroup:
     def status(self) -> api.GroupStatus:
         physical: dict[str, list[int]] = {}
         for _, _, _, cell in placement_leaves(self.physical):
+            # a leaf the configuration no longer has is left out: its usage is ignored (the
+            # reference's work-preserving reconfiguration), though the pod keeps running there
             if cell is not None:
                 physical.setdefault(cell.nodes[0], []).append(cell.leaf_index)
         virtual: dict[str, list[str]] = {}
@@ -128,7 +130,11 @@ def allocated_pod_index(info: api.BindInfo, leaf_number: int) -> int:
     for member in info.affinity_group_bind_info:
         if member.pod_placements and len(member.pod_placements[0].physical_leaf_cell_indices) == leaf_number:
             for i, p in enumerate(member.pod_placements):
-                if p.physical_node == info.node and info.leaf_cell_isolation and info.leaf_cell_isolation[0] in p.physical_leaf_cell_indices:
+                if (
+                    p.physical_node == info.node
+                    and info.leaf_cell_isolation
+                    and info.leaf_cell_isolation[0] in p.physical_leaf_cell_indices
+                ):
                     return i
     return -1
 
@@ -152,7 +158,9 @@ def make_bind_info(
                 placement = _retrieve_missing(group, n, i)
             else:
                 types = tuple(
-                    type_name(v.chain, v.preassigned.level) if virtual is not None and (v := virtual[n][i][j]) is not None else ""
+                    type_name(v.chain, v.preassigned.level)
+                    if virtual is not None and (v := virtual[n][i][j]) is not None
+                    else ""
                     for j in range(n)
                 )
                 placement = api.PodPlacementInfo(pod[0].nodes[0], tuple(c.leaf_index for c in pod), types)
@@ -169,10 +177,24 @@ def make_bind_info(
     return info, selected.physical_leaf_cell_indices, selected.physical_node
 
 
+def _recorded(group: AffinityGroup, leaf_number: int, pod_index: int) -> api.PodPlacementInfo | None:
+    for info in group.bind_infos.values():
+        for member in info.affinity_group_bind_info:
+            placements = member.pod_placements
+            if (
+                placements
+                and len(placements[0].physical_leaf_cell_indices) == leaf_number
+                and pod_index < len(placements)
+            ):
+                return placements[pod_index]
+    return None
+
+
 def _retrieve_missing(group: AffinityGroup | None, leaf_number: int, pod_index: int) -> api.PodPlacementInfo:
     """A placement a reconfiguration removed: insist on it, as recorded in other pods' bind infos."""
-    for info in (group.bind_infos.values() if group is not None else ()):
-        for member in info.affinity_group_bind_info:
-            if member.pod_placements and len(member.pod_placements[0].physical_leaf_cell_indices) == leaf_number:
-                return member.pod_placements[pod_index]
-    raise AssertionError(f"no recorded placement for pod {pod_index} with {leaf_number} leaf cells of group {group and group.name}")
+    recorded = _recorded(group, leaf_number, pod_index) if group is not None else None
+    if recorded is None:
+        raise AssertionError(
+            f"no recorded placement for pod {pod_index} with {leaf_number} leaf cells of group {group and group.name}"
+        )
+    return recorded

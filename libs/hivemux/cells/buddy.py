@@ -155,7 +155,9 @@ def lowest_free_level(free: FreeList, level: int) -> int:
     raise InvariantViolation(f"VC Safety Broken: free cell not found even split to the highest level {free.top}")
 
 
-def _buddy_alloc(path: BindingPath, free: FreeList, level: int, req: Request, bindings: dict[str, PhysicalCell]) -> bool:
+def _buddy_alloc(
+    path: BindingPath, free: FreeList, level: int, req: Request, bindings: dict[str, PhysicalCell]
+) -> bool:
     if level == path.cell.level:
         picked = map_virtual_cells([path], free[level], req, bindings)
         if picked is None:
@@ -239,7 +241,9 @@ def safe_relaxed_allocate(
     return False
 
 
-def binding_paths(virtual: Mapping[int, list[list[VirtualCell]]], bindings: dict[str, PhysicalCell]) -> tuple[list[BindingPath], list[list[BindingPath]]]:
+def binding_paths(
+    virtual: Mapping[int, list[list[VirtualCell]]], bindings: dict[str, PhysicalCell]
+) -> tuple[list[BindingPath], list[list[BindingPath]]]:
     """Unbound ancestors of the placement's virtual leaves, as trees rooted at a preassigned cell
     (to buddy-allocate) or below a bound cell (to map inside its physical cell)."""
     vertices: dict[str, BindingPath] = {}

@@ -28,11 +28,21 @@ from hivemux.cells.config import HivedConfig, PhysicalCellConfig, VirtualCluster
 
 class Cell:
     __slots__ = (
-        "chain", "level", "cell_type", "address", "parent", "children", "at_or_higher_than_node",
-        "total_leaf_num", "priority", "used_at_priority",
+        "chain",
+        "level",
+        "cell_type",
+        "address",
+        "parent",
+        "children",
+        "at_or_higher_than_node",
+        "total_leaf_num",
+        "priority",
+        "used_at_priority",
     )
 
-    def __init__(self, chain: str, level: int, cell_type: str, address: str, at_or_higher_than_node: bool, total_leaf_num: int):
+    def __init__(
+        self, chain: str, level: int, cell_type: str, address: str, at_or_higher_than_node: bool, total_leaf_num: int
+    ):
         self.chain = chain
         self.level = level
         self.cell_type = cell_type
@@ -50,8 +60,16 @@ class Cell:
 
 class PhysicalCell(Cell):
     __slots__ = (
-        "nodes", "leaf_index", "is_node_level", "state", "healthy", "using_group", "reserving_group",
-        "virtual_cell", "split", "pinned_id",
+        "nodes",
+        "leaf_index",
+        "is_node_level",
+        "state",
+        "healthy",
+        "using_group",
+        "reserving_group",
+        "virtual_cell",
+        "split",
+        "pinned_id",
     )
 
     def __init__(self, cfg: PhysicalCellConfig, at_or_higher_than_node: bool, is_node_level: bool, total_leaf_num: int):
@@ -75,7 +93,16 @@ class PhysicalCell(Cell):
 class VirtualCell(Cell):
     __slots__ = ("vc", "preassigned", "physical_cell", "pinned_id")
 
-    def __init__(self, vc: str, chain: str, level: int, cell_type: str, address: str, at_or_higher_than_node: bool, total_leaf_num: int):
+    def __init__(
+        self,
+        vc: str,
+        chain: str,
+        level: int,
+        cell_type: str,
+        address: str,
+        at_or_higher_than_node: bool,
+        total_leaf_num: int,
+    ):
         super().__init__(chain, level, cell_type, address, at_or_higher_than_node, total_leaf_num)
         self.vc = vc
         self.preassigned: VirtualCell = self
@@ -130,7 +157,9 @@ def build_virtual(
     preassigned: dict[str, ChainCellList] = {}
     pinned: dict[str, ChainCellList] = {}
 
-    def build(target: ChainCellList, chain: str, cell_type: str, address: str, root: VirtualCell | None, is_root: bool) -> VirtualCell:
+    def build(
+        target: ChainCellList, chain: str, cell_type: str, address: str, root: VirtualCell | None, is_root: bool
+    ) -> VirtualCell:
         info = config.cell_types[cell_type]
         cell = VirtualCell(vc.name, chain, info.level, cell_type, address, info.has_node, info.leaf_cell_number)
         cell.preassigned = root or cell

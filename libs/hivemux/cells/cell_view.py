@@ -54,7 +54,9 @@ MIN_GUARANTEED_PRIORITY = 0
 
 
 class VirtualClusterCells:
-    def __init__(self, full: dict[str, ChainCellList], preassigned: dict[str, ChainCellList], pinned: dict[str, ChainCellList]):
+    def __init__(
+        self, full: dict[str, ChainCellList], preassigned: dict[str, ChainCellList], pinned: dict[str, ChainCellList]
+    ):
         self.full = full
         self.preassigned = preassigned
         self.pinned = pinned
@@ -117,7 +119,9 @@ class CellView:
                 left[lv - 1] = left[lv] * self.child_numbers[chain][lv]
             self.total_left[chain] = left
         self.bad_free = {c: new_chain_cell_list(self.top_level[c]) for c in config.chains}
-        self.vc_doomed = {vc: {c: new_chain_cell_list(self.top_level[c]) for c in counts} for vc, counts in self.vc_free_num.items()}
+        self.vc_doomed = {
+            vc: {c: new_chain_cell_list(self.top_level[c]) for c in counts} for vc, counts in self.vc_free_num.items()
+        }
         self.all_vc_doomed = {c: {lv: 0 for lv in range(1, self.top_level[c] + 1)} for c in config.chains}
         self.bad_nodes: set[str] = set()
         self._leaves_by_node: dict[str, list[PhysicalCell]] = {}
@@ -324,7 +328,9 @@ class CellView:
                 self._release_bad_cell(ch)
 
     # --- leaf cells ----------------------------------------------------------------------------
-    def allocate_leaf_cell(self, p_leaf: PhysicalCell, v_leaf: VirtualCell | None, priority: int, vc: str) -> tuple[bool, str]:
+    def allocate_leaf_cell(
+        self, p_leaf: PhysicalCell, v_leaf: VirtualCell | None, priority: int, vc: str
+    ) -> tuple[bool, str]:
         """Bind (if virtual), set priorities and usage; allocate the preassigned cell if newly bound."""
         if v_leaf is None:
             set_cell_priority(p_leaf, OPPORTUNISTIC_PRIORITY)
@@ -366,4 +372,10 @@ class CellView:
     def check_safety(self) -> None:
         """Raise ``InvariantViolation`` ("VC Safety Broken") if invariant (2) fails on some chain."""
         for chain in self.config.chains:
-            check_vc_safety(chain, self.free[chain].counts(), self.all_vc_free_num[chain], self.child_numbers[chain], self.top_level[chain])
+            check_vc_safety(
+                chain,
+                self.free[chain].counts(),
+                self.all_vc_free_num[chain],
+                self.child_numbers[chain],
+                self.top_level[chain],
+            )

@@ -155,7 +155,14 @@ def _build_cell_types(raw: Mapping[str, Any]) -> dict[str, CellTypeInfo]:
         c = add(child, visiting + (name,))
         node_level = bool(spec.get("isNodeLevel", False))
         out[name] = CellTypeInfo(
-            name, c.level + 1, child, number, c.has_node or node_level, c.has_node, c.leaf_type, c.leaf_cell_number * number
+            name,
+            c.level + 1,
+            child,
+            number,
+            c.has_node or node_level,
+            c.has_node,
+            c.leaf_type,
+            c.leaf_cell_number * number,
         )
         return out[name]
 
@@ -175,7 +182,9 @@ def _build_physical(
 ) -> PhysicalCellConfig:
     given_type = spec.get("cellType")
     if given_type not in (None, "", cell_type):
-        raise CellTreeMismatchError(f"physical cell {prefix}{spec.get('cellAddress', default_index)} has cellType {given_type}, expected {cell_type}")
+        raise CellTreeMismatchError(
+            f"physical cell {prefix}{spec.get('cellAddress', default_index)} has cellType {given_type}, expected {cell_type}"
+        )
     info = types[cell_type]
     own = spec.get("cellAddress")
     own = str(default_index) if own in (None, "") else str(own)
@@ -190,8 +199,12 @@ def _build_physical(
         try:
             index = int(own)
         except ValueError:
-            raise CellTreeMismatchError(f"leaf cell {address} (type {cell_type}): address {own!r} is not a GPU index") from None
-        return PhysicalCellConfig(cell_type, address, 1, chain, str(spec.get("pinnedCellId") or ""), (node or "",), index, ())
+            raise CellTreeMismatchError(
+                f"leaf cell {address} (type {cell_type}): address {own!r} is not a GPU index"
+            ) from None
+        return PhysicalCellConfig(
+            cell_type, address, 1, chain, str(spec.get("pinnedCellId") or ""), (node or "",), index, ()
+        )
     if not raw_children:
         raw_children = [{} for _ in range(info.child_number)]
     if len(raw_children) != info.child_number:
@@ -200,14 +213,18 @@ def _build_physical(
         )
     assert info.child_type is not None
     children = tuple(
-        _build_physical(c or {}, info.child_type, types, chain, default_index * info.child_number + i, address + "/", node)
+        _build_physical(
+            c or {}, info.child_type, types, chain, default_index * info.child_number + i, address + "/", node
+        )
         for i, c in enumerate(raw_children)
     )
     if info.is_multi_nodes:
         nodes = tuple(n for c in children for n in c.nodes)
     else:
         nodes = (node or "",)
-    return PhysicalCellConfig(cell_type, address, info.level, chain, str(spec.get("pinnedCellId") or ""), nodes, None, children)
+    return PhysicalCellConfig(
+        cell_type, address, info.level, chain, str(spec.get("pinnedCellId") or ""), nodes, None, children
+    )
 
 
 def _walk(c: PhysicalCellConfig):
@@ -216,21 +233,27 @@ def _walk(c: PhysicalCellConfig):
         yield from _walk(ch)
 
 
-def _parse_vc(name: str, raw: Mapping[str, Any], types: Mapping[str, CellTypeInfo], chains: tuple[str, ...]) -> VirtualClusterConfig:
+def _parse_vc(
+    name: str, raw: Mapping[str, Any], types: Mapping[str, CellTypeInfo], chains: tuple[str, ...]
+) -> VirtualClusterConfig:
     cells = []
     for entry in (raw or {}).get("virtualCells") or []:
         path = str(_require(entry, "cellType", f"VC {name} virtualCells entry"))
         parts = path.split(".")
         if parts[0] not in chains:
-            raise VirtualClusterSpecError(f"VC {name}: cellType {path} starts with {parts[0]}, which is not a chain (top-level physical cell type)")
-        for parent, child in zip(parts, parts[1:]):
+            raise VirtualClusterSpecError(
+                f"VC {name}: cellType {path} starts with {parts[0]}, which is not a chain (top-level physical cell type)"
+            )
+        for parent, child in zip(parts, parts[1:], strict=False):
             if types[parent].child_type != child:
                 raise VirtualClusterSpecError(f"VC {name}: cellType {path}: {child} is not the child type of {parent}")
         number = entry.get("cellNumber", 0)
         if not isinstance(number, int) or isinstance(number, bool) or number < 0:
             raise VirtualClusterSpecError(f"VC {name}: cellType {path} has cellNumber {number!r}")
         cells.append(VirtualCellConfig(path, parts[0], parts[-1], types[parts[-1]].level, number))
-    pinned = tuple(str(_require(p, "pinnedCellId", f"VC {name} pinnedCells entry")) for p in (raw or {}).get("pinnedCells") or [])
+    pinned = tuple(
+        str(_require(p, "pinnedCellId", f"VC {name} pinnedCells entry")) for p in (raw or {}).get("pinnedCells") or []
+    )
     return VirtualClusterConfig(name, tuple(cells), pinned)
 
 
@@ -282,12 +305,16 @@ def parse_config(raw: Mapping[str, Any]) -> HivedConfig:
     for top in physical:
         for c in _walk(top):
             if c.address in seen:
-                raise DuplicateAddressError(f"physical cell address {c.address} is used twice (types {seen[c.address].cell_type} and {c.cell_type})")
+                raise DuplicateAddressError(
+                    f"physical cell address {c.address} is used twice (types {seen[c.address].cell_type} and {c.cell_type})"
+                )
             seen[c.address] = c
             if c.leaf_index is not None:
                 key = (c.nodes[0], c.leaf_index)
                 if key in gpus:
-                    raise DuplicateAddressError(f"GPU {c.leaf_index} of node {c.nodes[0]} is declared twice ({gpus[key]} and {c.address})")
+                    raise DuplicateAddressError(
+                        f"GPU {c.leaf_index} of node {c.nodes[0]} is declared twice ({gpus[key]} and {c.address})"
+                    )
                 gpus[key] = c.address
             if c.pinned_cell_id:
                 if c.pinned_cell_id in pinned:
@@ -332,7 +359,9 @@ def _int(d: Mapping[str, Any], key: str, default: int | None = None) -> int:
     return v
 
 
-def pod_spec_from_annotation(d: Mapping[str, Any], *, ignore_k8s_suggested_nodes_default: bool = True) -> api.PodSchedulingSpec:
+def pod_spec_from_annotation(
+    d: Mapping[str, Any], *, ignore_k8s_suggested_nodes_default: bool = True
+) -> api.PodSchedulingSpec:
     """Parse HiveD's camelCase pod scheduling spec (the ``hivedscheduler.microsoft.com/pod-scheduling-spec``).
 
     Legacy ``gpuType``/``gpuNumber`` are accepted. ``ignoreK8sSuggestedNodes`` defaults to True
@@ -359,10 +388,14 @@ def pod_spec_from_annotation(d: Mapping[str, Any], *, ignore_k8s_suggested_nodes
             pods = _int(m, "podNumber")
             leaves = _int(m, "leafCellNumber" if "leafCellNumber" in m else "gpuNumber")
             if pods <= 0 or leaves <= 0:
-                raise InvalidEvent(f"pod scheduling spec: affinity group {name} member needs positive podNumber and leafCellNumber")
+                raise InvalidEvent(
+                    f"pod scheduling spec: affinity group {name} member needs positive podNumber and leafCellNumber"
+                )
             members.append(api.AffinityGroupMember(pods, leaves))
         if not any(m.leaf_cell_number == leaf_number for m in members):
-            raise InvalidEvent(f"pod scheduling spec: affinity group {name} has no member with leafCellNumber {leaf_number}")
+            raise InvalidEvent(
+                f"pod scheduling spec: affinity group {name} has no member with leafCellNumber {leaf_number}"
+            )
         group = api.AffinityGroupSpec(name, tuple(members))
     return api.PodSchedulingSpec(
         virtual_cluster=vc,
@@ -438,6 +471,8 @@ def pod_spec_to_annotation(s: api.PodSchedulingSpec) -> dict[str, Any]:
     if s.affinity_group is not None:
         out["affinityGroup"] = {
             "name": s.affinity_group.name,
-            "members": [{"podNumber": m.pod_number, "leafCellNumber": m.leaf_cell_number} for m in s.affinity_group.members],
+            "members": [
+                {"podNumber": m.pod_number, "leafCellNumber": m.leaf_cell_number} for m in s.affinity_group.members
+            ],
         }
     return out

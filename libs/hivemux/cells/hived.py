@@ -55,10 +55,26 @@ from hivemux.cells.affinity_group import (
     make_bind_info,
     placement_leaves,
 )
-from hivemux.cells.buddy import FreeList, Request, allocate_cell, binding_paths, map_virtual_cells, safe_relaxed_allocate
-from hivemux.cells.cell import PhysicalCell, VirtualCell, in_free_cell_list, physical_status, set_cell_state, virtual_status, walk
+from hivemux.cells.buddy import (
+    FreeList,
+    Request,
+    allocate_cell,
+    binding_paths,
+    map_virtual_cells,
+    safe_relaxed_allocate,
+)
+from hivemux.cells.cell import (
+    PhysicalCell,
+    VirtualCell,
+    in_free_cell_list,
+    physical_status,
+    set_cell_state,
+    virtual_status,
+    walk,
+)
 from hivemux.cells.cell_view import MIN_GUARANTEED_PRIORITY, CellView
 from hivemux.cells.config import HivedConfig, parse_config
+from hivemux.cells.recovery import find_physical_leaf, find_virtual_leaf
 from hivemux.cells.topology import TopologyAwareScheduler
 from hivemux.errors import ConfigurationError, InvalidEvent
 
@@ -66,23 +82,32 @@ from hivemux.errors import ConfigurationError, InvalidEvent
 class HivedScheduler:
     """Implements ``api.CellScheduler``. Single-threaded; callers serialize calls."""
 
-    def __init__(self, config: HivedConfig | Mapping[str, Any], chain_search_order: Mapping[str, Sequence[str]] | None = None):
+    def __init__(
+        self, config: HivedConfig | Mapping[str, Any], chain_search_order: Mapping[str, Sequence[str]] | None = None
+    ):
         self.config = config if isinstance(config, HivedConfig) else parse_config(config)
         cfg = self.config
         self.chain_order: dict[str, tuple[str, ...]] = dict(cfg.leaf_type_chains)
         for leaf_type, chains in (chain_search_order or {}).items():
             if leaf_type not in cfg.leaf_type_chains or set(chains) != set(cfg.leaf_type_chains[leaf_type]):
-                raise ConfigurationError(f"chain search order for leaf type {leaf_type} must list exactly its chains {cfg.leaf_type_chains.get(leaf_type)}")
+                raise ConfigurationError(
+                    f"chain search order for leaf type {leaf_type} must list exactly its chains {cfg.leaf_type_chains.get(leaf_type)}"
+                )
             self.chain_order[leaf_type] = tuple(chains)
         self.view = CellView(cfg)
         self.vc_schedulers: dict[str, dict[str, TopologyAwareScheduler]] = {}
         self.pinned_schedulers: dict[str, dict[str, TopologyAwareScheduler]] = {}
         for vc, cells in self.view.vcs.items():
-            self.vc_schedulers[vc] = {c: TopologyAwareScheduler(ccl, cfg.level_leaf_numbers(c), True) for c, ccl in cells.full.items()}
-            self.pinned_schedulers[vc] = {
-                pid: TopologyAwareScheduler(ccl, cfg.level_leaf_numbers(cfg.pinned_cells[pid].chain), True) for pid, ccl in cells.pinned.items()
+            self.vc_schedulers[vc] = {
+                c: TopologyAwareScheduler(ccl, cfg.level_leaf_numbers(c), True) for c, ccl in cells.full.items()
             }
-        self.opportunistic_schedulers = {c: TopologyAwareScheduler(self.view.full[c], cfg.level_leaf_numbers(c), False) for c in cfg.chains}
+            self.pinned_schedulers[vc] = {
+                pid: TopologyAwareScheduler(ccl, cfg.level_leaf_numbers(cfg.pinned_cells[pid].chain), True)
+                for pid, ccl in cells.pinned.items()
+            }
+        self.opportunistic_schedulers = {
+            c: TopologyAwareScheduler(self.view.full[c], cfg.level_leaf_numbers(c), False) for c in cfg.chains
+        }
         self.groups: dict[str, AffinityGroup] = {}
         self.pod_slots: dict[str, tuple[str, int, int]] = {}  # allocated pod -> (group, leaf number, index)
         nodes = self.view.nodes()
@@ -92,7 +117,9 @@ class HivedScheduler:
             self.view.set_healthy_node(n)
 
     # --- CellScheduler: scheduling ------------------------------------------------------------
-    def schedule(self, pod: api.Pod, suggested: api.SuggestedNodes = api.ALL_NODES, phase: api.Phase = "preempting") -> api.ScheduleResult:
+    def schedule(
+        self, pod: api.Pod, suggested: api.SuggestedNodes = api.ALL_NODES, phase: api.Phase = "preempting"
+    ) -> api.ScheduleResult:
         s = pod.spec
         spec = s.affinity_group or api.AffinityGroupSpec(pod.name, (api.AffinityGroupMember(1, s.leaf_cell_number),))
         error = self._validate(s, spec)
@@ -105,7 +132,9 @@ class HivedScheduler:
         pod_index = 0
         g = self.groups.get(spec.name)
         if g is not None and s.leaf_cell_number not in g.total_pods:
-            return api.UserError(f"[{pod.name}]: affinity group {spec.name} has no member with leafCellNumber {s.leaf_cell_number}")
+            return api.UserError(
+                f"[{pod.name}]: affinity group {spec.name} has no member with leafCellNumber {s.leaf_cell_number}"
+            )
         if g is not None:
             bad = self._bad_or_non_suggested(g.physical, suggested, g.ignore_suggested)
             if g.state == "allocated":
@@ -138,8 +167,13 @@ class HivedScheduler:
             return api.Wait(wait_reason)
         if victims:
             node = min(victims)
-            return api.Preempt(tuple(sorted(victims[node])), reason=f"affinity group {spec.name} needs the leaf cells of {sorted(victims[node])} on node {node}")
-        info, leaves, node = make_bind_info(physical, virtual, self._type_name, s.leaf_cell_number, pod_index, self.groups.get(spec.name))
+            return api.Preempt(
+                tuple(sorted(victims[node])),
+                reason=f"affinity group {spec.name} needs the leaf cells of {sorted(victims[node])} on node {node}",
+            )
+        info, leaves, node = make_bind_info(
+            physical, virtual, self._type_name, s.leaf_cell_number, pod_index, self.groups.get(spec.name)
+        )
         return api.Bind(node, leaves, info, reason=f"affinity group {spec.name} placed in chain {info.cell_chain}")
 
     def _validate(self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec) -> str:
@@ -166,7 +200,9 @@ class HivedScheduler:
                 return f"Pod requesting leaf cell type {s.leaf_cell_type} which VC {s.virtual_cluster} does not have"
         else:
             chains = self.config.chains
-        largest = max(t.leaf_cell_number for c in chains for t in self.config.chain_types(c).values() if t.is_node_level)
+        largest = max(
+            t.leaf_cell_number for c in chains for t in self.config.chain_types(c).values() if t.is_node_level
+        )
         biggest = max(m.leaf_cell_number for m in spec.members)
         if biggest > largest:
             return f"a pod of affinity group {spec.name} requests {biggest} leaf cells, more than any node holds ({largest})"
@@ -200,10 +236,14 @@ class HivedScheduler:
     ) -> tuple[Placement | None, Placement | None, str]:
         where = f"pinned cell {s.pinned_cell_id}" if s.pinned_cell_id else f"chain {chain}"
         if s.priority < MIN_GUARANTEED_PRIORITY:
-            placement, why = self.opportunistic_schedulers[chain].schedule(pods, api.OPPORTUNISTIC_PRIORITY, req.suggested, req.ignore_suggested)
+            placement, why = self.opportunistic_schedulers[chain].schedule(
+                pods, api.OPPORTUNISTIC_PRIORITY, req.suggested, req.ignore_suggested
+            )
             return placement, None, "" if placement else f"{why} when scheduling in physical cluster ({where})"
         scheduler = (
-            self.pinned_schedulers[s.virtual_cluster][s.pinned_cell_id] if s.pinned_cell_id else self.vc_schedulers[s.virtual_cluster][chain]
+            self.pinned_schedulers[s.virtual_cluster][s.pinned_cell_id]
+            if s.pinned_cell_id
+            else self.vc_schedulers[s.virtual_cluster][chain]
         )
         virtual, why = scheduler.schedule(pods, s.priority, req.suggested, req.ignore_suggested)
         if virtual is None:
@@ -214,13 +254,19 @@ class HivedScheduler:
         free = self.view.free[chain].copy()
         free_num = dict(self.view.all_vc_free_num[chain])
         if self._map_to_physical(preassigned, others, free, free_num, chain, req, bindings):
-            return {n: [[bindings[v.address] for v in pod] for pod in pods_] for n, pods_ in virtual.items()}, virtual, ""
+            return (
+                {n: [[bindings[v.address] for v in pod] for pod in pods_] for n, pods_ in virtual.items()},
+                virtual,
+                "",
+            )
         for group_name, original in lazy.items():
             self._revert_lazy_preempt(self.groups[group_name], original)
         kind = "bad" if req.ignore_suggested else "bad or non-suggested"
         return None, None, f"Mapping the virtual placement would need to use at least one {kind} node ({where})"
 
-    def _map_to_physical(self, preassigned, others, free: FreeList, free_num: dict[int, int], chain: str, req: Request, bindings) -> bool:
+    def _map_to_physical(
+        self, preassigned, others, free: FreeList, free_num: dict[int, int], chain: str, req: Request, bindings
+    ) -> bool:
         for path in preassigned:
             if not allocate_cell(path, free, req, bindings) and not safe_relaxed_allocate(
                 path, free, free_num, self.view.child_numbers[chain], req, bindings
@@ -244,7 +290,12 @@ class HivedScheduler:
         preempted: dict[str, Placement] = {}
         for _, _, _, v in placement_leaves(virtual):
             p = v.physical_cell
-            if p is not None and p.state == "used" and p.using_group.lazy_preemption_enable and p.using_group.virtual is not None:
+            if (
+                p is not None
+                and p.state == "used"
+                and p.using_group.lazy_preemption_enable
+                and p.using_group.virtual is not None
+            ):
                 preempted[p.using_group.name] = self._lazy_preempt_group(p.using_group, preemptor)
         return preempted
 
@@ -269,7 +320,13 @@ class HivedScheduler:
 
     def _new_group(self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, state: str) -> AffinityGroup:
         return AffinityGroup(
-            spec.name, s.virtual_cluster, s.priority, s.lazy_preemption_enable, s.ignore_k8s_suggested_nodes, group_pod_numbers(spec), state
+            spec.name,
+            s.virtual_cluster,
+            s.priority,
+            s.lazy_preemption_enable,
+            s.ignore_k8s_suggested_nodes,
+            group_pod_numbers(spec),
+            state,
         )
 
     def _create_preempting_group(self, pod: api.Pod, s, spec, physical: Placement, virtual: Placement | None) -> None:
@@ -316,13 +373,17 @@ class HivedScheduler:
         index = allocated_pod_index(bind_info, s.leaf_cell_number)
         slots = g.allocated_pods.get(s.leaf_cell_number)
         if index < 0 or slots is None or index >= len(slots):
-            raise InvalidEvent(f"[{pod.name}]: placement node {bind_info.node} leaf cells {bind_info.leaf_cell_isolation} not found in group {spec.name}")
+            raise InvalidEvent(
+                f"[{pod.name}]: placement node {bind_info.node} leaf cells {bind_info.leaf_cell_isolation} not found in group {spec.name}"
+            )
         slots[index] = pod.name
         g.pod_nodes[pod.name] = bind_info.node
         g.bind_infos[pod.name] = bind_info
         self.pod_slots[pod.name] = (g.name, s.leaf_cell_number, index)
 
-    def _create_allocated_group(self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, info: api.BindInfo) -> AffinityGroup:
+    def _create_allocated_group(
+        self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, info: api.BindInfo
+    ) -> AffinityGroup:
         g = self._new_group(s, spec, "allocated")
         self.groups[g.name] = g
         lazy = False
@@ -334,11 +395,15 @@ class HivedScheduler:
                 continue
             for i, placement in enumerate(member.pod_placements[: len(g.physical[n])]):
                 for j, index in enumerate(placement.physical_leaf_cell_indices[:n]):
-                    p = self._find_physical_leaf(info.cell_chain, placement.physical_node, index)
+                    p = find_physical_leaf(self.view, info.cell_chain, placement.physical_node, index)
                     if p is None or p.using_group is not None or p.reserving_group is not None:
                         continue  # no longer in the configuration (or taken): the pod keeps running
                     types = placement.preassigned_cell_types
-                    v, why = (None, "") if g.virtual is None or lazy else self._find_virtual_leaf(p, types[j] if j < len(types) else None, s)
+                    v, why = (
+                        (None, "")
+                        if g.virtual is None or lazy
+                        else find_virtual_leaf(self.view, p, types[j] if j < len(types) else None, s)
+                    )
                     g.physical[n][i][j] = p
                     if why == "opportunistic":
                         g.virtual = None
@@ -356,31 +421,6 @@ class HivedScheduler:
         if lazy and g.virtual is not None:
             self._lazy_preempt_group(g, g.name)
         return g
-
-    def _find_physical_leaf(self, chain: str, node: str, index: int) -> PhysicalCell | None:
-        chains = ([chain] if chain in self.view.full else []) + [c for c in self.config.chains if c != chain]
-        for c in chains:
-            for leaf in self.view.full[c][1]:
-                if leaf.nodes[0] == node and leaf.leaf_index == index:
-                    return leaf
-        return None
-
-    def _find_virtual_leaf(self, p: PhysicalCell, preassigned_type: str | None, s: api.PodSchedulingSpec) -> tuple[VirtualCell | None, str]:
-        """The virtual leaf a recovered physical leaf maps to; ``why`` says why there is none."""
-        if preassigned_type is None:
-            return None, "preassigned cell not found in pod bind info"
-        if preassigned_type == "":
-            return None, "opportunistic"
-        levels = [lv for lv, t in self.config.chain_types(p.chain).items() if t.name == preassigned_type]
-        cells = self.view.vcs.get(s.virtual_cluster)
-        if not levels:
-            return None, f"Preassigned cell type {preassigned_type} not found in chain {p.chain}"
-        if cells is None:
-            return None, f"VC {s.virtual_cluster} not found"
-        lists = cells.pinned.get(s.pinned_cell_id) if s.pinned_cell_id else cells.preassigned.get(p.chain)
-        if lists is None:
-            return None, f"VC {s.virtual_cluster} has no cell for {s.pinned_cell_id or p.chain}"
-        return _physical_to_virtual(p, lists, levels[-1], s.priority, s.virtual_cluster)
 
     def _lazy_preempt_cell(self, v: VirtualCell, preemptor: str) -> None:
         for c in walk(v):
@@ -445,31 +485,3 @@ class HivedScheduler:
         roots += [cells.pinned_root(pid) for pid in cells.pinned]
         roots.sort(key=lambda c: int(c.address.rsplit("/", 1)[1]))
         return tuple(virtual_status(c) for c in roots)
-
-
-def _lowest_priority_virtual(cells: list[VirtualCell], p: int) -> VirtualCell | None:
-    lowest, found = api.MAX_GUARANTEED_PRIORITY, None
-    for c in cells:
-        if c.priority == api.FREE_PRIORITY:
-            if c.physical_cell is None:
-                return c
-        elif c.priority < p and c.priority < lowest:
-            lowest, found = c.priority, c
-    return found
-
-
-def _physical_to_virtual(c: PhysicalCell, lists: dict[int, list[VirtualCell]], level: int, p: int, vc: str) -> tuple[VirtualCell | None, str]:
-    if c.virtual_cell is not None:
-        if c.virtual_cell.vc != vc:
-            return None, f"physical cell {c.address} is bound to VC {c.virtual_cell.vc}"
-        return c.virtual_cell, ""
-    if c.level == level:
-        v = _lowest_priority_virtual(lists.get(level, []), p)
-        return (v, "") if v else (None, f"insufficient free cell in the VC at the preassigned level ({level})")
-    if c.parent is None:
-        return None, f"physical and virtual cell hierarchies not match (cannot reach the preassigned level {level} in physical)"
-    parent, why = _physical_to_virtual(c.parent, lists, level, p, vc)
-    if parent is None:
-        return None, why
-    v = _lowest_priority_virtual(parent.children, p)
-    return (v, "") if v else (None, f"no free virtual cell below {parent.address}")

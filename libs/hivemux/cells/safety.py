@@ -25,7 +25,9 @@ from collections.abc import Mapping
 from hivemux.errors import InvariantViolation
 
 
-def obtainable_cells(free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int) -> dict[int, int]:
+def obtainable_cells(
+    free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int
+) -> dict[int, int]:
     """``F_k`` per level (Eqn. 1)."""
     obtainable = {top: 0}
     for k in range(top - 1, 0, -1):
@@ -34,7 +36,9 @@ def obtainable_cells(free: Mapping[int, int], unallocated: Mapping[int, int], ch
     return obtainable
 
 
-def splittable_cells(free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int) -> dict[int, int]:
+def splittable_cells(
+    free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int
+) -> dict[int, int]:
     """Per level, the free cells no VC needs there: ``f_k + F_k - (r_k - a_k)`` (the slack of (2)).
 
     Raises on a negative slack, like the reference's ``safeRelaxedBuddyAlloc``.
@@ -53,7 +57,9 @@ def splittable_cells(free: Mapping[int, int], unallocated: Mapping[int, int], ch
     return slack
 
 
-def is_vc_safe(free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int) -> bool:
+def is_vc_safe(
+    free: Mapping[int, int], unallocated: Mapping[int, int], child_numbers: Mapping[int, int], top: int
+) -> bool:
     """Invariant (2) as a predicate."""
     obtainable = obtainable_cells(free, unallocated, child_numbers, top)
     return all(unallocated.get(k, 0) <= free.get(k, 0) + obtainable[k] for k in range(1, top + 1))

@@ -127,7 +127,7 @@ class TopologyAwareScheduler:
             return None, reason
         available: dict[int, list[Any]] = {}
         placements: dict[int, list[list[Any]]] = {}
-        for leaf_number, node in zip(leaf_numbers, nodes):
+        for leaf_number, node in zip(leaf_numbers, nodes, strict=True):
             key = id(node.cell)
             if key not in available:
                 free, preemptible = _leaves(node.cell, p)

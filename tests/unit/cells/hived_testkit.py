@@ -25,20 +25,26 @@ def figure3_config() -> dict[str, Any]:
             "physicalCells": [{"cellType": "RACK", "cellChildren": [{"cellAddress": f"node-{i}"} for i in range(4)]}],
         },
         "virtualClusters": {
-            "A": {"virtualCells": [
-                {"cellType": "RACK.NODE.SOCKET", "cellNumber": 1},
-                {"cellType": "RACK.NODE.SOCKET.SWITCH", "cellNumber": 1},
-                {"cellType": "RACK.NODE.SOCKET.SWITCH.GPU", "cellNumber": 1},
-            ]},
-            "B": {"virtualCells": [
-                {"cellType": "RACK.NODE.SOCKET", "cellNumber": 1},
-                {"cellType": "RACK.NODE.SOCKET.SWITCH", "cellNumber": 1},
-                {"cellType": "RACK.NODE.SOCKET.SWITCH.GPU", "cellNumber": 1},
-            ]},
-            "C": {"virtualCells": [
-                {"cellType": "RACK.NODE", "cellNumber": 2},
-                {"cellType": "RACK.NODE.SOCKET.SWITCH", "cellNumber": 1},
-            ]},
+            "A": {
+                "virtualCells": [
+                    {"cellType": "RACK.NODE.SOCKET", "cellNumber": 1},
+                    {"cellType": "RACK.NODE.SOCKET.SWITCH", "cellNumber": 1},
+                    {"cellType": "RACK.NODE.SOCKET.SWITCH.GPU", "cellNumber": 1},
+                ]
+            },
+            "B": {
+                "virtualCells": [
+                    {"cellType": "RACK.NODE.SOCKET", "cellNumber": 1},
+                    {"cellType": "RACK.NODE.SOCKET.SWITCH", "cellNumber": 1},
+                    {"cellType": "RACK.NODE.SOCKET.SWITCH.GPU", "cellNumber": 1},
+                ]
+            },
+            "C": {
+                "virtualCells": [
+                    {"cellType": "RACK.NODE", "cellNumber": 2},
+                    {"cellType": "RACK.NODE.SOCKET.SWITCH", "cellNumber": 1},
+                ]
+            },
         },
     }
 
@@ -54,17 +60,26 @@ def k80_config() -> dict[str, Any]:
                 "3-K80-NODE": {"childCellType": "K80-NODE", "childCellNumber": 3},
             },
             "physicalCells": [
-                {"cellType": "3-K80-NODE", "cellChildren": [
-                    {"cellAddress": "10.151.41.19"},
-                    {"cellAddress": "10.151.41.25", "pinnedCellId": "VC2-K80"},
-                    {"cellAddress": "10.151.41.26"},
-                ]},
-                {"cellType": "2-K80-NODE", "cellChildren": [{"cellAddress": "10.151.41.23"}, {"cellAddress": "10.151.41.24"}]},
+                {
+                    "cellType": "3-K80-NODE",
+                    "cellChildren": [
+                        {"cellAddress": "10.151.41.19"},
+                        {"cellAddress": "10.151.41.25", "pinnedCellId": "VC2-K80"},
+                        {"cellAddress": "10.151.41.26"},
+                    ],
+                },
+                {
+                    "cellType": "2-K80-NODE",
+                    "cellChildren": [{"cellAddress": "10.151.41.23"}, {"cellAddress": "10.151.41.24"}],
+                },
             ],
         },
         "virtualClusters": {
             "vc1": {"virtualCells": [{"cellType": "3-K80-NODE.K80-NODE", "cellNumber": 1}]},
-            "vc2": {"virtualCells": [{"cellType": "3-K80-NODE.K80-NODE", "cellNumber": 1}], "pinnedCells": [{"pinnedCellId": "VC2-K80"}]},
+            "vc2": {
+                "virtualCells": [{"cellType": "3-K80-NODE.K80-NODE", "cellNumber": 1}],
+                "pinnedCells": [{"pinnedCellId": "VC2-K80"}],
+            },
             "default": {"virtualCells": [{"cellType": "2-K80-NODE", "cellNumber": 1}]},
         },
     }
@@ -86,8 +101,18 @@ def two_chain_config() -> dict[str, Any]:
             ],
         },
         "virtualClusters": {
-            "X": {"virtualCells": [{"cellType": "V100-NODE", "cellNumber": 1}, {"cellType": "2-V100-NODE.V100-NODE", "cellNumber": 1}]},
-            "Y": {"virtualCells": [{"cellType": "2-V100-NODE.V100-NODE", "cellNumber": 1}, {"cellType": "P100-NODE", "cellNumber": 1}]},
+            "X": {
+                "virtualCells": [
+                    {"cellType": "V100-NODE", "cellNumber": 1},
+                    {"cellType": "2-V100-NODE.V100-NODE", "cellNumber": 1},
+                ]
+            },
+            "Y": {
+                "virtualCells": [
+                    {"cellType": "2-V100-NODE.V100-NODE", "cellNumber": 1},
+                    {"cellType": "P100-NODE", "cellNumber": 1},
+                ]
+            },
         },
     }
 
@@ -151,3 +176,35 @@ def leaf_state(h: HivedScheduler, node: str, index: int) -> api.PhysicalCellStat
 
 def group(h: HivedScheduler, name: str) -> api.GroupStatus | None:
     return next((g for g in h.affinity_groups() if g.name == name), None)
+
+
+def pools_config(
+    *,
+    m60_nodes: tuple[str, ...] = ("10.151.41.26",),
+    k80_nodes: tuple[str, ...] = ("10.151.41.18", "10.151.41.19", "10.151.41.23", "10.151.41.24"),
+    vcs: dict[str, dict[str, int]] | None = None,
+) -> dict[str, Any]:
+    """The reference's feature demo configs 2-7/33: a K80 node pool and an M60 node pool."""
+    vcs = vcs if vcs is not None else {"vc1": {"K80": 1, "M60": 1}, "default": {"K80": 2}}
+    cell_types: dict[str, Any] = {
+        "K80-2GPU": {"childCellType": "K80", "childCellNumber": 2},
+        "K80-NODE": {"childCellType": "K80-2GPU", "childCellNumber": 2, "isNodeLevel": True},
+        "K80-NODE-POOL": {"childCellType": "K80-NODE", "childCellNumber": len(k80_nodes)},
+    }
+    physical = [{"cellType": "K80-NODE-POOL", "cellChildren": [{"cellAddress": n} for n in k80_nodes]}]
+    if m60_nodes:
+        cell_types.update(
+            {
+                "M60-2GPU": {"childCellType": "M60", "childCellNumber": 2},
+                "M60-NODE": {"childCellType": "M60-2GPU", "childCellNumber": 2, "isNodeLevel": True},
+                "M60-NODE-POOL": {"childCellType": "M60-NODE", "childCellNumber": len(m60_nodes)},
+            }
+        )
+        physical.append({"cellType": "M60-NODE-POOL", "cellChildren": [{"cellAddress": n} for n in m60_nodes]})
+    return {
+        "physicalCluster": {"cellTypes": cell_types, "physicalCells": physical},
+        "virtualClusters": {
+            vc: {"virtualCells": [{"cellType": f"{t}-NODE-POOL.{t}-NODE", "cellNumber": n} for t, n in cells.items()]}
+            for vc, cells in vcs.items()
+        },
+    }

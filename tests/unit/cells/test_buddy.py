@@ -122,7 +122,9 @@ def test_safe_relaxed_split_takes_only_cells_no_vc_needs(rack):
     assert {p.nodes[0] for p in bindings.values()} == {"node-3"}
 
     free = FreeList(5, {4: [n3], 3: [socket_n0]})
-    assert not safe_relaxed_allocate(path_for(socket), free, {4: 1, 3: 1}, child_numbers, only_n3, {})  # n3 is needed whole
+    assert not safe_relaxed_allocate(
+        path_for(socket), free, {4: 1, 3: 1}, child_numbers, only_n3, {}
+    )  # n3 is needed whole
 
     with pytest.raises(InvariantViolation, match="VC Safety Broken"):
         safe_relaxed_allocate(path_for(socket), FreeList(5, {4: [n3]}), {4: 2}, child_numbers, only_n3, {})

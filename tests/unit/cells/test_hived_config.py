@@ -68,10 +68,13 @@ def test_unaddressed_cells_above_nodes_derive_addresses_and_explicit_gpu_indices
             },
             "physicalCells": [
                 {"cellType": "N", "cellAddress": "solo", "cellChildren": [{"cellAddress": "7"}, {"cellAddress": "3"}]},
-                {"cellType": "4N", "cellChildren": [
-                    {"cellChildren": [{"cellAddress": "a"}, {"cellAddress": "b"}]},
-                    {"cellChildren": [{"cellAddress": "c"}, {"cellAddress": "d"}]},
-                ]},
+                {
+                    "cellType": "4N",
+                    "cellChildren": [
+                        {"cellChildren": [{"cellAddress": "a"}, {"cellAddress": "b"}]},
+                        {"cellChildren": [{"cellAddress": "c"}, {"cellAddress": "d"}]},
+                    ],
+                },
             ],
         },
         "virtualClusters": {},
@@ -100,18 +103,90 @@ def _set(path, value):
 
 
 CASES = [
-    ("unknown physical cell type", _set(("physicalCluster", "physicalCells", 0, "cellType"), "ROW"), UnknownCellTypeError, "ROW"),
-    ("cycle in cell types", _set(("physicalCluster", "cellTypes", "GPU"), {"childCellType": "NODE", "childCellNumber": 1}), UnknownCellTypeError, "own descendant"),
-    ("bad child number", _set(("physicalCluster", "cellTypes", "SWITCH", "childCellNumber"), 0), CellTreeMismatchError, "SWITCH"),
-    ("wrong child count", _set(("physicalCluster", "physicalCells", 0, "cellChildren"), [{"cellAddress": "n0"}, {"cellAddress": "n1"}]), CellTreeMismatchError, "physical cell 0 (type RACK) has 2 children"),
-    ("duplicate address", _set(("physicalCluster", "physicalCells", 0, "cellChildren"), [{"cellAddress": "n0"}, {"cellAddress": "n1"}, {"cellAddress": "n0"}, {"cellAddress": "n3"}]), DuplicateAddressError, "0/n0"),
-    ("leaf address is not an index", _set(("physicalCluster", "physicalCells", 0, "cellChildren"), [{"cellAddress": f"n{i}", "cellChildren": [{"cellChildren": [{"cellChildren": [{"cellAddress": "x"}, {}]}, {}]}, {}]} for i in range(4)]), CellTreeMismatchError, "0/n0/0/0/x"),
-    ("top cell below node level", _set(("physicalCluster", "physicalCells"), [{"cellType": "SOCKET"}]), CellTreeMismatchError, "SOCKET"),
-    ("pinned id not found", _set(("virtualClusters", "A", "pinnedCells"), [{"pinnedCellId": "nowhere"}]), PinnedCellError, "VC A: pinnedCellId nowhere"),
-    ("unknown chain in VC", _set(("virtualClusters", "B", "virtualCells", 0, "cellType"), "ROW.NODE"), VirtualClusterSpecError, "VC B"),
-    ("wrong type path in VC", _set(("virtualClusters", "C", "virtualCells", 0, "cellType"), "RACK.SOCKET"), VirtualClusterSpecError, "VC C: cellType RACK.SOCKET: SOCKET is not the child type of RACK"),
-    ("negative cell number", _set(("virtualClusters", "C", "virtualCells", 0, "cellNumber"), -1), VirtualClusterSpecError, "VC C"),
-    ("assignment exceeds capacity", _set(("virtualClusters", "C", "virtualCells", 0, "cellNumber"), 4), InsufficientCapacityError, "Insufficient physical cells at chain RACK level 3 (SOCKET): 2 needed, 0 available"),
+    (
+        "unknown physical cell type",
+        _set(("physicalCluster", "physicalCells", 0, "cellType"), "ROW"),
+        UnknownCellTypeError,
+        "ROW",
+    ),
+    (
+        "cycle in cell types",
+        _set(("physicalCluster", "cellTypes", "GPU"), {"childCellType": "NODE", "childCellNumber": 1}),
+        UnknownCellTypeError,
+        "own descendant",
+    ),
+    (
+        "bad child number",
+        _set(("physicalCluster", "cellTypes", "SWITCH", "childCellNumber"), 0),
+        CellTreeMismatchError,
+        "SWITCH",
+    ),
+    (
+        "wrong child count",
+        _set(("physicalCluster", "physicalCells", 0, "cellChildren"), [{"cellAddress": "n0"}, {"cellAddress": "n1"}]),
+        CellTreeMismatchError,
+        "physical cell 0 (type RACK) has 2 children",
+    ),
+    (
+        "duplicate address",
+        _set(
+            ("physicalCluster", "physicalCells", 0, "cellChildren"),
+            [{"cellAddress": "n0"}, {"cellAddress": "n1"}, {"cellAddress": "n0"}, {"cellAddress": "n3"}],
+        ),
+        DuplicateAddressError,
+        "0/n0",
+    ),
+    (
+        "leaf address is not an index",
+        _set(
+            ("physicalCluster", "physicalCells", 0, "cellChildren"),
+            [
+                {
+                    "cellAddress": f"n{i}",
+                    "cellChildren": [{"cellChildren": [{"cellChildren": [{"cellAddress": "x"}, {}]}, {}]}, {}],
+                }
+                for i in range(4)
+            ],
+        ),
+        CellTreeMismatchError,
+        "0/n0/0/0/x",
+    ),
+    (
+        "top cell below node level",
+        _set(("physicalCluster", "physicalCells"), [{"cellType": "SOCKET"}]),
+        CellTreeMismatchError,
+        "SOCKET",
+    ),
+    (
+        "pinned id not found",
+        _set(("virtualClusters", "A", "pinnedCells"), [{"pinnedCellId": "nowhere"}]),
+        PinnedCellError,
+        "VC A: pinnedCellId nowhere",
+    ),
+    (
+        "unknown chain in VC",
+        _set(("virtualClusters", "B", "virtualCells", 0, "cellType"), "ROW.NODE"),
+        VirtualClusterSpecError,
+        "VC B",
+    ),
+    (
+        "wrong type path in VC",
+        _set(("virtualClusters", "C", "virtualCells", 0, "cellType"), "RACK.SOCKET"),
+        VirtualClusterSpecError,
+        "VC C: cellType RACK.SOCKET: SOCKET is not the child type of RACK",
+    ),
+    (
+        "negative cell number",
+        _set(("virtualClusters", "C", "virtualCells", 0, "cellNumber"), -1),
+        VirtualClusterSpecError,
+        "VC C",
+    ),
+    (
+        "assignment exceeds capacity",
+        _set(("virtualClusters", "C", "virtualCells", 0, "cellNumber"), 4),
+        InsufficientCapacityError,
+        "Insufficient physical cells at chain RACK level 3 (SOCKET): 2 needed, 0 available",
+    ),
 ]
 
 
@@ -142,15 +217,28 @@ def test_t23_initial_assignment_exceeding_capacity_reproduces_the_reference_mess
             "physicalCells": [
                 {"cellType": "CT1-NODE", "cellAddress": "0.0.0.0"},
                 {"cellType": "CT1-NODE", "cellAddress": "0.0.0.1"},
-                {"cellType": "CT1-NODE", "cellAddress": "1.0.0.2", "cellChildren": [{"cellAddress": "8", "pinnedCellId": "VC1-YQW-CT1"}, {"cellAddress": "9"}]},
+                {
+                    "cellType": "CT1-NODE",
+                    "cellAddress": "1.0.0.2",
+                    "cellChildren": [{"cellAddress": "8", "pinnedCellId": "VC1-YQW-CT1"}, {"cellAddress": "9"}],
+                },
             ],
         },
         "virtualClusters": {
-            "VC1": {"virtualCells": [{"cellType": "CT1-NODE", "cellNumber": 2}, {"cellType": "CT1-NODE.CT1", "cellNumber": 2}], "pinnedCells": [{"pinnedCellId": "VC1-YQW-CT1"}]},
+            "VC1": {
+                "virtualCells": [
+                    {"cellType": "CT1-NODE", "cellNumber": 2},
+                    {"cellType": "CT1-NODE.CT1", "cellNumber": 2},
+                ],
+                "pinnedCells": [{"pinnedCellId": "VC1-YQW-CT1"}],
+            },
             "VC2": {"virtualCells": [{"cellType": "CT1-NODE", "cellNumber": 1}]},
         },
     }
-    with pytest.raises(InsufficientCapacityError, match="Insufficient physical cells at chain CT1-NODE level 1 \\(CT1\\): 3 needed, 0 available"):
+    with pytest.raises(
+        InsufficientCapacityError,
+        match="Insufficient physical cells at chain CT1-NODE level 1 \\(CT1\\): 3 needed, 0 available",
+    ):
         parse_config(raw)
     fixed = copy.deepcopy(raw)
     fixed["virtualClusters"]["VC2"]["virtualCells"][0]["cellNumber"] = 0
@@ -159,22 +247,50 @@ def test_t23_initial_assignment_exceeding_capacity_reproduces_the_reference_mess
 
 
 def test_pod_spec_from_annotation():
-    spec = pod_spec_from_annotation({
-        "virtualCluster": "VC1", "priority": 1, "leafCellType": "DGX2-V100", "leafCellNumber": 2, "lazyPreemptionEnable": True,
-        "affinityGroup": {"name": "g", "members": [{"podNumber": 2, "leafCellNumber": 2}, {"podNumber": 1, "leafCellNumber": 1}]},
-    })
+    spec = pod_spec_from_annotation(
+        {
+            "virtualCluster": "VC1",
+            "priority": 1,
+            "leafCellType": "DGX2-V100",
+            "leafCellNumber": 2,
+            "lazyPreemptionEnable": True,
+            "affinityGroup": {
+                "name": "g",
+                "members": [{"podNumber": 2, "leafCellNumber": 2}, {"podNumber": 1, "leafCellNumber": 1}],
+            },
+        }
+    )
     assert spec == api.PodSchedulingSpec(
-        "VC1", 1, 2, "DGX2-V100", "", True, True,
+        "VC1",
+        1,
+        2,
+        "DGX2-V100",
+        "",
+        True,
+        True,
         api.AffinityGroupSpec("g", (api.AffinityGroupMember(2, 2), api.AffinityGroupMember(1, 1))),
     )
-    assert pod_spec_from_annotation({"virtualCluster": "v", "leafCellNumber": 1}, ignore_k8s_suggested_nodes_default=False).ignore_k8s_suggested_nodes is False
+    assert (
+        pod_spec_from_annotation(
+            {"virtualCluster": "v", "leafCellNumber": 1}, ignore_k8s_suggested_nodes_default=False
+        ).ignore_k8s_suggested_nodes
+        is False
+    )
 
 
 BAD_SPECS = [
     ("no vc", {"leafCellNumber": 1}, "virtualCluster"),
     ("priority too high", {"virtualCluster": "v", "priority": 1001, "leafCellNumber": 1}, "priority"),
     ("zero leaves", {"virtualCluster": "v", "leafCellNumber": 0}, "leafCellNumber"),
-    ("no matching member", {"virtualCluster": "v", "leafCellNumber": 2, "affinityGroup": {"name": "g", "members": [{"podNumber": 1, "leafCellNumber": 1}]}}, "no member"),
+    (
+        "no matching member",
+        {
+            "virtualCluster": "v",
+            "leafCellNumber": 2,
+            "affinityGroup": {"name": "g", "members": [{"podNumber": 1, "leafCellNumber": 1}]},
+        },
+        "no member",
+    ),
 ]
 
 
@@ -190,7 +306,15 @@ def test_bind_info_round_trip():
         "leafCellIsolation": [0, 1],
         "cellChain": "4-DGX2-V100-NODE",
         "affinityGroupBindInfo": [
-            {"podPlacements": [{"physicalNode": "0.0.3.1", "physicalLeafCellIndices": [0, 1], "preassignedCellTypes": ["DGX2-V100-NODE", ""]}]}
+            {
+                "podPlacements": [
+                    {
+                        "physicalNode": "0.0.3.1",
+                        "physicalLeafCellIndices": [0, 1],
+                        "preassignedCellTypes": ["DGX2-V100-NODE", ""],
+                    }
+                ]
+            }
         ],
     }
     info = bind_info_from_annotation(raw)

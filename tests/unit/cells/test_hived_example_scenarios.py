@@ -81,7 +81,9 @@ class Driver:
         kind = op["op"]
         result = None
         if kind == "schedule":
-            result = self.h.schedule(self.pod(op["pod"]), suggested(op.get("suggestedNodes")), op.get("phase", "preempting"))
+            result = self.h.schedule(
+                self.pod(op["pod"]), suggested(op.get("suggestedNodes")), op.get("phase", "preempting")
+            )
             if isinstance(result, api.Bind):
                 self.binds[op["pod"]] = result
         elif kind == "add_allocated_pod":

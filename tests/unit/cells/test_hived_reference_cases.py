@@ -85,13 +85,35 @@ EXPECTED_BINDS = {
     "pod25": ("0.0.0.0", (0, 1)),
 }
 EXPECTED_VICTIMS = {"pod16": {"pod5", "pod6"}, "pod17": {"pod5", "pod6"}, "pod26": {"pod25"}}
-SUCCEED = ["pod1", "pod2", "pod3", "pod4", "pod5", "pod6", "pod7", "pod8", "pod9", "pod16", "pod17", "pod18", "pod19",
-           "pod20", "pod21", "pod22", "pod23", "pod24", "pod25", "pod26"]
+SUCCEED = [
+    "pod1",
+    "pod2",
+    "pod3",
+    "pod4",
+    "pod5",
+    "pod6",
+    "pod7",
+    "pod8",
+    "pod9",
+    "pod16",
+    "pod17",
+    "pod18",
+    "pod19",
+    "pod20",
+    "pod21",
+    "pod22",
+    "pod23",
+    "pod24",
+    "pod25",
+    "pod26",
+]
 
 
 def pod(name: str) -> api.Pod:
     vc, priority, lazy, pinned, leaf_type, n, group, members = PODS[name]
-    return make_pod(name, vc, n, priority=priority, lazy=lazy, pinned=pinned, leaf_type=leaf_type, group=group, members=members)
+    return make_pod(
+        name, vc, n, priority=priority, lazy=lazy, pinned=pinned, leaf_type=leaf_type, group=group, members=members
+    )
 
 
 def only(*nodes: str) -> api.SuggestedNodes:
@@ -134,7 +156,10 @@ def run_normal(h: HivedScheduler) -> dict[str, api.Bind]:
 def test_normal_operations_user_errors_and_deletion(design):
     h = new(design)
     bound = run_normal(h)
-    assert states(h)["group15"] == "allocated" and next(g for g in h.affinity_groups() if g.name == "group15").lazy_preempted_by == "group16"
+    assert (
+        states(h)["group15"] == "allocated"
+        and next(g for g in h.affinity_groups() if g.name == "group15").lazy_preempted_by == "group16"
+    )
     for name in ("pod10", "pod11", "pod13", "pod14", "pod15"):
         assert isinstance(h.schedule(pod(name)), api.UserError), name
     for name in reversed(list(bound)):
@@ -341,8 +366,18 @@ def test_random_operations_on_the_design_cluster_keep_the_cell_view_consistent(d
             count = rng.choice([1, 1, 2])
             lazy, ignore = rng.random() < 0.5, rng.random() < 0.5
             pods = [
-                make_pod(f"p{step}-{i}", vc, n, priority=priority, lazy=lazy, pinned=pinned, leaf_type=leaf_type,
-                         group=f"p{step}", members=((count, n),), ignore_suggested=ignore)
+                make_pod(
+                    f"p{step}-{i}",
+                    vc,
+                    n,
+                    priority=priority,
+                    lazy=lazy,
+                    pinned=pinned,
+                    leaf_type=leaf_type,
+                    group=f"p{step}",
+                    members=((count, n),),
+                    ignore_suggested=ignore,
+                )
                 for i in range(count)
             ]
             suggested = api.ALL_NODES if rng.random() < 0.7 else only(*rng.sample(nodes, 5))

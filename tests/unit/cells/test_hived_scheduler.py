@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hived_testkit import bind, figure3_config, group, k80_config, leaf_state, pod, two_chain_config
+from hived_testkit import bind, figure3_config, group, k80_config, leaf_state, pod, pools_config, two_chain_config
 
 from hivemux.cells import api
 from hivemux.cells.cell import find_lca
@@ -54,7 +54,11 @@ def test_figure3_every_tenant_gets_its_cells_whatever_the_others_ran_first():
 
 def test_f01_two_gangs_of_a_one_node_vc_always_land_in_its_node():
     h = HivedScheduler(k80_config())
-    placed = [bind(h, pod(f"s{g}-{i}", "vc1", 1, priority=100, leaf_type="K80", group=f"safety-{g}", members=((2, 1),))) for g in (1, 2) for i in (0, 1)]
+    placed = [
+        bind(h, pod(f"s{g}-{i}", "vc1", 1, priority=100, leaf_type="K80", group=f"safety-{g}", members=((2, 1),)))
+        for g in (1, 2)
+        for i in (0, 1)
+    ]
     assert len({b.node for b in placed}) == 1
     assert placed[0].node != "10.151.41.25"  # vc2's pinned node
     h.check_safety()
@@ -65,7 +69,9 @@ def test_gang_with_pods_of_different_sizes_is_placed_at_once():
     members = ((1, 4), (2, 2))
     r1 = h.schedule(pod("w-a", "C", 2, group="job", members=members))
     assert isinstance(r1, api.Bind)
-    sizes = sorted(len(p.physical_leaf_cell_indices) for m in r1.bind_info.affinity_group_bind_info for p in m.pod_placements)
+    sizes = sorted(
+        len(p.physical_leaf_cell_indices) for m in r1.bind_info.affinity_group_bind_info for p in m.pod_placements
+    )
     assert sizes == [2, 2, 4]
     h.add_allocated_pod(pod("w-a", "C", 2, group="job", members=members), r1.bind_info)
     r2 = bind(h, pod("w-b", "C", 2, group="job", members=members))
@@ -242,7 +248,10 @@ def test_a_bad_node_is_avoided_while_healthy_cells_suffice():
 
 def test_crash_recovery_rebuilds_groups_from_bind_infos():
     h = HivedScheduler(figure3_config())
-    placed = {name: bind(h, pod(name, vc, n, priority=prio)) for name, vc, n, prio in [("a", "A", 4, 1), ("c", "C", 8, 0), ("o", "B", 2, -1)]}
+    placed = {
+        name: bind(h, pod(name, vc, n, priority=prio))
+        for name, vc, n, prio in [("a", "A", 4, 1), ("c", "C", 8, 0), ("o", "B", 2, -1)]
+    }
     again = HivedScheduler(figure3_config())
     for name, vc, n, prio in [("a", "A", 4, 1), ("c", "C", 8, 0), ("o", "B", 2, -1)]:
         again.add_allocated_pod(pod(name, vc, n, priority=prio), placed[name].bind_info)
@@ -295,3 +304,89 @@ def test_inspect_views():
     assert h.virtual_cluster("nope") == ()
     (g,) = h.affinity_groups()
     assert g.allocated_pods == ("p",) and g.physical_placement == {b.node: b.leaf_cells}
+
+
+# --- work-preserving reconfiguration (the reference's feature demos) -------------------------------
+
+
+def gang(name: str, vc: str, pods: int, leaves: int, leaf_type: str, priority: int = 100) -> list[api.Pod]:
+    return [
+        pod(f"{name}-{i}", vc, leaves, priority=priority, leaf_type=leaf_type, group=name, members=((pods, leaves),))
+        for i in range(pods)
+    ]
+
+
+def restart(config: dict, bound: dict[str, tuple[api.Pod, api.Bind]]) -> HivedScheduler:
+    h = HivedScheduler(config)
+    for p, b in bound.values():
+        h.add_allocated_pod(p, b.bind_info)
+    h.check_safety()
+    return h
+
+
+def test_reconfig_adding_a_node_to_a_cell_keeps_the_job_accounted():
+    h = HivedScheduler(pools_config())
+    bound = {p.name: (p, bind(h, p)) for p in gang("m60", "vc1", 1, 4, "M60")}
+    h2 = restart(
+        pools_config(
+            m60_nodes=("10.151.41.26", "10.151.41.25"), vcs={"vc1": {"K80": 1, "M60": 2}, "default": {"K80": 2}}
+        ),
+        bound,
+    )
+    g = group(h2, "m60")
+    assert g.virtual_placement and g.lazy_preempted_by is None
+    waiting = gang("all-m60", "vc1", 2, 4, "M60")
+    assert isinstance(h2.schedule(waiting[0]), api.Wait)  # same priority: waits instead of preempting
+
+
+def test_reconfig_deleting_a_vc_downgrades_its_jobs_which_then_yield_to_guaranteed_ones():
+    h = HivedScheduler(pools_config())
+    bound = {p.name: (p, bind(h, p)) for p in gang("job3", "default", 2, 4, "K80")}
+    h2 = restart(pools_config(vcs={"vc1": {"K80": 3, "M60": 1}}), bound)
+    g = group(h2, "job3")
+    assert not g.virtual_placement and g.lazy_preempted_by == "job3"
+    r = h2.schedule(gang("job4", "vc1", 3, 4, "K80")[0])
+    assert isinstance(r, api.Preempt) and set(r.victims) <= {"job3-0", "job3-1"}
+
+
+def test_reconfig_moving_a_cell_to_another_vc_downgrades_the_overflowing_job():
+    h = HivedScheduler(pools_config())
+    bound = {p.name: (p, bind(h, p)) for p in gang("job3", "default", 2, 4, "K80")}
+    h2 = restart(pools_config(vcs={"vc1": {"K80": 3, "M60": 1}, "default": {"K80": 1}}), bound)
+    assert group(h2, "job3").lazy_preempted_by == "job3"
+    assert isinstance(h2.schedule(gang("job5", "vc1", 3, 4, "K80")[0]), api.Preempt)
+
+
+def test_reconfig_deleting_physical_cells_ignores_their_usage():
+    h = HivedScheduler(pools_config())
+    m60 = {p.name: (p, bind(h, p)) for p in gang("m60", "vc1", 1, 4, "M60")}
+    h2 = restart(pools_config(m60_nodes=(), vcs={"vc1": {"K80": 1}, "default": {"K80": 2}}), m60)
+    assert group(h2, "m60").physical_placement == {}
+    h2.delete_allocated_pod(next(iter(m60.values()))[0])
+    assert h2.affinity_groups() == ()
+    h = HivedScheduler(pools_config())
+    k80 = {p.name: (p, bind(h, p)) for p in gang("k80", "default", 2, 4, "K80")}
+    used = {b.node for _, b in k80.values()}
+    kept = tuple(n for n in ("10.151.41.18", "10.151.41.19", "10.151.41.23", "10.151.41.24") if n != min(used))
+    h2 = restart(pools_config(k80_nodes=kept, vcs={"vc1": {"K80": 1, "M60": 1}, "default": {"K80": 2}}), k80)
+    assert set(group(h2, "k80").physical_placement) == used - {min(used)}
+    for p, _ in k80.values():
+        h2.delete_allocated_pod(p)
+    h2.check_safety()
+
+
+def test_lazy_preemption_until_the_cluster_no_longer_fits_everyone():
+    """Feature demo "Intra-VC Preemption / Lazy Preemption" (hived-config-3)."""
+    h = HivedScheduler(pools_config(vcs={"vc1": {"K80": 1, "M60": 1}, "default": {"K80": 3}}))
+    (test,) = [pod("test", "vc1", 4, priority=0, leaf_type="K80", lazy=True)]
+    test_bind = bind(h, test)
+    prod = bind(h, pod("prod", "vc1", 4, priority=100, leaf_type="K80"))
+    assert prod.node != test_bind.node  # the test job is downgraded, not killed
+    assert group(h, "test").lazy_preempted_by == "prod"
+    prod2 = gang("prod2", "default", 3, 4, "K80")
+    r = h.schedule(prod2[0])
+    assert isinstance(r, api.Preempt) and r.victims == ("test",)  # now the cluster cannot fit all
+    h.delete_allocated_pod(test)
+    for p in prod2:
+        bind(h, p)
+    assert group(h, "prod2").state == "allocated"
