@@ -8,10 +8,10 @@ file is absent (the inline tests in test_hived_scheduler.py cover the same behav
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import HIVED_EXAMPLES
 import yaml
 
 from hivemux.cells import api
@@ -20,7 +20,7 @@ from hivemux.cells.config import bind_info_from_annotation, pod_spec_from_annota
 from hivemux.cells.hived import HivedScheduler
 from hivemux.errors import ConfigurationError
 
-SCENARIOS = Path("/work/shared/hived/example-scenarios.yaml")
+SCENARIOS = HIVED_EXAMPLES
 IDS = ["T01", "T14", "T23", "F01", "F06", "F10", "F17"]
 
 

@@ -7,17 +7,17 @@ Pods are named as in the reference; expected nodes and GPU lists are the referen
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
+from support.paths import HIVED_EXAMPLES
 import yaml
 from hived_testkit import pod as make_pod
 
 from hivemux.cells import api
 from hivemux.cells.hived import HivedScheduler
 
-SCENARIOS = Path("/work/shared/hived/example-scenarios.yaml")
+SCENARIOS = HIVED_EXAMPLES
 ALL16 = tuple(range(16))
 
 # name: (vc, priority, lazy, pinned cell, leaf type, leaf cells, group, members)
