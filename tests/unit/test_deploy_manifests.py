@@ -174,7 +174,8 @@ def test_shared_configuration(k8s_docs: list[dict[str, Any]], workloads: dict[st
     for doc in k8s_docs:
         by_kind.setdefault(doc["kind"], []).append(doc)
     assert [d["metadata"]["name"] for d in by_kind["Namespace"]] == ["hivemux"]
-    (config,) = by_kind["ConfigMap"]
+    configs = {d["metadata"]["name"]: d for d in by_kind["ConfigMap"]}
+    config = configs["hivemux-env"]
     assert config["data"]["KAFKA_BOOTSTRAP_SERVERS"]
     assert config["data"]["HIVEMUX_METRICS_PORT"] == str(METRICS_PORT)
     assert config["data"]["HIVEMUX_METRICS_HOST"] == "0.0.0.0"
@@ -216,3 +217,14 @@ def test_executor_is_a_node_agent(workloads: dict[str, dict[str, Any]]) -> None:
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     mps = [name for name, v in volumes.items() if v.get("hostPath", {}).get("path") == "/tmp/nvidia-mps"]
     assert mps and mounts[mps[0]]["mountPath"] == "/tmp/nvidia-mps"
+
+
+def test_the_cell_allocator_mounts_a_valid_hived_configuration(k8s_docs: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> None:
+    from hivemux.cells.config import parse_config
+
+    (cells,) = [d for d in k8s_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hivemux-cells"]
+    parse_config(yaml.safe_load(cells["data"]["cells.yaml"]))
+    (container,) = containers(workloads["cell-allocator"])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "cells")
+    assert env["HIVEMUX_ALLOCATOR_CONFIG"] == mount["mountPath"] + "/cells.yaml"
