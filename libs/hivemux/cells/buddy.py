@@ -32,7 +32,7 @@ switch 1 and GPU 1. Releasing GPU 0 merges everything back into the rack.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from hivemux.cells.api import OPPORTUNISTIC_PRIORITY, SuggestedNodes
@@ -45,11 +45,21 @@ CellLevel = int  # 1 = leaf (the paper's level-1 cell, a single GPU)
 
 
 class FreeList:
-    """Free physical cells of one chain, per level (``free_cells`` in Algorithm 1)."""
+    """Free physical cells of one chain, per level (``free_cells`` in Algorithm 1).
 
-    def __init__(self, top: CellLevel, levels: Mapping[CellLevel, list[PhysicalCell]] | None = None):
+    The view's own lists are ``indexed``: they also map each cell to its position, so membership
+    (RELEASECELL's buddy check) and the reference's swap-removal are O(1) on lists that hold
+    thousands of cells. Search copies are not indexed (copying the maps would cost more than the
+    few C-speed scans a search does), and only they may have ``levels`` replaced wholesale.
+    Cells define no ``__eq__``, so ``in`` and ``list.index`` compare identity.
+    """
+
+    def __init__(self, top: CellLevel, levels: Mapping[CellLevel, list[PhysicalCell]] | None = None, indexed: bool = False):
         self.top = top
         self.levels: dict[int, list[PhysicalCell]] = {lv: list((levels or {}).get(lv, [])) for lv in range(1, top + 1)}
+        self._pos: dict[int, dict[PhysicalCell, int]] | None = (
+            {lv: {c: i for i, c in enumerate(cells)} for lv, cells in self.levels.items()} if indexed else None
+        )
 
     def __getitem__(self, level: int) -> list[PhysicalCell]:
         return self.levels[level]
@@ -58,19 +68,34 @@ class FreeList:
         return FreeList(self.top, self.levels)
 
     def contains(self, c: PhysicalCell, level: int) -> bool:
-        return any(x is c for x in self.levels[level])
+        if self._pos is not None:
+            return c in self._pos[level]
+        return c in self.levels[level]
 
     def remove(self, c: PhysicalCell, level: int) -> None:
         cells = self.levels[level]
-        for i, x in enumerate(cells):
-            if x is c:
-                cells[i] = cells[-1]
-                cells.pop()
-                return
-        raise InvariantViolation(f"cell {c.address} not found in the level-{level} free list when removing it")
+        if self._pos is not None:
+            i = self._pos[level].pop(c, None)
+        else:
+            try:
+                i = cells.index(c)
+            except ValueError:
+                i = None
+        if i is None:
+            raise InvariantViolation(f"cell {c.address} not found in the level-{level} free list when removing it")
+        last = cells.pop()  # swap-remove: the last cell fills the gap
+        if last is not c:
+            cells[i] = last
+            if self._pos is not None:
+                self._pos[level][last] = i
 
     def append(self, level: int, cells: list[PhysicalCell]) -> None:
-        self.levels[level].extend(cells)
+        target = self.levels[level]
+        if self._pos is not None:
+            pos = self._pos[level]
+            for k, c in enumerate(cells, len(target)):
+                pos[c] = k
+        target.extend(cells)
 
     def counts(self) -> dict[int, int]:
         return {lv: len(cells) for lv, cells in self.levels.items()}
@@ -93,36 +118,77 @@ class Request:
     ignore_suggested: bool
 
 
+def _usable(c: PhysicalCell, req: Request) -> bool:
+    if c.virtual_cell is not None:
+        return False
+    if c.single_node and not c.healthy:
+        return False
+    return req.ignore_suggested or any(req.suggested.allows(n) for n in c.nodes)
+
+
 def usable_cells(candidates: list[PhysicalCell], needed: int, req: Request) -> list[PhysicalCell] | None:
-    usable = []
-    for c in candidates:
-        if c.virtual_cell is not None:
-            continue
-        if c.single_node and not c.healthy:
-            continue
-        if not req.ignore_suggested and not any(req.suggested.allows(n) for n in c.nodes):
-            continue
-        usable.append(c)
+    usable = [c for c in candidates if _usable(c, req)]
     if len(usable) < needed:
         return None
     usable.sort(key=lambda c: c.used_at_priority.get(OPPORTUNISTIC_PRIORITY, 0))
     return usable
 
 
+def _usable_in_order(candidates: list[PhysicalCell], req: Request) -> Iterator[PhysicalCell]:
+    """``usable_cells``' order, lazily: the stable sort puts usable cells without opportunistic
+    leaves first, in list order, so those are yielded during the scan (a buddy allocation
+    usually takes the first one of a free list holding thousands); the rest follow, sorted."""
+    rest: list[tuple[int, PhysicalCell]] = []
+    for c in candidates:
+        if _usable(c, req):
+            k = c.used_at_priority.get(OPPORTUNISTIC_PRIORITY, 0)
+            if k == 0:
+                yield c
+            else:
+                rest.append((k, c))
+    rest.sort(key=lambda kc: kc[0])
+    for _, c in rest:
+        yield c
+
+
 def map_virtual_cells(
     cells: list[BindingPath], candidates: list[PhysicalCell], req: Request, bindings: dict[str, PhysicalCell]
 ) -> list[PhysicalCell] | None:
     """Match virtual cells to distinct candidates, recursively for their children (backtracking)."""
-    usable = usable_cells(candidates, len(cells), req)
-    if usable is None:
+    if len(cells) == 1:  # the same search, without sorting every candidate first
+        for cand in _usable_in_order(candidates, req):
+            if cand.level == 1:
+                bindings[cells[0].cell.address] = cand
+                return [cand]
+            if map_virtual_cells(cells[0].children, cand.children, req, bindings) is not None:
+                return [cand]
         return None
+    # ``usable_cells``' list, pulled lazily: placing a few nodes in a bound rack usually takes its
+    # first usable nodes, not a sorted list of a thousand. The first time a search reaches the end,
+    # all candidates are known; too few of them ends the search as ``usable_cells`` would.
+    pending = _usable_in_order(candidates, req)
+    usable: list[PhysicalCell] = []
+    exhausted = False
+
+    def has(j: int) -> bool:
+        nonlocal exhausted
+        while len(usable) <= j and not exhausted:
+            nxt = next(pending, None)
+            if nxt is None:
+                exhausted = True
+            else:
+                usable.append(nxt)
+        return j < len(usable)
+
     picked: list[int] = []
     taken: set[int] = set()
     start = 0
     while True:
         i = len(picked)
         found = False
-        for j in range(start, len(usable)):
+        j = start - 1
+        while has(j + 1):
+            j += 1
             if j in taken:
                 continue
             cand = usable[j]
@@ -141,7 +207,7 @@ def map_virtual_cells(
                 return [usable[j] for j in picked]
             start = 0
             continue
-        if not picked:
+        if not picked or len(usable) < len(cells):
             return None
         last = picked.pop()
         taken.discard(last)

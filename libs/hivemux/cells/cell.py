@@ -38,6 +38,7 @@ class Cell:
         "total_leaf_num",
         "priority",
         "used_at_priority",
+        "watchers",
     )
 
     def __init__(
@@ -53,6 +54,9 @@ class Cell:
         self.total_leaf_num = total_leaf_num
         self.priority = FREE_PRIORITY
         self.used_at_priority: dict[int, int] = {}
+        # Topology-scheduler view entries showing this cell (``cells/topology.py``): told when its
+        # usage, health or binding changes, so a schedule call re-reads only changed nodes.
+        self.watchers: tuple[Any, ...] = ()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.address})"
@@ -64,7 +68,7 @@ class PhysicalCell(Cell):
         "leaf_index",
         "is_node_level",
         "state",
-        "healthy",
+        "_healthy",
         "using_group",
         "reserving_group",
         "virtual_cell",
@@ -78,7 +82,7 @@ class PhysicalCell(Cell):
         self.leaf_index = cfg.leaf_index
         self.is_node_level = is_node_level
         self.state = "free"
-        self.healthy = True
+        self._healthy = True
         self.using_group: Any = None
         self.reserving_group: Any = None
         self.virtual_cell: VirtualCell | None = None
@@ -89,9 +93,20 @@ class PhysicalCell(Cell):
     def single_node(self) -> bool:
         return len(self.nodes) == 1
 
+    @property
+    def healthy(self) -> bool:
+        return self._healthy
+
+    @healthy.setter
+    def healthy(self, value: bool) -> None:
+        self._healthy = value
+        notify(self)
+        if self.virtual_cell is not None:
+            notify(self.virtual_cell)
+
 
 class VirtualCell(Cell):
-    __slots__ = ("vc", "preassigned", "physical_cell", "pinned_id")
+    __slots__ = ("vc", "preassigned", "_physical_cell", "pinned_id", "sibling_index", "siblings_bound")
 
     def __init__(
         self,
@@ -106,8 +121,50 @@ class VirtualCell(Cell):
         super().__init__(chain, level, cell_type, address, at_or_higher_than_node, total_leaf_num)
         self.vc = vc
         self.preassigned: VirtualCell = self
-        self.physical_cell: PhysicalCell | None = None
+        self._physical_cell: PhysicalCell | None = None
         self.pinned_id = ""
+        # position in its sibling list (its parent's children, or its VC's preassigned cells of a
+        # chain and level) and a hint shared by that list: every cell before it is bound. It makes
+        # ``first_unbound`` O(1) amortized where binding siblings in order was quadratic.
+        self.sibling_index = 0
+        self.siblings_bound: list[int] | None = None
+
+    @property
+    def physical_cell(self) -> PhysicalCell | None:
+        return self._physical_cell
+
+    @physical_cell.setter
+    def physical_cell(self, value: PhysicalCell | None) -> None:
+        self._physical_cell = value
+        if value is None and self.siblings_bound is not None and self.sibling_index < self.siblings_bound[0]:
+            self.siblings_bound[0] = self.sibling_index
+        notify(self)
+
+
+def _index_siblings(cells: list[VirtualCell]) -> None:
+    hint = [0]
+    for i, c in enumerate(cells):
+        c.sibling_index, c.siblings_bound = i, hint
+
+
+def first_unbound(cells: list[VirtualCell]) -> VirtualCell | None:
+    """The first cell of a sibling list without a physical cell."""
+    hint = cells[0].siblings_bound if cells else None
+    start = hint[0] if hint is not None else 0
+    for i in range(start, len(cells)):
+        if cells[i].physical_cell is None:
+            if hint is not None:
+                hint[0] = i
+            return cells[i]
+    if hint is not None:
+        hint[0] = len(cells)
+    return None
+
+
+def notify(c: Cell) -> None:
+    """Tell the topology views showing ``c`` that it changed."""
+    for w in c.watchers:
+        w.changed[w] = None
 
 
 ChainCellList = dict[int, list[Any]]  # level -> cells
@@ -171,6 +228,7 @@ def build_virtual(
                 child = build(target, chain, info.child_type, f"{address}/{offset + i}", root or cell, False)
                 child.parent = cell
                 cell.children.append(child)
+            _index_siblings(cell.children)
         return cell
 
     n = 0
@@ -187,6 +245,9 @@ def build_virtual(
             c.pinned_id = pid
         pinned[pid] = lists
         n += 1
+    for per_level in preassigned.values():
+        for roots in per_level.values():
+            _index_siblings(roots)
     return full, preassigned, pinned
 
 
@@ -211,6 +272,8 @@ def update_used_at_priority(c: Cell | None, p: int, increase: bool) -> None:
             c.used_at_priority[p] = n
         else:
             c.used_at_priority.pop(p, None)
+        if c.watchers:
+            notify(c)
         c = c.parent
 
 

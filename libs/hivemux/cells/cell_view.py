@@ -41,11 +41,12 @@ from hivemux.cells.cell import (
     bind_cell,
     build_physical,
     build_virtual,
+    first_unbound,
     in_free_cell_list,
-    new_chain_cell_list,
     set_cell_priority,
     unbind_cell,
     update_used_at_priority,
+    walk,
 )
 from hivemux.cells.config import HivedConfig
 from hivemux.cells.safety import check_vc_safety, is_vc_safe
@@ -66,16 +67,38 @@ class VirtualClusterCells:
         return lists[max(lists)][0]
 
 
-def _first_unbound(cells: list[VirtualCell]) -> VirtualCell | None:
-    return next((c for c in cells if c.physical_cell is None), None)
+class IndexedCells(list):
+    """A list of distinct cells that also maps each cell to its position: membership and the
+    reference's swap-removal in O(1). Bad free cells number in the tens of thousands while the
+    start-up marks every node bad (then healthy again), which made scans quadratic."""
+
+    __slots__ = ("pos",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos: dict = {}
+
+    def append(self, c) -> None:
+        self.pos[c] = len(self)
+        super().append(c)
+
+    def __contains__(self, c) -> bool:
+        return c in self.pos
 
 
-def _drop(cells: list, c) -> None:
-    for i, x in enumerate(cells):
-        if x is c:
-            cells[i] = cells[-1]
-            cells.pop()
-            return
+def _indexed_lists(top: int) -> ChainCellList:
+    return {level: IndexedCells() for level in range(1, top + 1)}
+
+
+def _drop(cells: IndexedCells, c) -> None:
+    """Swap-remove ``c`` if present (the reference's order: the last cell fills the gap)."""
+    i = cells.pos.pop(c, None)
+    if i is None:
+        return
+    last = list.pop(cells)
+    if last is not c:
+        cells[i] = last
+        cells.pos[last] = i
 
 
 class CellView:
@@ -89,7 +112,7 @@ class CellView:
             types = config.chain_types(chain)
             self.child_numbers[chain] = {lv: t.child_number for lv, t in types.items()}
             self.top_level[chain] = max(types)
-            self.free[chain] = FreeList(max(types), {max(types): [t for t in self.tops if t.chain == chain]})
+            self.free[chain] = FreeList(max(types), {max(types): [t for t in self.tops if t.chain == chain]}, indexed=True)
         self.vcs: dict[str, VirtualClusterCells] = {}
         self.vc_free_num: dict[str, dict[str, dict[int, int]]] = {}
         self.pinned_physical: dict[str, dict[str, PhysicalCell]] = {}
@@ -118,16 +141,23 @@ class CellView:
             for lv in range(top, 1, -1):
                 left[lv - 1] = left[lv] * self.child_numbers[chain][lv]
             self.total_left[chain] = left
-        self.bad_free = {c: new_chain_cell_list(self.top_level[c]) for c in config.chains}
+        self.bad_free = {c: _indexed_lists(self.top_level[c]) for c in config.chains}
         self.vc_doomed = {
-            vc: {c: new_chain_cell_list(self.top_level[c]) for c in counts} for vc, counts in self.vc_free_num.items()
+            vc: {c: _indexed_lists(self.top_level[c]) for c in counts} for vc, counts in self.vc_free_num.items()
         }
         self.all_vc_doomed = {c: {lv: 0 for lv in range(1, self.top_level[c] + 1)} for c in config.chains}
         self.bad_nodes: set[str] = set()
+        # bad children per cell: a cell turns healthy when its last bad child does, without
+        # scanning a rack's thousand nodes each time one recovers
+        self._bad_children: dict[PhysicalCell, int] = {}
         self._leaves_by_node: dict[str, list[PhysicalCell]] = {}
+        # (chain, node, GPU index) -> leaf: recovery looks up every recorded leaf (first one wins,
+        # as a scan of the full list would find)
+        self.leaf_by_index: dict[tuple[str, str, int], PhysicalCell] = {}
         for chain in config.chains:
             for leaf in self.full[chain][1]:
                 self._leaves_by_node.setdefault(leaf.nodes[0], []).append(leaf)
+                self.leaf_by_index.setdefault((chain, leaf.nodes[0], leaf.leaf_index), leaf)
         for name, pinned in self.pinned_physical.items():
             for pid, pc in pinned.items():
                 self.allocate_preassigned_cell(pc, name, False)
@@ -159,12 +189,13 @@ class CellView:
             return
         c.healthy = False
         if c.parent is not None:
+            self._bad_children[c.parent] = self._bad_children.get(c.parent, 0) + 1
             self._set_bad_cell(c.parent)
         if in_free_cell_list(c):
             self._add_bad_free_cell(c)
         elif c.virtual_cell is None and not c.split and c.parent is not None and c.parent.virtual_cell is not None:
             # an ancestor is bound: bind c too so that the VC sees the failure
-            v = _first_unbound(c.parent.virtual_cell.children)
+            v = first_unbound(c.parent.virtual_cell.children)
             if v is not None:
                 c.virtual_cell, v.physical_cell = v, c
 
@@ -172,6 +203,8 @@ class CellView:
         if c.healthy:
             return
         c.healthy = True
+        if c.parent is not None:
+            self._bad_children[c.parent] -= 1
         if in_free_cell_list(c):
             self._remove_bad_free_cell(c)
         elif (v := c.virtual_cell) is not None and not c.pinned_id and c.priority < MIN_GUARANTEED_PRIORITY:
@@ -181,13 +214,13 @@ class CellView:
                 _drop(self.vc_doomed[v.vc][c.chain][c.level], c)
                 self.all_vc_doomed[c.chain][c.level] -= 1
                 self.release_preassigned_cell(c, v.vc, True)
-        elif v is not None and v.parent is None and any(x is c for x in self.vc_doomed[v.vc][c.chain][c.level]):
+        elif v is not None and v.parent is None and c in self.vc_doomed[v.vc][c.chain][c.level]:
             # a doomed cell its VC is using turns healthy: from now on it is an ordinary binding,
             # released when its last leaf is (the reference keeps it doomed and later unbinds it
             # without returning it to the free list)
             _drop(self.vc_doomed[v.vc][c.chain][c.level], c)
             self.all_vc_doomed[c.chain][c.level] -= 1
-        if c.parent is not None and all(b.healthy for b in c.parent.children):
+        if c.parent is not None and not self._bad_children[c.parent]:
             self._set_healthy_cell(c.parent)
 
     def _healthy_left(self, chain: str, level: int) -> int:
@@ -207,7 +240,7 @@ class CellView:
             if chain not in counts:
                 continue
             while counts[chain].get(level, 0) > self._healthy_left(chain, level) and self.bad_free[chain][level]:
-                v = _first_unbound(self.vcs[vc].preassigned.get(chain, {}).get(level, []))
+                v = first_unbound(self.vcs[vc].preassigned.get(chain, {}).get(level, []))
                 if v is None:
                     break
                 pc = next((c for c in self.bad_free[chain][level] if self._safe_to_take(c)), None)
@@ -282,10 +315,9 @@ class CellView:
         )
 
     def _allocate_bad_cell(self, c: PhysicalCell) -> None:
-        if any(x is c for x in self.bad_free[c.chain][c.level]):
-            _drop(self.bad_free[c.chain][c.level], c)
+        _drop(self.bad_free[c.chain][c.level], c)
         if c.virtual_cell is None and c.parent is not None and c.parent.virtual_cell is not None:
-            v = _first_unbound(c.parent.virtual_cell.children)
+            v = first_unbound(c.parent.virtual_cell.children)
             if v is not None:
                 c.virtual_cell, v.physical_cell = v, c
         for ch in c.children:
@@ -336,6 +368,8 @@ class CellView:
             set_cell_priority(p_leaf, OPPORTUNISTIC_PRIORITY)
             update_used_at_priority(p_leaf, OPPORTUNISTIC_PRIORITY, True)
             return True, ""
+        if v_leaf.physical_cell not in (None, p_leaf) and v_leaf.preassigned.physical_cell is not None:
+            self._move_bad_placeholders(p_leaf, v_leaf)
         set_cell_priority(v_leaf, priority)
         update_used_at_priority(v_leaf, priority, True)
         set_cell_priority(p_leaf, priority)
@@ -348,6 +382,29 @@ class CellView:
             assert pac.physical_cell is not None
             return self.allocate_preassigned_cell(pac.physical_cell, vc, False)
         return True, ""
+
+    def _move_bad_placeholders(self, p_leaf: PhysicalCell, v_leaf: VirtualCell) -> None:
+        """Bind ``v_leaf`` to ``p_leaf`` when a bad cell holds ``v_leaf`` (or an ancestor) only so that
+        the VC sees the failure. Happens in preemption: releasing the victim's last leaf releases
+        its bad preassigned cell, which is re-doomed at once and rebinds its bad children in
+        first-unbound order, possibly to the virtual leaf the preemptor takes next
+        (``test_hived_properties.py``). Unbind those placeholders, bind the leaf, rebind them."""
+        root = v_leaf.preassigned.physical_cell
+        for c in walk(root):
+            v = c.virtual_cell
+            if c is not root and v is not None and not c.healthy and v.priority == FREE_PRIORITY:
+                c.virtual_cell, v.physical_cell = None, None
+        bind_cell(p_leaf, v_leaf)
+        self._bind_bad_children(root)
+
+    def _bind_bad_children(self, c: PhysicalCell) -> None:
+        for ch in c.children:
+            if not ch.healthy:
+                if ch.virtual_cell is None and c.virtual_cell is not None:
+                    v = first_unbound(c.virtual_cell.children)
+                    if v is not None:
+                        ch.virtual_cell, v.physical_cell = v, ch
+                self._bind_bad_children(ch)
 
     def release_leaf_cell(self, p_leaf: PhysicalCell, vc: str) -> None:
         v_leaf = p_leaf.virtual_cell
@@ -362,7 +419,7 @@ class CellView:
                 pac_physical is not None
                 and not pac_physical.pinned_id
                 and v_leaf.preassigned.priority < MIN_GUARANTEED_PRIORITY
-                and not any(x is pac_physical for x in self.vc_doomed[vc][pac_physical.chain][pac_physical.level])
+                and pac_physical not in self.vc_doomed[vc][pac_physical.chain][pac_physical.level]
             ):
                 self.release_preassigned_cell(pac_physical, vc, False)
         update_used_at_priority(p_leaf, p_leaf.priority, False)

@@ -109,6 +109,7 @@ class HivedScheduler:
             c: TopologyAwareScheduler(self.view.full[c], cfg.level_leaf_numbers(c), False) for c in cfg.chains
         }
         self.groups: dict[str, AffinityGroup] = {}
+        self._type_names: dict[tuple[str, int], str] = {}
         self.pod_slots: dict[str, tuple[str, int, int]] = {}  # allocated pod -> (group, leaf number, index)
         nodes = self.view.nodes()
         for n in nodes:  # as the reference: every node is bad until K8s reports it healthy
@@ -136,7 +137,6 @@ class HivedScheduler:
                 f"[{pod.name}]: affinity group {spec.name} has no member with leafCellNumber {s.leaf_cell_number}"
             )
         if g is not None:
-            bad = self._bad_or_non_suggested(g.physical, suggested, g.ignore_suggested)
             if g.state == "allocated":
                 slots = g.allocated_pods.get(s.leaf_cell_number)
                 if slots is None or None not in slots:
@@ -148,7 +148,7 @@ class HivedScheduler:
                 physical, virtual = g.physical, g.virtual
             elif g.state == "being_preempted":
                 return api.Wait(f"affinity group {spec.name} is being preempted")
-            elif phase == "preempting" and bad:
+            elif phase == "preempting" and self._bad_or_non_suggested(g.physical, suggested, g.ignore_suggested):
                 self._delete_preempting_group(g)  # re-schedule it elsewhere
             else:
                 physical, virtual = g.physical, g.virtual
@@ -209,7 +209,10 @@ class HivedScheduler:
         return ""
 
     def _type_name(self, chain: str, level: int) -> str:
-        return self.config.chain_types(chain)[level].name
+        name = self._type_names.get((chain, level))
+        if name is None:  # cached: every leaf of every bind info asks
+            name = self._type_names[chain, level] = self.config.chain_types(chain)[level].name
+        return name
 
     def _schedule_new_group(
         self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, suggested: api.SuggestedNodes

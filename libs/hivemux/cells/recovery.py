@@ -30,9 +30,9 @@ def find_physical_leaf(view: CellView, chain: str, node: str, index: int) -> Phy
     """A leaf named in a bind info: in its recorded chain, else in any chain (the cell may have moved)."""
     chains = ([chain] if chain in view.full else []) + [c for c in view.config.chains if c != chain]
     for c in chains:
-        for leaf in view.full[c][1]:
-            if leaf.nodes[0] == node and leaf.leaf_index == index:
-                return leaf
+        leaf = view.leaf_by_index.get((c, node, index))
+        if leaf is not None:
+            return leaf
     return None
 
 

@@ -35,16 +35,24 @@ _INF = 1 << 30
 
 
 class _Node:
-    __slots__ = ("cell", "free_at_priority", "used_same", "used_higher", "healthy", "suggested", "address")
+    __slots__ = (
+        "cell", "free_at_priority", "read_p", "used_all", "lowest_used", "used_same", "used_higher", "healthy",
+        "suggested", "address", "key", "changed",
+    )
 
-    def __init__(self, cell: Any):
+    def __init__(self, cell: Any, changed: dict):
         self.cell = cell
         self.free_at_priority = 0
+        self.read_p: int | None = None  # the priority free_at_priority was read for
+        self.used_all = 0  # used leaves at any priority
+        self.lowest_used = _INF  # the lowest priority using a leaf
         self.used_same = 0
         self.used_higher = 0
         self.healthy = True
         self.suggested = True
         self.address = ""
+        self.key: tuple = ()
+        self.changed = changed  # the owning scheduler's set of nodes to re-read (``cell.notify``)
 
 
 def _physical_of(cell: Any) -> Any:
@@ -52,13 +60,23 @@ def _physical_of(cell: Any) -> Any:
 
 
 class TopologyAwareScheduler:
+    """Step 3's node order is kept between calls (the reference sorts its cluster view in place, so
+    ties keep the previous call's order) as *blocks*: one list per sort key, in order. A call
+    re-reads only the nodes whose cells changed since the last one (cells notify their watchers)
+    and moves those whose key changed, exactly where a stable sort would put them: into the
+    new block's end if their key decreased (the unchanged block members preceded them), its front
+    if it increased. A different priority (when it matters to the key) or suggested-node set
+    re-reads every node and re-sorts. Step 3's scan skips whole blocks whose nodes are too full
+    when the block key alone determines their free leaves (same-size nodes)."""
+
     def __init__(self, cells: Mapping[int, list[Any]], level_leaf_num: Mapping[int, int], cross_priority_pack: bool):
         self.level_leaf_num = dict(level_leaf_num)
         self.cross_priority_pack = cross_priority_pack
         top = max(cells) if cells else 0
         start = next((lv for lv in range(1, top + 1) if cells.get(lv) and cells[lv][0].at_or_higher_than_node), top)
         seen: set[int] = set()
-        self.view: list[_Node] = []
+        self._changed: dict[_Node, None] = {}
+        self._order: list[_Node] = []  # construction order, until the first sort
         for lv in range(start, 0, -1):
             for c in cells.get(lv, []):
                 anc = c
@@ -66,49 +84,124 @@ class TopologyAwareScheduler:
                     anc = anc.parent
                 if id(anc) not in seen:
                     seen.add(id(c))
-                    self.view.append(_Node(c))
+                    node = _Node(c, self._changed)
+                    c.watchers = (*c.watchers, node)
+                    self._order.append(node)
+        self._blocks: dict[tuple, list[_Node]] | None = None  # None: never sorted
+        self._read_as: tuple | None = None  # (priority if it matters to the key, suggested) of the last read
+        self._uniform = len({n.cell.total_leaf_num for n in self._order}) <= 1
+
+    @property
+    def view(self) -> list[_Node]:
+        """The nodes in the current order (as the reference's sorted cluster view)."""
+        if self._blocks is None:
+            return list(self._order)
+        return [n for k in sorted(self._blocks) for n in self._blocks[k]]
+
+    def _read(self, n: _Node, p: int, suggested: SuggestedNodes | None) -> None:
+        used = n.cell.used_at_priority
+        n.used_same = used.get(p, 0)
+        n.used_higher = 0
+        n.free_at_priority = n.cell.total_leaf_num
+        n.read_p = p
+        n.used_all = sum(used.values())
+        n.lowest_used = min(used, default=_INF)
+        for priority, num in used.items():
+            if self.cross_priority_pack:
+                if priority != p:
+                    n.used_same += num
+            elif priority > p:
+                n.used_higher += num
+            if priority >= p:
+                n.free_at_priority -= num
+        physical = _physical_of(n.cell)
+        if physical is None:
+            n.healthy, n.suggested, n.address = True, True, ""
+        else:
+            n.healthy = physical.healthy
+            n.suggested = suggested is None or suggested.allows(physical.nodes[0])
+            n.address = physical.address
+        n.key = (not n.healthy, not n.suggested, -n.used_same, n.used_higher)
 
     def _update(self, p: int, suggested: SuggestedNodes, ignore_suggested: bool) -> None:
-        for n in self.view:
-            used = n.cell.used_at_priority
-            n.used_same = used.get(p, 0)
-            n.used_higher = 0
-            n.free_at_priority = n.cell.total_leaf_num
-            for priority, num in used.items():
-                if self.cross_priority_pack:
-                    if priority != p:
-                        n.used_same += num
-                elif priority > p:
-                    n.used_higher += num
-                if priority >= p:
-                    n.free_at_priority -= num
-            physical = _physical_of(n.cell)
-            if physical is None:
-                n.healthy, n.suggested, n.address = True, True, ""
+        """Re-read changed nodes for priority ``p`` and restore the stably sorted order."""
+        allows_all = ignore_suggested or (suggested.only is None and not suggested.all_except)
+        read_as = (None if self.cross_priority_pack else p, None if allows_all else suggested)
+        if read_as != self._read_as or self._blocks is None:
+            self._read_as = read_as
+            self._changed.update(dict.fromkeys(self._order))
+        if not self._changed:
+            return
+        sugg = None if allows_all else suggested
+        old_keys = {n: n.key for n in self._changed}
+        for n in self._changed:
+            self._read(n, p, sugg)
+        moved = [n for n in self._changed if n.key != old_keys[n]]
+        self._changed.clear()
+        if self._blocks is None or len(moved) * 8 > len(self._order):
+            order = self.view
+            order.sort(key=lambda n: n.key)  # stable: ties keep the previous order
+            self._blocks = {}
+            for n in order:
+                self._blocks.setdefault(n.key, []).append(n)
+            return
+        blocks = self._blocks
+        moved.sort(key=lambda n: (old_keys[n], blocks[old_keys[n]].index(n)))  # previous order
+        for n in moved:
+            block = blocks[old_keys[n]]
+            block.remove(n)
+            if not block:
+                del blocks[old_keys[n]]
+        fronts: dict[tuple, list[_Node]] = {}
+        for n in moved:
+            if n.key < old_keys[n]:
+                blocks.setdefault(n.key, []).append(n)
             else:
-                n.healthy = physical.healthy
-                n.suggested = ignore_suggested or suggested.allows(physical.nodes[0])
-                n.address = physical.address
+                fronts.setdefault(n.key, []).append(n)
+        for key, nodes in fronts.items():
+            blocks[key] = nodes + blocks.get(key, [])
 
-    def _find_nodes(self, leaf_numbers: list[int]) -> tuple[list[_Node] | None, str]:
-        self.view.sort(key=lambda n: (not n.healthy, not n.suggested, -n.used_same, n.used_higher))
+    @staticmethod
+    def _free(n: _Node, p: int) -> int:
+        """Free leaves at ``p``, which matters even where the key does not (cross-priority packing)."""
+        if n.read_p == p:
+            return n.free_at_priority
+        if n.lowest_used >= p:  # every used leaf counts
+            return n.cell.total_leaf_num - n.used_all
+        return n.cell.total_leaf_num - sum(num for priority, num in n.cell.used_at_priority.items() if priority >= p)
+
+    def _find_nodes(self, leaf_numbers: list[int], p: int = OPPORTUNISTIC_PRIORITY) -> tuple[list[_Node] | None, str]:
+        assert self._blocks is not None
         picked: list[_Node] = []
-        taken = 0
-        i = 0
-        while i < len(self.view):
-            n = self.view[i]
-            if n.free_at_priority - taken >= leaf_numbers[len(picked)]:
-                if not n.healthy:
-                    return None, f"have to use at least one bad node {n.address}"
-                if not n.suggested:
-                    return None, f"have to use at least one non-suggested node {n.address}"
-                picked.append(n)
-                taken += leaf_numbers[len(picked) - 1]
-                if len(picked) == len(leaf_numbers):
-                    return picked, ""
-            else:
+        # With equal node sizes, a block's key fixes its nodes' free leaves at the lowest priority
+        # (all used leaves count): total - used_same (- used_higher without cross-priority packing).
+        skip = self._uniform and self._order and p == OPPORTUNISTIC_PRIORITY
+        size = self._order[0].cell.total_leaf_num if self._order else 0
+        for key in sorted(self._blocks):
+            if skip and size + key[2] - (0 if self.cross_priority_pack else key[3]) < leaf_numbers[len(picked)]:
+                continue
+            need = leaf_numbers[len(picked)]
+            for n in self._blocks[key]:
+                # (``_free`` inlined: a failed guaranteed pass scans every node of the VC)
+                if n.read_p == p:
+                    free = n.free_at_priority
+                elif n.lowest_used >= p:
+                    free = n.cell.total_leaf_num - n.used_all
+                else:
+                    free = self._free(n, p)
+                if free < need:
+                    continue
                 taken = 0
-                i += 1
+                while free - taken >= leaf_numbers[len(picked)]:
+                    if not n.healthy:
+                        return None, f"have to use at least one bad node {n.address}"
+                    if not n.suggested:
+                        return None, f"have to use at least one non-suggested node {n.address}"
+                    picked.append(n)
+                    taken += leaf_numbers[len(picked) - 1]
+                    if len(picked) == len(leaf_numbers):
+                        return picked, ""
+                need = leaf_numbers[len(picked)]
         return None, "insufficient capacity"
 
     def schedule(
@@ -118,11 +211,11 @@ class TopologyAwareScheduler:
         leaf_numbers = sorted(n for n, pods in pod_leaf_numbers.items() for _ in range(pods))
         p = OPPORTUNISTIC_PRIORITY
         self._update(p, suggested, ignore_suggested)
-        nodes, reason = self._find_nodes(leaf_numbers)
+        nodes, reason = self._find_nodes(leaf_numbers, p)
         if nodes is None and priority > OPPORTUNISTIC_PRIORITY:
             p = priority
             self._update(p, suggested, ignore_suggested)
-            nodes, reason = self._find_nodes(leaf_numbers)
+            nodes, reason = self._find_nodes(leaf_numbers, p)
         if nodes is None:
             return None, reason
         available: dict[int, list[Any]] = {}
