@@ -54,12 +54,22 @@ class FreeList:
     Cells define no ``__eq__``, so ``in`` and ``list.index`` compare identity.
     """
 
-    def __init__(self, top: CellLevel, levels: Mapping[CellLevel, list[PhysicalCell]] | None = None, indexed: bool = False):
+    def __init__(
+        self, top: CellLevel, levels: Mapping[CellLevel, list[PhysicalCell]] | None = None, indexed: bool = False
+    ):
         self.top = top
         self.levels: dict[int, list[PhysicalCell]] = {lv: list((levels or {}).get(lv, [])) for lv in range(1, top + 1)}
         self._pos: dict[int, dict[PhysicalCell, int]] | None = (
             {lv: {c: i for i, c in enumerate(cells)} for lv, cells in self.levels.items()} if indexed else None
         )
+        # indexed only: free children per parent, so RELEASECELL's "are all buddies free" check
+        # does not scan a rack's thousand nodes
+        self._free_children: dict[PhysicalCell, int] = {}
+        if indexed:
+            for cells in self.levels.values():
+                for c in cells:
+                    if c.parent is not None:
+                        self._free_children[c.parent] = self._free_children.get(c.parent, 0) + 1
 
     def __getitem__(self, level: int) -> list[PhysicalCell]:
         return self.levels[level]
@@ -88,14 +98,27 @@ class FreeList:
             cells[i] = last
             if self._pos is not None:
                 self._pos[level][last] = i
+        if self._pos is not None and c.parent is not None:
+            self._free_children[c.parent] -= 1
 
     def append(self, level: int, cells: list[PhysicalCell]) -> None:
         target = self.levels[level]
         if self._pos is not None:
             pos = self._pos[level]
+            counts = self._free_children
             for k, c in enumerate(cells, len(target)):
                 pos[c] = k
+                if c.parent is not None:
+                    counts[c.parent] = counts.get(c.parent, 0) + 1
         target.extend(cells)
+
+    def buddies_free(self, c: PhysicalCell) -> bool:
+        """Whether every other child of ``c``'s parent is free (at ``c``'s level)."""
+        parent = c.parent
+        if self._pos is not None:
+            others = self._free_children.get(parent, 0) - (c in self._pos[c.level])
+            return others == len(parent.children) - 1
+        return all(b is c or b in self.levels[c.level] for b in parent.children)
 
     def counts(self) -> dict[int, int]:
         return {lv: len(cells) for lv, cells in self.levels.items()}
@@ -364,7 +387,7 @@ def release_cell(free: FreeList, c: PhysicalCell) -> int:
     while True:
         level = c.level
         parent = c.parent
-        if parent is not None and all(b is c or free.contains(b, level) for b in parent.children):
+        if parent is not None and free.buddies_free(c):
             for b in parent.children:
                 if b is not c:
                     free.remove(b, level)

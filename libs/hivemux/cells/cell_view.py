@@ -85,6 +85,15 @@ class IndexedCells(list):
     def __contains__(self, c) -> bool:
         return c in self.pos
 
+    def extend(self, cells) -> None:
+        for c in cells:
+            self.append(c)
+
+    def _unsupported(self, *args, **kwargs):
+        raise TypeError("IndexedCells keeps positions: remove cells with cell_view._drop")
+
+    remove = insert = pop = clear = __delitem__ = _unsupported  # type: ignore[assignment]
+
 
 def _indexed_lists(top: int) -> ChainCellList:
     return {level: IndexedCells() for level in range(1, top + 1)}
@@ -112,7 +121,8 @@ class CellView:
             types = config.chain_types(chain)
             self.child_numbers[chain] = {lv: t.child_number for lv, t in types.items()}
             self.top_level[chain] = max(types)
-            self.free[chain] = FreeList(max(types), {max(types): [t for t in self.tops if t.chain == chain]}, indexed=True)
+            tops = [t for t in self.tops if t.chain == chain]
+            self.free[chain] = FreeList(max(types), {max(types): tops}, indexed=True)
         self.vcs: dict[str, VirtualClusterCells] = {}
         self.vc_free_num: dict[str, dict[str, dict[int, int]]] = {}
         self.pinned_physical: dict[str, dict[str, PhysicalCell]] = {}
@@ -266,7 +276,11 @@ class CellView:
                 continue
             doomed = self.vc_doomed[vc][chain][level]
             while doomed and counts[chain].get(level, 0) < self._healthy_left(chain, level):
-                pc = doomed[0]
+                # a doomed cell its VC already uses stays bound (unbinding it would orphan the
+                # bound virtual cells below it; found by test_hived_properties.py)
+                pc = next((d for d in doomed if d.virtual_cell.priority < MIN_GUARANTEED_PRIORITY), None)
+                if pc is None:
+                    break
                 assert pc.virtual_cell is not None
                 pc.virtual_cell.physical_cell = None
                 pc.virtual_cell = None

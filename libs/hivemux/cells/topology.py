@@ -21,11 +21,16 @@ Algorithm (the reference's):
 
 Worked example: an 8-GPU node (2 GPUs per switch) with GPU 0 used; a 2-GPU pod gets GPUs 2 and 3
 (a whole switch), not 1 and 2; a 1-GPU pod gets GPU 1 (the first free leaf), packing the node.
+
+Departure in implementation only (same placements and tie-breaks): the reference re-reads and
+re-sorts every node per call, O(N log N) for 8,192 nodes; here the order is maintained
+incrementally (``TopologyAwareScheduler``'s docstring), so a call costs about the nodes that
+changed since the previous one (``benchmarks/cells.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hivemux.cells.api import FREE_PRIORITY, OPPORTUNISTIC_PRIORITY, SuggestedNodes
@@ -37,7 +42,7 @@ _INF = 1 << 30
 class _Node:
     __slots__ = (
         "cell", "free_at_priority", "read_p", "used_all", "lowest_used", "used_same", "used_higher", "healthy",
-        "suggested", "address", "key", "changed",
+        "suggested", "address", "key", "changed", "prev", "next", "rank",
     )
 
     def __init__(self, cell: Any, changed: dict):
@@ -53,6 +58,57 @@ class _Node:
         self.address = ""
         self.key: tuple = ()
         self.changed = changed  # the owning scheduler's set of nodes to re-read (``cell.notify``)
+        self.prev: _Node | None = None  # neighbours and rank in the node's block (``_Block``)
+        self.next: _Node | None = None
+        self.rank = 0
+
+
+class _Block:
+    """The nodes of one sort key, in order: a doubly linked list (removal and insertion at either
+    end in O(1), where a list of thousands of free nodes needed scans) whose ranks ascend along it,
+    so the order of two members is a comparison."""
+
+    __slots__ = ("head", "tail")
+
+    def __init__(self) -> None:
+        self.head: _Node | None = None
+        self.tail: _Node | None = None
+
+    def __bool__(self) -> bool:
+        return self.head is not None
+
+    def __iter__(self) -> Iterator[_Node]:
+        n = self.head
+        while n is not None:
+            yield n
+            n = n.next
+
+    def append(self, n: _Node) -> None:
+        n.prev, n.next = self.tail, None
+        if self.tail is None:
+            self.head, n.rank = n, 0
+        else:
+            self.tail.next, n.rank = n, self.tail.rank + 1
+        self.tail = n
+
+    def prepend(self, n: _Node) -> None:
+        n.prev, n.next = None, self.head
+        if self.head is None:
+            self.tail, n.rank = n, 0
+        else:
+            self.head.prev, n.rank = n, self.head.rank - 1
+        self.head = n
+
+    def unlink(self, n: _Node) -> None:
+        if n.prev is None:
+            self.head = n.next
+        else:
+            n.prev.next = n.next
+        if n.next is None:
+            self.tail = n.prev
+        else:
+            n.next.prev = n.prev
+        n.prev = n.next = None
 
 
 def _physical_of(cell: Any) -> Any:
@@ -61,7 +117,7 @@ def _physical_of(cell: Any) -> Any:
 
 class TopologyAwareScheduler:
     """Step 3's node order is kept between calls (the reference sorts its cluster view in place, so
-    ties keep the previous call's order) as *blocks*: one list per sort key, in order. A call
+    ties keep the previous call's order) as *blocks*: one ``_Block`` per sort key, in order. A call
     re-reads only the nodes whose cells changed since the last one (cells notify their watchers)
     and moves those whose key changed, exactly where a stable sort would put them: into the
     new block's end if their key decreased (the unchanged block members preceded them), its front
@@ -87,9 +143,12 @@ class TopologyAwareScheduler:
                     node = _Node(c, self._changed)
                     c.watchers = (*c.watchers, node)
                     self._order.append(node)
-        self._blocks: dict[tuple, list[_Node]] | None = None  # None: never sorted
+        self._blocks: dict[tuple, _Block] | None = None  # None: never sorted
         self._read_as: tuple | None = None  # (priority if it matters to the key, suggested) of the last read
         self._uniform = len({n.cell.total_leaf_num for n in self._order}) <= 1
+        # per block, a lower bound of its nodes' lowest used priority (exact after a full scan):
+        # a failed guaranteed pass skips blocks whose leaves are all used at its priority or above
+        self._low: dict[tuple, int] = {}
 
     @property
     def view(self) -> list[_Node]:
@@ -137,29 +196,43 @@ class TopologyAwareScheduler:
         for n in self._changed:
             self._read(n, p, sugg)
         moved = [n for n in self._changed if n.key != old_keys[n]]
+        low = self._low
+        for n in self._changed:
+            if n.key in low and n.lowest_used < low[n.key]:
+                low[n.key] = n.lowest_used
         self._changed.clear()
         if self._blocks is None or len(moved) * 8 > len(self._order):
             order = self.view
             order.sort(key=lambda n: n.key)  # stable: ties keep the previous order
             self._blocks = {}
+            self._low = {}
             for n in order:
-                self._blocks.setdefault(n.key, []).append(n)
+                self._block(n.key).append(n)
             return
         blocks = self._blocks
-        moved.sort(key=lambda n: (old_keys[n], blocks[old_keys[n]].index(n)))  # previous order
+        moved.sort(key=lambda n: (old_keys[n], n.rank))  # previous order
         for n in moved:
             block = blocks[old_keys[n]]
-            block.remove(n)
+            block.unlink(n)
             if not block:
                 del blocks[old_keys[n]]
         fronts: dict[tuple, list[_Node]] = {}
         for n in moved:
             if n.key < old_keys[n]:
-                blocks.setdefault(n.key, []).append(n)
+                self._block(n.key).append(n)
             else:
                 fronts.setdefault(n.key, []).append(n)
         for key, nodes in fronts.items():
-            blocks[key] = nodes + blocks.get(key, [])
+            block = self._block(key)
+            for n in reversed(nodes):
+                block.prepend(n)
+
+    def _block(self, key: tuple) -> _Block:
+        assert self._blocks is not None
+        block = self._blocks.get(key)
+        if block is None:
+            block = self._blocks[key] = _Block()
+        return block
 
     @staticmethod
     def _free(n: _Node, p: int) -> int:
@@ -173,15 +246,22 @@ class TopologyAwareScheduler:
     def _find_nodes(self, leaf_numbers: list[int], p: int = OPPORTUNISTIC_PRIORITY) -> tuple[list[_Node] | None, str]:
         assert self._blocks is not None
         picked: list[_Node] = []
-        # With equal node sizes, a block's key fixes its nodes' free leaves at the lowest priority
-        # (all used leaves count): total - used_same (- used_higher without cross-priority packing).
-        skip = self._uniform and self._order and p == OPPORTUNISTIC_PRIORITY
-        size = self._order[0].cell.total_leaf_num if self._order else 0
+        # With equal node sizes, a block's key fixes its nodes' free leaves when all used leaves
+        # count (at the lowest priority, or at p when no node uses a leaf below p): total -
+        # used_same (- used_higher without cross-priority packing).
+        size = self._order[0].cell.total_leaf_num if self._uniform and self._order else None
         for key in sorted(self._blocks):
-            if skip and size + key[2] - (0 if self.cross_priority_pack else key[3]) < leaf_numbers[len(picked)]:
-                continue
             need = leaf_numbers[len(picked)]
+            if (
+                size is not None
+                and size + key[2] - (0 if self.cross_priority_pack else key[3]) < need
+                and (p == OPPORTUNISTIC_PRIORITY or (self.cross_priority_pack and self._low.get(key, -_INF) >= p))
+            ):
+                continue
+            low = _INF
             for n in self._blocks[key]:
+                if n.lowest_used < low:
+                    low = n.lowest_used
                 # (``_free`` inlined: a failed guaranteed pass scans every node of the VC)
                 if n.read_p == p:
                     free = n.free_at_priority
@@ -202,6 +282,7 @@ class TopologyAwareScheduler:
                     if len(picked) == len(leaf_numbers):
                         return picked, ""
                 need = leaf_numbers[len(picked)]
+            self._low[key] = low  # the whole block was scanned
         return None, "insufficient capacity"
 
     def schedule(

@@ -18,7 +18,6 @@ import copy
 from collections import Counter
 from typing import Any
 
-import pytest
 from hived_strategies import guaranteed_operations, hived_configs, operations
 from hived_testkit import pod
 from hypothesis import HealthCheck, event, given, settings
@@ -249,6 +248,10 @@ class Harness:
                     assert c.virtual_cell is None or not c.healthy or self.in_pinned_cell(c.address), c
             else:
                 assert g.virtual_placement, f"a guaranteed group lost its virtual cells without lazy preemption: {g}"
+                if not reserved & set(held):  # its virtual leaves are bound to exactly its physical leaves
+                    view = {c.address: c for c in walk_status(h.virtual_cluster(g.vc))}
+                    bound_to = {view[a].physical_cell for addrs in g.virtual_placement.values() for a in addrs}
+                    assert bound_to == {leaves[leaf].address for leaf in held}, (g, bound_to)
                 for leaf in set(held) - reserved:
                     assert leaves[leaf].priority == g.priority and leaves[leaf].vc == g.vc, (leaves[leaf], g)
         for key, c in leaves.items():
@@ -263,7 +266,8 @@ class Harness:
 
     def check_doomed(self, physical) -> None:
         """I6 as far as the views show it. For every VC view cell: ``healthy`` is the health of the
-        physical cell it is bound to in ``physical_cluster()`` (True when unbound). A preassigned,
+        physical cell it is bound to in ``physical_cluster()`` (True when unbound), and a bound
+        child's parent is bound to the physical parent of the child's physical cell. A preassigned,
         unpinned cell that its VC does not use (priority below 0) yet is bound is a *doomed*
         binding: it must be bound to a bad physical cell of its own level and chain, which no VC
         group uses (free, or used by opportunistic pods: the cell was unbound when it was doomed);
@@ -277,6 +281,9 @@ class Harness:
                 for c in walk_status([root]):
                     bound = physical.get(c.physical_cell) if c.physical_cell else None
                     assert c.healthy == (bound.healthy if bound else True), (vc, c)
+                    for child in c.children:  # bindings form a tree: a bound child's parent is bound to its parent
+                        if child.physical_cell is not None:
+                            assert c.physical_cell == child.physical_cell.rsplit("/", 1)[0], (vc, c.address, child)
                     if not self.bad:
                         assert c.healthy, (vc, c)
                 unused = root.priority < api.OPPORTUNISTIC_PRIORITY + 1
@@ -418,3 +425,75 @@ def test_theorem1_a_legal_guaranteed_gang_never_waits_on_healthy_hardware(data):
         h.run(op)
     for op in data.draw(guaranteed_operations(meta), label="ops"):
         h.run(op)
+
+
+# --- regressions found by the properties above ---------------------------------------------------------
+def two_racks_config() -> dict[str, Any]:
+    """Two racks of two 1-GPU nodes, both racks preassigned to vc0."""
+    return {
+        "physicalCluster": {
+            "cellTypes": {
+                "NODE": {"childCellType": "GPU", "childCellNumber": 1, "isNodeLevel": True},
+                "RACK": {"childCellType": "NODE", "childCellNumber": 2},
+            },
+            "physicalCells": [
+                {"cellType": "RACK", "cellChildren": [{"cellAddress": "n0"}, {"cellAddress": "n1"}]},
+                {"cellType": "RACK", "cellChildren": [{"cellAddress": "n2"}, {"cellAddress": "n3"}]},
+            ],
+        },
+        "virtualClusters": {"vc0": {"virtualCells": [{"cellType": "RACK", "cellNumber": 2}]}},
+    }
+
+
+def test_regression_preempting_in_a_re_doomed_rack_binds_the_preemptor_to_its_own_leaf():
+    """Found by test_invariants_hold_after_every_step. Rack 0 is bad (n0), its only used leaf n1
+    runs ``a`` (virtual leaf vc0/0/0/0, bound after a restart, so n0 got the placeholder vc0/0/1).
+    Preempting ``a`` releases its last leaf, so the bad rack is released and re-doomed at once; the
+    re-doom rebound n0 to the first unbound child, vc0/0/0, the very virtual leaf the preemptor
+    then took: the preemptor's virtual leaf stayed bound to bad n0 while it reserved n1, and a
+    later priority-0 pod preempted the priority-1 group (I5) and releasing it leaked bindings."""
+    h = HivedScheduler(two_racks_config())
+    a = pod("a", "vc0", 1, priority=0, group="a")
+    info = api.BindInfo(
+        "n1", (0,), "RACK",
+        (api.AffinityGroupMemberBindInfo((api.PodPlacementInfo("n1", (0,), ("RACK",)),)),),
+    )
+    h.add_allocated_pod(a, info)
+    h.set_node_bad("n0")
+    h.set_node_bad("n2")
+    g2 = pod("g2", "vc0", 1, priority=1, group="g2", members=((2, 1),))
+    r = h.schedule(g2)
+    assert isinstance(r, api.Preempt) and r.victims == ("a",)
+    view = {c.address: c for c in walk_status(h.virtual_cluster("vc0"))}
+    reserved = {c.physical_cell for c in view.values() if c.level == 1 and c.priority == 1}
+    assert "0/n1/0" in reserved and "0/n0/0" not in reserved, view
+    h.delete_allocated_pod(a)
+    for p in (g2, pod("g2b", "vc0", 1, priority=1, group="g2", members=((2, 1),))):
+        b = h.schedule(p)
+        assert isinstance(b, api.Bind), b
+        h.add_allocated_pod(p, b.bind_info)
+    h.check_safety()
+    assert isinstance(h.schedule(pod("z", "vc0", 1, priority=0, group="z")), api.Wait)  # never preempts g2
+
+
+def test_regression_healing_another_rack_keeps_a_used_doomed_cell_bound():
+    """Found by test_invariants_hold_after_every_step. vc0 owns two of three racks; n0 and n2 go
+    bad, so one vc0 rack cell is doomed to bad rack 0. ``a`` then runs on rack 0's healthy n1
+    (inside the doomed cell). Healing n2 made ``_try_unbind_doomed`` unbind the first doomed cell
+    although ``a`` used it: the rack went back to the free list with a bound virtual child
+    orphaned under an unbound preassigned cell."""
+    raw = two_racks_config()
+    raw["physicalCluster"]["physicalCells"].append(
+        {"cellType": "RACK", "cellChildren": [{"cellAddress": "n4"}, {"cellAddress": "n5"}]}
+    )
+    h = HivedScheduler(raw)
+    h.set_node_bad("n0")
+    h.set_node_bad("n2")
+    b = h.schedule(pod("a", "vc0", 1, priority=0, group="a"))
+    assert isinstance(b, api.Bind) and b.node == "n1", b
+    h.add_allocated_pod(pod("a", "vc0", 1, priority=0, group="a"), b.bind_info)
+    h.set_node_healthy("n2")
+    h.check_safety()
+    view = {c.address: c for c in walk_status(h.virtual_cluster("vc0"))}
+    assert view["vc0/0/1/1"].physical_cell == "0/n1/0"
+    assert view["vc0/0"].physical_cell == "0", view["vc0/0"]  # still bound: a runs in it
