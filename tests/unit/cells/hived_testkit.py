@@ -117,6 +117,23 @@ def two_chain_config() -> dict[str, Any]:
     }
 
 
+def three_nodes_two_tenants_config() -> dict[str, Any]:
+    """HiveD §2's setting, small: three 8-GPU nodes; tenant a reserves two, tenant b one."""
+    return {
+        "physicalCluster": {
+            "cellTypes": {
+                "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True},
+                "RACK": {"childCellType": "NODE", "childCellNumber": 3},
+            },
+            "physicalCells": [{"cellType": "RACK", "cellChildren": [{"cellAddress": n} for n in ("n1", "n2", "n3")]}],
+        },
+        "virtualClusters": {
+            "a": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": 2}]},
+            "b": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": 1}]},
+        },
+    }
+
+
 def pod(
     name: str,
     vc: str,

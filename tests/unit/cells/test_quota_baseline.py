@@ -6,28 +6,17 @@ from __future__ import annotations
 
 import pytest
 
+from hived_testkit import pod as kit_pod
+from hived_testkit import three_nodes_two_tenants_config
 from hivemux.cells import api
 from hivemux.cells.config import parse_config
 from hivemux.cells.quota_baseline import QuotaScheduler
 
-THREE_NODES = {
-    "physicalCluster": {
-        "cellTypes": {
-            "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True},
-            "RACK": {"childCellType": "NODE", "childCellNumber": 3},
-        },
-        "physicalCells": [{"cellType": "RACK", "cellChildren": [{"cellAddress": n} for n in ("n1", "n2", "n3")]}],
-    },
-    "virtualClusters": {
-        "a": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": 2}]},
-        "b": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": 1}]},
-    },
-}
+THREE_NODES = three_nodes_two_tenants_config()
 
 
 def pod(name: str, vc: str, gpus: int = 1, *, priority: int = 0, group: str | None = None, pods: int = 1) -> api.Pod:
-    affinity = api.AffinityGroupSpec(group or name, (api.AffinityGroupMember(pods, gpus),))
-    return api.Pod(name, api.PodSchedulingSpec(virtual_cluster=vc, priority=priority, leaf_cell_number=gpus, affinity_group=affinity))
+    return kit_pod(name, vc, gpus, priority=priority, group=group or name, members=((pods, gpus),))
 
 
 def run(scheduler: QuotaScheduler, p: api.Pod) -> api.Bind:

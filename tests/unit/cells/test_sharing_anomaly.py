@@ -7,30 +7,18 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hived_testkit import pod as kit_pod
+from hived_testkit import three_nodes_two_tenants_config
 from hivemux.cells import api
 from hivemux.cells.config import parse_config
 from hivemux.cells.hived import HivedScheduler
 from hivemux.cells.quota_baseline import QuotaScheduler
 
-CLUSTER = {
-    "physicalCluster": {
-        "cellTypes": {
-            "NODE": {"childCellType": "GPU", "childCellNumber": 8, "isNodeLevel": True},
-            "RACK": {"childCellType": "NODE", "childCellNumber": 3},
-        },
-        "physicalCells": [{"cellType": "RACK", "cellChildren": [{"cellAddress": n} for n in ("n1", "n2", "n3")]}],
-    },
-    "virtualClusters": {
-        "a": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": 2}]},
-        "b": {"virtualCells": [{"cellType": "RACK.NODE", "cellNumber": 1}]},
-    },
-}
+CLUSTER = three_nodes_two_tenants_config()
 
 
-def pod(name: str, vc: str, gpus: int = 1, *, group: str | None = None, pods: int = 1, priority: int = 0) -> api.Pod:
-    affinity = api.AffinityGroupSpec(group or name, (api.AffinityGroupMember(pods, gpus),))
-    spec = api.PodSchedulingSpec(virtual_cluster=vc, priority=priority, leaf_cell_number=gpus, affinity_group=affinity)
-    return api.Pod(name, spec)
+def pod(name: str, vc: str, gpus: int = 1, *, priority: int = 0, group: str | None = None, pods: int = 1) -> api.Pod:
+    return kit_pod(name, vc, gpus, priority=priority, group=group or name, members=((pods, gpus),))
 
 
 def start(scheduler: api.CellScheduler, p: api.Pod) -> bool:
