@@ -67,6 +67,10 @@ class AffinityGroup:
     bind_infos: dict[str, api.BindInfo] = field(default_factory=dict)
     preempting_pods: dict[str, None] = field(default_factory=dict)
     lazy_preempted_by: str | None = None
+    # ``make_bind_info``'s member list for (physical, virtual) as they were when it was built,
+    # reused by the gang's later pods (an 8-pod gang would rebuild all 64 entries per pod).
+    # Keyed on the placements' identity; code that edits a placement in place clears it.
+    bind_members: tuple[Any, Any, tuple[api.AffinityGroupMemberBindInfo, ...]] | None = None
 
     def __post_init__(self) -> None:
         self.allocated_pods = {n: [None] * pods for n, pods in self.total_pods.items()}
@@ -148,13 +152,21 @@ def make_bind_info(
     group: AffinityGroup | None,
 ) -> tuple[api.BindInfo, tuple[int, ...], str]:
     """The group's bind info, and the node and leaf indices of pod ``(leaf_number, pod_index)``."""
+    cached = group.bind_members if group is not None else None
+    if cached is not None and cached[0] is physical and cached[1] is virtual:
+        selected = cached[2][sorted(physical).index(leaf_number)].pod_placements[pod_index]
+        chain = physical[leaf_number][pod_index][0].chain
+        info = api.BindInfo(selected.physical_node, selected.physical_leaf_cell_indices, chain, cached[2])
+        return info, selected.physical_leaf_cell_indices, selected.physical_node
     members = []
+    complete = True  # no leaf missing: the member list does not depend on recorded bind infos
     selected: api.PodPlacementInfo | None = None
     chain = ""
     for n in sorted(physical):
         pods = []
         for i, pod in enumerate(physical[n]):
             if any(c is None for c in pod):
+                complete = False
                 placement = _retrieve_missing(group, n, i)
             else:
                 types = tuple(
@@ -174,6 +186,8 @@ def make_bind_info(
         members.append(api.AffinityGroupMemberBindInfo(tuple(pods)))
     assert selected is not None
     info = api.BindInfo(selected.physical_node, selected.physical_leaf_cell_indices, chain, tuple(members))
+    if group is not None and complete and group.physical is physical and group.virtual is virtual:
+        group.bind_members = (physical, virtual, info.affinity_group_bind_info)
     return info, selected.physical_leaf_cell_indices, selected.physical_node
 
 

@@ -142,11 +142,18 @@ class Request:
 
 
 def _usable(c: PhysicalCell, req: Request) -> bool:
+    # (``single_node`` and ``healthy`` read directly: buddy scans call this per candidate cell)
     if c.virtual_cell is not None:
         return False
-    if c.single_node and not c.healthy:
+    nodes = c.nodes
+    if len(nodes) == 1 and not c._healthy:
         return False
-    return req.ignore_suggested or any(req.suggested.allows(n) for n in c.nodes)
+    if req.ignore_suggested:
+        return True
+    suggested = req.suggested
+    if suggested.only is None and not suggested.all_except:  # every node allowed
+        return bool(nodes)
+    return any(suggested.allows(n) for n in nodes)
 
 
 def usable_cells(candidates: list[PhysicalCell], needed: int, req: Request) -> list[PhysicalCell] | None:

@@ -20,6 +20,7 @@ and callers see frozen ``api`` status views instead.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import Any
 
 from hivemux.cells.api import FREE_PRIORITY, PhysicalCellStatus, VirtualCellStatus
@@ -251,17 +252,29 @@ def build_virtual(
     return full, preassigned, pinned
 
 
+_priority_of = attrgetter("priority")
+
+
 def set_cell_priority(c: Cell, p: int) -> None:
-    """Set a leaf's priority and keep every ancestor at the max of its children."""
-    original = c.priority
-    c.priority = p
-    parent = c.parent
-    if parent is None:
-        return
-    if p > parent.priority:
-        set_cell_priority(parent, p)
-    elif original == parent.priority and p < original:
-        set_cell_priority(parent, max([FREE_PRIORITY] + [b.priority for b in parent.children]))
+    """Set a leaf's priority and keep every ancestor at the max of its children.
+
+    A loop rather than recursion, and the children's max taken in C (``map`` of an
+    ``attrgetter``): a node's parent (a rack) has a thousand children, rescanned whenever the
+    node that set its priority drops.
+    """
+    while True:
+        original = c.priority
+        c.priority = p
+        parent = c.parent
+        if parent is None:
+            return
+        if p > parent.priority:
+            c = parent
+        elif original == parent.priority and p < original:
+            p = max(FREE_PRIORITY, max(map(_priority_of, parent.children)))
+            c = parent
+        else:
+            return
 
 
 def update_used_at_priority(c: Cell | None, p: int, increase: bool) -> None:
@@ -278,10 +291,22 @@ def update_used_at_priority(c: Cell | None, p: int, increase: bool) -> None:
 
 
 def set_cell_state(c: PhysicalCell, s: str) -> None:
-    c.state = s
-    parent = c.parent
-    if parent is not None and (s == "used" or all(ch.state == s for ch in parent.children)):
-        set_cell_state(parent, s)
+    """Set a leaf's state; a parent follows when it turns used or when all its children agree.
+
+    Every ancestor of a used cell is used (turning used goes up to the top, and a parent only
+    leaves ``used`` when none of its children is), so turning used stops at a used parent.
+    """
+    while True:
+        c.state = s
+        parent = c.parent
+        if parent is None:
+            return
+        if s == "used":
+            if parent.state == "used":
+                return
+        elif not all(ch.state == s for ch in parent.children):
+            return
+        c = parent
 
 
 def bind_cell(pc: PhysicalCell, vc: VirtualCell) -> None:

@@ -164,6 +164,8 @@ class CellView:
         # (chain, node, GPU index) -> leaf: recovery looks up every recorded leaf (first one wins,
         # as a scan of the full list would find)
         self.leaf_by_index: dict[tuple[str, str, int], PhysicalCell] = {}
+        # (chain, cell type name) -> its levels in the chain, filled by ``recovery._levels_named``
+        self.type_levels: dict[tuple[str, str], list[int]] = {}
         for chain in config.chains:
             for leaf in self.full[chain][1]:
                 self._leaves_by_node.setdefault(leaf.nodes[0], []).append(leaf)

@@ -110,6 +110,7 @@ class HivedScheduler:
         }
         self.groups: dict[str, AffinityGroup] = {}
         self._type_names: dict[tuple[str, int], str] = {}
+        self._largest_node: dict[tuple[str, ...], int] = {}  # chains -> leaves of their largest node
         self.pod_slots: dict[str, tuple[str, int, int]] = {}  # allocated pod -> (group, leaf number, index)
         nodes = self.view.nodes()
         for n in nodes:  # as the reference: every node is bad until K8s reports it healthy
@@ -200,9 +201,11 @@ class HivedScheduler:
                 return f"Pod requesting leaf cell type {s.leaf_cell_type} which VC {s.virtual_cluster} does not have"
         else:
             chains = self.config.chains
-        largest = max(
-            t.leaf_cell_number for c in chains for t in self.config.chain_types(c).values() if t.is_node_level
-        )
+        largest = self._largest_node.get(chains)
+        if largest is None:  # memoized: the configuration is fixed, and every pod is validated
+            largest = self._largest_node[chains] = max(
+                t.leaf_cell_number for c in chains for t in self.config.chain_types(c).values() if t.is_node_level
+            )
         biggest = max(m.leaf_cell_number for m in spec.members)
         if biggest > largest:
             return f"a pod of affinity group {spec.name} requests {biggest} leaf cells, more than any node holds ({largest})"
@@ -310,6 +313,7 @@ class HivedScheduler:
                 self.view.release_leaf_cell(p, victim.vc)
                 self.view.allocate_leaf_cell(p, None, api.OPPORTUNISTIC_PRIORITY, victim.vc)
         victim.virtual = None
+        victim.bind_members = None
         victim.lazy_preempted_by = preemptor
         return original or {}
 
@@ -319,6 +323,7 @@ class HivedScheduler:
                 self.view.release_leaf_cell(p, g.vc)
                 self.view.allocate_leaf_cell(p, virtual[n][i][j], g.priority, g.vc)
         g.virtual = virtual
+        g.bind_members = None
         g.lazy_preempted_by = None
 
     def _new_group(self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, state: str) -> AffinityGroup:
@@ -423,6 +428,7 @@ class HivedScheduler:
                     lazy = lazy or not ok
         if lazy and g.virtual is not None:
             self._lazy_preempt_group(g, g.name)
+        g.bind_members = None  # the placements were filled in place
         return g
 
     def _lazy_preempt_cell(self, v: VirtualCell, preemptor: str) -> None:

@@ -28,8 +28,13 @@ from hivemux.cells.cell_view import CellView
 
 def find_physical_leaf(view: CellView, chain: str, node: str, index: int) -> PhysicalCell | None:
     """A leaf named in a bind info: in its recorded chain, else in any chain (the cell may have moved)."""
-    chains = ([chain] if chain in view.full else []) + [c for c in view.config.chains if c != chain]
-    for c in chains:
+    if chain in view.full:  # the usual case, without building the list of other chains
+        leaf = view.leaf_by_index.get((chain, node, index))
+        if leaf is not None:
+            return leaf
+    for c in view.config.chains:
+        if c == chain:
+            continue
         leaf = view.leaf_by_index.get((c, node, index))
         if leaf is not None:
             return leaf
@@ -44,7 +49,7 @@ def find_virtual_leaf(
         return None, "preassigned cell not found in pod bind info"
     if preassigned_type == "":
         return None, "opportunistic"
-    levels = [lv for lv, t in view.config.chain_types(p.chain).items() if t.name == preassigned_type]
+    levels = _levels_named(view, p.chain, preassigned_type)
     cells = view.vcs.get(s.virtual_cluster)
     if not levels:
         return None, f"Preassigned cell type {preassigned_type} not found in chain {p.chain}"
@@ -54,6 +59,16 @@ def find_virtual_leaf(
     if lists is None:
         return None, f"VC {s.virtual_cluster} has no cell for {s.pinned_cell_id or p.chain}"
     return physical_to_virtual(p, lists, levels[-1], s.priority, s.virtual_cluster)
+
+
+def _levels_named(view: CellView, chain: str, type_name: str) -> list[int]:
+    """Levels of ``chain`` whose cell type is ``type_name``; memoized on the view (the
+    configuration never changes under it), as every recovered leaf asks."""
+    key = (chain, type_name)
+    levels = view.type_levels.get(key)
+    if levels is None:
+        levels = view.type_levels[key] = [lv for lv, t in view.config.chain_types(chain).items() if t.name == type_name]
+    return levels
 
 
 def lowest_priority_virtual(cells: list[VirtualCell], p: int) -> VirtualCell | None:
