@@ -25,7 +25,9 @@ later in the replay is remembered, so replaying the topics in any interleaving c
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import api
@@ -137,12 +139,18 @@ class JobAllocator:
         guaranteed = [j for j in order if self.jobs[j].priority >= 0]
         opportunistic = sorted(
             (j for j in order if self.jobs[j].priority < 0),
-            key=lambda j: (usage.get(self.jobs[j].vc, 0) / self.weights.get(self.jobs[j].vc, 1.0), order.index(j)),
+            key=lambda j: usage.get(self.jobs[j].vc, 0) / self.weights.get(self.jobs[j].vc, 1.0),  # stable: arrival order breaks ties
         )
         out: list[Decision] = []
-        for job_id in guaranteed + opportunistic:
+        for job_id in guaranteed:
             if job_id in self.waiting:  # an earlier job of this pass may have preempted it
                 out += self._try(self.jobs[job_id])
+        # Opportunistic binds leave the non-guaranteed capacity unchanged: read it once per pass
+        # (it walks the whole physical cluster).
+        capacity = self._capacity_reader()
+        for job_id in opportunistic:
+            if job_id in self.waiting:
+                out += self._try(self.jobs[job_id], capacity)
         return out
 
     def _opportunistic_usage(self) -> dict[str, int]:
@@ -153,7 +161,11 @@ class JobAllocator:
                 usage[job.vc] = usage.get(job.vc, 0) + sum(p.spec.leaf_cell_number for p, _ in pods.values())
         return usage
 
-    def _over_fair_share(self, job: TrainingJob) -> str | None:
+    def _capacity_reader(self) -> Callable[[], int]:
+        """The opportunistic capacity, read from the scheduler at most once (a full walk)."""
+        return functools.cache(lambda: _gpus_not_guaranteed(self.scheduler.physical_cluster()))
+
+    def _over_fair_share(self, job: TrainingJob, capacity: Callable[[], int]) -> str | None:
         """Why an opportunistic job must wait for other VCs' fair shares, or None."""
         usage = self._opportunistic_usage()
         waiting: dict[str, int] = {}
@@ -164,18 +176,18 @@ class JobAllocator:
         starved = [vc for vc in waiting if vc != job.vc]
         if not starved:
             return None  # nobody else waits: using idle cells harms no one
-        capacity = _gpus_not_guaranteed(self.scheduler.physical_cluster())
+        capacity_gpus = capacity()
         need = sum(job.pod_sizes)
         demand = {vc: usage.get(vc, 0) + waiting.get(vc, 0) for vc in {*usage, *waiting, job.vc}}
         demand[job.vc] += need
-        shares = fair_shares(capacity, demand, self.weights)
+        shares = fair_shares(capacity_gpus, demand, self.weights)
         if usage.get(job.vc, 0) + need <= shares[job.vc] + 1e-9:
             return None
         if not any(usage.get(vc, 0) < shares[vc] - 1e-9 for vc in starved):
             return None
         return (
             f"VC {job.vc} would exceed its fair share of opportunistic capacity "
-            f"({usage.get(job.vc, 0)} + {need} > {shares[job.vc]:.1f} of {capacity} GPUs) while {', '.join(sorted(starved))} wait"
+            f"({usage.get(job.vc, 0)} + {need} > {shares[job.vc]:.1f} of {capacity_gpus} GPUs) while {', '.join(sorted(starved))} wait"
         )
 
     def end(self, job_id: str) -> list[Decision]:
@@ -225,10 +237,10 @@ class JobAllocator:
             self.scheduler.delete_allocated_pod(pod)
         return [PodReleased(job_id, pod, info.node) for pod, info in pods.values()]
 
-    def _try(self, job: TrainingJob) -> list[Decision]:
+    def _try(self, job: TrainingJob, capacity: Callable[[], int] | None = None) -> list[Decision]:
         out: list[Decision] = []
         placed = self.placed.setdefault(job.job_id, {})
-        held = self._over_fair_share(job) if job.priority < 0 and not placed else None
+        held = self._over_fair_share(job, capacity or self._capacity_reader()) if job.priority < 0 and not placed else None
         if held is not None:
             if self.waiting.get(job.job_id) != held:
                 self.waiting[job.job_id] = held
