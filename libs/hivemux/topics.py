@@ -18,19 +18,22 @@ from .events import (
     CellBinding,
     CellConfig,
     DeadLetter,
+    DeviceControl,
     Event,
     ExecutorCommand,
     ExecutorReport,
     Fault,
-    GpuTelemetrySample,
+    GpuTelemetryBatch,
     HealthTransition,
     JobLifecycleEvent,
     JobSubmission,
+    NodePressure,
     NodeTelemetry,
     Placement,
     PredictorModel,
     Profile,
     SharingObservation,
+    SysMonitorSnapshot,
 )
 
 CleanupPolicy = Literal["delete", "compact"]
@@ -61,8 +64,14 @@ class Topic:
         return str(getattr(event, self.key_field))
 
 
-GPU_TELEMETRY = Topic("telemetry.gpu", GpuTelemetrySample, "gpu_id", 8, "delete", "GPU samples from every node")
-NODE_TELEMETRY = Topic("telemetry.node", NodeTelemetry, "node_id", 4, "delete", "Node samples: GPUs, CPU and memory pressure")
+# Keyed by node: one record per node and sampling instant; the health-processor instance that
+# owns a node's partition owns all its GPUs. gpu.control and executor.reports share the key and
+# the partition count, so the default range assignor gives one instance all of a node's inputs.
+GPU_TELEMETRY = Topic("telemetry.gpu", GpuTelemetryBatch, "node_id", 8, "delete", "GPU samples, batched per node and instant")
+GPU_CONTROL = Topic("gpu.control", DeviceControl, "node_id", 8, "delete", "Operator drains and undrains of GPUs")
+HEALTH_STATE = Topic("health.state", SysMonitorSnapshot, "gpu_id", 8, "compact", "Changelog of each GPU's full SysMonitor state")
+NODE_PRESSURE = Topic("node.pressure", NodePressure, "node_id", 4, "compact", "Node CPU/memory pressure changes")
+NODE_TELEMETRY = Topic("telemetry.node", NodeTelemetry, "node_id", 8, "delete", "Node samples: GPUs, CPU and memory pressure")
 GPU_HEALTH = Topic("gpu.health", HealthTransition, "gpu_id", 4, "compact", "SysMonitor state transitions per GPU")
 GPU_FAULTS = Topic("gpu.faults", Fault, "gpu_id", 4, "delete", "Detected error patterns and their remediation")
 JOBS_SUBMITTED = Topic("jobs.submitted", JobSubmission, "job_id", 4, "delete", "The event-sourced job log")
@@ -79,7 +88,10 @@ EXECUTOR_REPORTS = Topic("executor.reports", ExecutorReport, "node_id", 8, "dele
 TOPICS: tuple[Topic, ...] = (
     GPU_TELEMETRY,
     NODE_TELEMETRY,
+    GPU_CONTROL,
     GPU_HEALTH,
+    HEALTH_STATE,
+    NODE_PRESSURE,
     GPU_FAULTS,
     JOBS_SUBMITTED,
     JOBS_LIFECYCLE,

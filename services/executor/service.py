@@ -15,6 +15,7 @@ from hivemux.events import (
     Event,
     ExecutorCommand,
     ExecutorReport,
+    GpuTelemetryBatch,
     GpuTelemetrySample,
     JobLifecycleEvent,
     JobState,
@@ -50,6 +51,10 @@ class Executor:
         # The online service's own SM activity per GPU, measured while no offline job shares it.
         self.online_sm: dict[str, float] = {}
         self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
+
+    def on_batch(self, batch: GpuTelemetryBatch, ctx: RecordContext) -> None:
+        for sample in batch.samples:
+            self.on_sample(sample, ctx)
 
     def on_sample(self, sample: GpuTelemetrySample, _: RecordContext) -> None:
         self.gpu_types[sample.gpu_id] = sample.gpu_type
@@ -193,7 +198,7 @@ class Executor:
 def build(settings: ExecutorSettings) -> Service:
     executor = Executor(settings)
     service = Service(NAME, settings)
-    service.fold(GPU_TELEMETRY, executor.on_sample)
+    service.fold(GPU_TELEMETRY, executor.on_batch)
     service.on(EXECUTOR_COMMANDS, executor.on_command)
     service.every(settings.report_interval_s, executor.tick)
     return service

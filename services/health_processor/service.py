@@ -1,118 +1,79 @@
-"""The health-processor shell: telemetry in, health transitions and faults out."""
+"""The health-processor shell: moves events in and out of `hivemux.health.processor`.
+
+Consumed as a group (the node key decides the owner): GPU sample batches, node samples,
+executor reports, operator drains. Folded by every instance: the `health.state` changelog, so
+a restarted instance, or one taking over another's partitions, resumes each GPU's SysMonitor
+exactly where it was. A ticker disables owned GPUs that went silent.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import (
-    Event,
-    Fault,
-    FaultKind,
-    GpuTelemetrySample,
-    HealthState,
-    HealthTransition,
-    derived_id,
-)
-from hivemux.health.thresholds import GpuHealth, GpuMetrics, HealthThresholds
+from hivemux.events import DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, SysMonitorSnapshot
+from hivemux.health.config import HealthConfig, load_config
+from hivemux.health.processor import HealthProcessorCore
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import GPU_HEALTH, GPU_TELEMETRY
+from hivemux.topics import EXECUTOR_REPORTS, GPU_CONTROL, GPU_TELEMETRY, HEALTH_STATE, NODE_TELEMETRY
 
 NAME = "health-processor"
-_EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
 class HealthSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="HIVEMUX_HEALTH_", extra="ignore")
 
-
-def metrics_of(sample: GpuTelemetrySample) -> GpuMetrics:
-    return GpuMetrics(
-        gpu_util=sample.gpu_util,
-        sm_activity=sample.sm_activity,
-        sm_clock_mhz=sample.sm_clock_mhz,
-        max_sm_clock_mhz=sample.max_sm_clock_mhz,
-        memory_used_mib=sample.memory_used_mib,
-        memory_total_mib=sample.memory_total_mib,
-        temperature_c=sample.temperature_c,
-        power_w=sample.power_w,
-    )
+    config: Path | None = Field(default=None, description="SysMonitor/detector YAML; default: the shipped one")
+    sweep_interval_s: float = Field(default=1.0, gt=0, description="How often silent GPUs are looked for")
 
 
 class HealthProcessor:
-    def __init__(self, thresholds: HealthThresholds, source: str) -> None:
-        self.thresholds = thresholds
-        self.source = source
-        self.gpus: dict[str, GpuHealth] = {}
-        self.xid_errors: dict[str, int] = {}
-        self.as_of: dict[str, datetime] = {}  # event time of the latest input per GPU
+    """Adapts bus records to the core's inputs."""
+
+    def __init__(self, config: HealthConfig, source: str) -> None:
+        self.core = HealthProcessorCore(config, source)
+        # Own nothing until the group assigns partitions: GPUs restored from the changelog
+        # must not be judged silent by an instance that is not their owner.
+        self.core.assign((), time.time())
+
+    def on_batch(self, batch: GpuTelemetryBatch, ctx: RecordContext) -> list[Event]:
+        return self.core.on_batch(batch, ctx.partition)
+
+    def on_node(self, node: NodeTelemetry, _: RecordContext) -> list[Event]:
+        return self.core.on_node(node)
+
+    def on_report(self, report: ExecutorReport, _: RecordContext) -> list[Event]:
+        return self.core.on_report(report)
+
+    def on_control(self, control: DeviceControl, _: RecordContext) -> list[Event]:
+        return self.core.on_control(control)
+
+    def on_snapshot(self, snapshot: SysMonitorSnapshot, _: RecordContext) -> None:
+        self.core.on_snapshot(snapshot)
+
+    def on_assignment(self, topic: str, partitions: frozenset[int]) -> None:
+        if topic == GPU_TELEMETRY.name:
+            self.core.assign(partitions, time.time())
+
+    def sweep(self) -> list[Event]:
+        return self.core.sweep(time.time())
 
 
-    def on_transition(self, transition: HealthTransition, _: RecordContext) -> None:
-        """Rebuild each GPU's state from the published transitions (restart, rebalance).
-
-        Our own transitions come back here too; one older than the samples already seen
-        for that GPU is stale and must not roll the state back."""
-        if transition.occurred_at <= self.as_of.get(transition.gpu_id, _EPOCH):
-            return
-        self.as_of[transition.gpu_id] = transition.occurred_at
-        self.gpus[transition.gpu_id] = GpuHealth(transition.gpu_id, transition.to_state)
-
-    def on_sample(self, sample: GpuTelemetrySample, _: RecordContext) -> list[Event]:
-        if sample.occurred_at <= self.as_of.get(sample.gpu_id, _EPOCH):
-            return []  # out of order or replayed: the state already reflects it
-        self.as_of[sample.gpu_id] = sample.occurred_at
-        current = self.gpus.get(sample.gpu_id, GpuHealth(sample.gpu_id))
-        updated, changed = current.observe(metrics_of(sample), self.thresholds)
-        self.gpus[sample.gpu_id] = updated
-        out: list[Event] = []
-        if changed is not None:
-            out.append(
-                HealthTransition(
-                    event_id=derived_id("health", sample.event_id),
-                    occurred_at=sample.occurred_at,
-                    source=self.source,
-                    gpu_id=sample.gpu_id,
-                    node_id=sample.node_id,
-                    gpu_type=sample.gpu_type,
-                    from_state=current.state,
-                    to_state=changed.state,
-                    reason=changed.reason,
-                    metrics=changed.metrics,
-                    online_workload=sample.online_workload,
-                    sample_event_id=str(sample.event_id),
-                )
-            )
-        previous_xids = self.xid_errors.get(sample.gpu_id, sample.xid_errors)
-        self.xid_errors[sample.gpu_id] = sample.xid_errors
-        if sample.xid_errors > previous_xids:
-            out.append(
-                Fault(
-                    event_id=derived_id("fault", sample.event_id),
-                    occurred_at=sample.occurred_at,
-                    source=self.source,
-                    gpu_id=sample.gpu_id,
-                    node_id=sample.node_id,
-                    kind=FaultKind.XID,
-                    xid=sample.last_xid,
-                    detail=f"XID errors rose from {previous_xids} to {sample.xid_errors}",
-                    remediation="evict_offline" if sample.offline_workloads else "report",
-                )
-            )
-        return out
-
-    def state_of(self, gpu_id: str) -> HealthState:
-        return self.gpus.get(gpu_id, GpuHealth(gpu_id)).state
-
-
-def build(settings: HealthSettings, thresholds: HealthThresholds | None = None) -> Service:
-    processor = HealthProcessor(thresholds or HealthThresholds(), f"{NAME}/{settings.instance}")
+def build(settings: HealthSettings, config: HealthConfig | None = None) -> Service:
+    processor = HealthProcessor(config or load_config(settings.config), f"{NAME}/{settings.instance}")
     service = Service(NAME, settings)
-    service.fold(GPU_HEALTH, processor.on_transition)
-    service.on(GPU_TELEMETRY, processor.on_sample)
+    service.fold(HEALTH_STATE, processor.on_snapshot)
+    service.on(GPU_TELEMETRY, processor.on_batch)
+    service.on(NODE_TELEMETRY, processor.on_node)
+    service.on(EXECUTOR_REPORTS, processor.on_report)
+    service.on(GPU_CONTROL, processor.on_control)
+    service.on_assignment(processor.on_assignment)
+    service.every(settings.sweep_interval_s, processor.sweep)
     return service
 
 

@@ -17,6 +17,7 @@ from hivemux.events import (
     Event,
     ExecutorCommand,
     ExecutorReport,
+    GpuTelemetryBatch,
     GpuTelemetrySample,
     HealthState,
     HealthTransition,
@@ -124,6 +125,12 @@ class Matcher:
         out: list[Event] = []
         for placed in victims:
             out += self._evict(placed, transition)
+        return out
+
+    def on_batch(self, batch: GpuTelemetryBatch, ctx: RecordContext) -> list[Event]:
+        out: list[Event] = []
+        for sample in batch.samples:
+            out += self.on_sample(sample, ctx)
         return out
 
     def on_sample(self, sample: GpuTelemetrySample, ctx: RecordContext) -> list[Event]:
@@ -249,6 +256,24 @@ class Matcher:
             ),
         ]
 
+    def _evict_command(self, placed: Placement, transition: HealthTransition, decision: object, reason: str) -> list[Event]:
+        """SysMonitor sends the eviction command for the workloads its samples showed on the
+        GPU; the matcher sends one only for a placement those samples did not show yet."""
+        if placed.job_id in transition.evicted_workloads:
+            return []
+        return [
+            ExecutorCommand(
+                event_id=derived_id("command", decision),
+                occurred_at=transition.occurred_at,
+                source=self.source,
+                node_id=placed.node_id,
+                action=CommandAction.EVICT,
+                job_id=placed.job_id,
+                gpu_ids=(placed.gpu_id,),
+                reason=reason,
+            )
+        ]
+
     def _evict(self, placed: Placement, transition: HealthTransition) -> list[Event]:
         self.running.pop(placed.job_id, None)
         reason = f"GPU {placed.gpu_id} turned {transition.to_state.value}: {transition.reason}"
@@ -268,16 +293,7 @@ class Matcher:
                 reason=reason,
                 inputs={k: v for k, v in transition.metrics.items()},
             ),
-            ExecutorCommand(
-                event_id=derived_id("command", decision),
-                occurred_at=at,
-                source=self.source,
-                node_id=placed.node_id,
-                action=CommandAction.EVICT,
-                job_id=placed.job_id,
-                gpu_ids=(placed.gpu_id,),
-                reason=reason,
-            ),
+            *self._evict_command(placed, transition, decision, reason),
             JobLifecycleEvent(
                 event_id=derived_id("evicted", decision),
                 occurred_at=at,
@@ -300,7 +316,7 @@ def build(settings: MatcherSettings) -> Service:
     service.fold(PLACEMENTS, matcher.on_placement)
     service.fold(EXECUTOR_REPORTS, matcher.on_report)
     service.fold(GPU_HEALTH, matcher.on_health)
-    service.fold(GPU_TELEMETRY, matcher.on_sample)
+    service.fold(GPU_TELEMETRY, matcher.on_batch)
     return service
 
 

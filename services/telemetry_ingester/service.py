@@ -1,27 +1,31 @@
-"""The telemetry-ingester shell: sample on a timer, publish GPU and node samples."""
+"""The telemetry-ingester shell: read a GPU backend and the node on a timer, publish batches.
+
+Backends (``HIVEMUX_INGESTER_BACKEND``): ``simulated`` (the simulated fleet), ``nvml`` (this
+node's GPUs through NVML) or ``dcgm`` (a dcgm-exporter endpoint, ``HIVEMUX_INGESTER_DCGM_URL``).
+Reads run in a worker thread: NVML calls and HTTP scrapes block.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import asyncio
+import socket
+import time
 from datetime import UTC, datetime
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import (
-    CommandAction,
-    Event,
-    ExecutorCommand,
-    ExecutorReport,
-    GpuTelemetrySample,
-    NodeTelemetry,
-    ReportState,
-)
+from hivemux.bus import metrics as bus_metrics
+from hivemux.events import CommandAction, Event, ExecutorCommand, ExecutorReport, ReportState
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.sim.catalog import solo_profile
 from hivemux.sim.fleet import FleetSpec, OfflineLoad, SimulatedFleet
+from hivemux.telemetry.backend import GpuBackend, NodeBackend
+from hivemux.telemetry.ingest import Ingest, TickOutput
+from hivemux.telemetry.simulated import SimulatedBackend
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS
 
 NAME = "telemetry-ingester"
@@ -31,6 +35,12 @@ _GONE = {ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportS
 class IngesterSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="HIVEMUX_INGESTER_", extra="ignore")
 
+    backend: Literal["simulated", "nvml", "dcgm"] = "simulated"
+    interval_s: float = Field(default=1.0, ge=0.1, description="Sampling interval (down to 100 ms)")
+    node_id: str = Field(default_factory=lambda: socket.gethostname().split(".")[0], description="This node (nvml, dcgm)")
+    dcgm_url: str = "http://localhost:9400/metrics"
+    nvml_library: str | None = Field(default=None, description="Path of libnvidia-ml.so.1; default: the loader's search")
+    # The simulated fleet:
     nodes: int = Field(default=4, ge=1)
     gpus_per_node: int = Field(default=4, ge=1, le=16)
     gpu_type: str = "T4"
@@ -38,41 +48,54 @@ class IngesterSettings(ServiceSettings):
     hot_gpus: int = Field(default=1, ge=0)
     seed: int = 7
     time_scale: float = Field(default=1.0, gt=0, description="Event-time speed-up of the diurnal load pattern")
-    interval_s: float = Field(default=1.0, ge=0.1, description="Sampling interval (down to 100 ms)")
     start_hour: float | None = Field(
         default=None, ge=0, lt=24, description="Simulated hour of day when the ingester starts; unset: follow event time"
     )
 
 
-class TelemetryIngester:
-    """Samples the simulated fleet; knows which offline jobs run where from the executors."""
-
-    def __init__(self, settings: IngesterSettings, *, started_at: datetime | None = None) -> None:
-        self.settings = settings
-        origin = (started_at or datetime.now(UTC)).timestamp()
-        self.fleet = SimulatedFleet(
+def make_backends(settings: IngesterSettings, offline: dict[str, OfflineLoad], *, started_at: float) -> tuple[GpuBackend, NodeBackend]:
+    if settings.backend == "simulated":
+        fleet = SimulatedFleet(
             FleetSpec(
-                nodes=settings.nodes,
-                gpus_per_node=settings.gpus_per_node,
-                gpu_type=settings.gpu_type,
-                serving_nodes=settings.serving_nodes,
-                hot_gpus=settings.hot_gpus,
-                seed=settings.seed,
-                time_scale=settings.time_scale,
-                start_hour=settings.start_hour,
-                origin_s=origin,
+                nodes=settings.nodes, gpus_per_node=settings.gpus_per_node, gpu_type=settings.gpu_type,
+                serving_nodes=settings.serving_nodes, hot_gpus=settings.hot_gpus, seed=settings.seed,
+                time_scale=settings.time_scale, start_hour=settings.start_hour, origin_s=started_at,
             )
-        )
-        self.gpu_ids = frozenset(g.gpu_id for g in self.fleet.gpus)
-        self.offline: dict[str, OfflineLoad] = {}  # gpu_id -> the offline job sharing it
+        )  # fmt: skip
+        simulated = SimulatedBackend(fleet, offline)
+        return simulated, simulated
+    from hivemux.telemetry.procfs import ProcfsNodeBackend
+
+    if settings.backend == "nvml":
+        from hivemux.telemetry.nvml import NvmlBackend
+
+        gpu: GpuBackend = NvmlBackend(settings.node_id, library=settings.nvml_library)
+    else:
+        from hivemux.telemetry.dcgm import DcgmExporterBackend
+
+        gpu = DcgmExporterBackend(settings.dcgm_url, node_id=settings.node_id)
+    return gpu, ProcfsNodeBackend(settings.node_id)
+
+
+class TelemetryIngester:
+    """Samples the backends; knows which offline jobs run where from the executors."""
+
+    def __init__(self, settings: IngesterSettings, *, started_at: float | None = None) -> None:
+        self.settings = settings
         self.source = f"{NAME}/{settings.instance}"
+        self.offline: dict[str, OfflineLoad] = {}  # gpu_id -> the offline job sharing it (simulated load)
+        self.gpu_backend, self.node_backend = make_backends(settings, self.offline, started_at=started_at or time.time())
+        self.ingest = Ingest(self.source, known_gpus=getattr(self.gpu_backend, "gpu_ids", None))
 
     def on_command(self, command: ExecutorCommand, _: RecordContext) -> None:
-        if command.action is CommandAction.START_OFFLINE and command.workload is not None:
-            if command.gpu_ids[0] not in self.gpu_ids:
-                return  # not a GPU of this fleet (e.g. a smaller fleet after a restart)
-            solo = solo_profile(command.workload.model, command.workload.batch_size, self.settings.gpu_type)
-            self.offline[command.gpu_ids[0]] = OfflineLoad(command.job_id, solo, command.sm_share or 0.0)
+        if command.action in (CommandAction.START_OFFLINE, CommandAction.START_TRAINING) and command.workload is not None:
+            for gpu_id in command.gpu_ids:
+                self.ingest.offline_by_gpu[gpu_id] = (command.job_id,)
+            if command.action is CommandAction.START_OFFLINE or self.settings.backend == "simulated":
+                share = command.sm_share if command.action is CommandAction.START_OFFLINE else 100.0
+                solo = solo_profile(command.workload.model, command.workload.batch_size, self.settings.gpu_type)
+                for gpu_id in command.gpu_ids:
+                    self.offline[gpu_id] = OfflineLoad(command.job_id, solo, share or 0.0)
         elif command.action in (CommandAction.STOP, CommandAction.EVICT):
             self._forget(command.job_id)
 
@@ -83,15 +106,21 @@ class TelemetryIngester:
     def _forget(self, job_id: str) -> None:
         for gpu_id in [g for g, load in self.offline.items() if load.job_id == job_id]:
             del self.offline[gpu_id]
+        for gpu_id in [g for g, jobs in self.ingest.offline_by_gpu.items() if job_id in jobs]:
+            del self.ingest.offline_by_gpu[gpu_id]
 
-    def sample(self, at: datetime | None = None) -> list[Event]:
-        at = at or datetime.now(UTC)
-        gpus, nodes = self.fleet.sample(at, self.offline)
-        events: list[Event] = [
-            GpuTelemetrySample(occurred_at=at, source=self.source, **asdict(g)) for g in gpus
-        ]
-        events += [NodeTelemetry(occurred_at=at, source=self.source, **asdict(n)) for n in nodes]
-        return events
+    def read(self, at: datetime, now: float | None = None) -> TickOutput:
+        """One sampling instant (blocking: runs in a worker thread). Timestamps are judged
+        against `now` (default: the wall clock)."""
+        stamp = at.timestamp()
+        now = time.time() if now is None else now
+        gpus = self.ingest.gpu_batches(self.gpu_backend.read(at), stamp, now)
+        nodes = self.ingest.node_samples(self.node_backend.read_nodes(at), stamp, now)
+        return TickOutput(gpus.events + nodes.events, gpus.dead_letters + nodes.dead_letters)
+
+    def sample(self, at: datetime) -> list[Event]:
+        """The valid events of the simulated instant `at`, as if it were now (tests)."""
+        return self.read(at, now=at.timestamp()).events
 
 
 def build(settings: IngesterSettings) -> Service:
@@ -99,7 +128,16 @@ def build(settings: IngesterSettings) -> Service:
     service = Service(NAME, settings)
     service.fold(EXECUTOR_COMMANDS, ingester.on_command)
     service.fold(EXECUTOR_REPORTS, ingester.on_report)
-    service.every(settings.interval_s, ingester.sample)
+
+    async def tick() -> list[Event]:
+        output = await asyncio.to_thread(ingester.read, datetime.now(UTC))
+        for topic, letter in output.dead_letters:
+            bus_metrics.DEAD_LETTERS.labels(NAME, topic.name, "validate").inc()
+            await service.publisher.publish_to(topic.dead_letter, letter)  # type: ignore[union-attr]
+        return output.events
+
+    service.every(settings.interval_s, tick)
+    service.on_stop(ingester.gpu_backend.close)
     return service
 
 

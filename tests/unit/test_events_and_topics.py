@@ -27,7 +27,11 @@ from hivemux.events import (
     ExecutorReport,
     Fault,
     FaultKind,
+    DeviceControl,
+    GpuTelemetryBatch,
     GpuTelemetrySample,
+    NodePressure,
+    SysMonitorSnapshot,
     HealthState,
     HealthTransition,
     JobKind,
@@ -74,8 +78,18 @@ def job_submission(**overrides: Any) -> JobSubmission:
     return JobSubmission(**fields)
 
 
+def gpu_batch(**overrides: Any) -> GpuTelemetryBatch:
+    return GpuTelemetryBatch(**ENVELOPE, node_id="node-00", samples=(gpu_sample(**overrides),))
+
+
 BUILDERS: dict[type[Event], Callable[[], Event]] = {
-    GpuTelemetrySample: gpu_sample,
+    GpuTelemetryBatch: gpu_batch,
+    DeviceControl: lambda: DeviceControl(**ENVELOPE, gpu_id="node-00/gpu-0", node_id="node-00", action="drain"),
+    NodePressure: lambda: NodePressure(**ENVELOPE, node_id="node-00", pressured=True, reason="memory", metrics={"cpu_util": 3.0}),
+    SysMonitorSnapshot: lambda: SysMonitorSnapshot(
+        **ENVELOPE, gpu_id="node-00/gpu-0", node_id="node-00", gpu_type="T4", state=HealthState.OVERLIMIT,
+        as_of=12.5, overlimit_entries=(10.0, 12.5), backoff_s=120.0, partition=3,
+    ),
     NodeTelemetry: lambda: NodeTelemetry(
         **ENVELOPE, node_id="node-00", gpu_type="T4", gpu_ids=("node-00/gpu-0",), cpu_util=10.0,
         memory_used_mib=6144.0, memory_total_mib=49152.0,
@@ -86,7 +100,7 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
     ),
     Fault: lambda: Fault(
         **ENVELOPE, gpu_id="node-00/gpu-0", node_id="node-00", kind=FaultKind.XID, detail="XID 79", xid=79,
-        remediation="evict_offline",
+        remediation="drain",
     ),
     JobSubmission: job_submission,
     JobLifecycleEvent: lambda: JobLifecycleEvent(**ENVELOPE, job_id="train-1", state=JobState.BOUND, gpu_ids=("a",)),
@@ -308,21 +322,30 @@ def test_dead_letter_round_trip() -> None:
 
 
 def _valid_json() -> dict[str, Any]:
-    return json.loads(encode_value(gpu_sample()))
+    return json.loads(encode_value(gpu_batch()))
+
+
+def _with_sample(**fields: Any) -> bytes:
+    batch = _valid_json()
+    batch["samples"] = [{**batch["samples"][0], **fields}]
+    return json.dumps(batch).encode()
 
 
 @pytest.mark.parametrize(
     ("raw", "reason"),
     [
         (None, "telemetry.gpu: record has no value (tombstone)"),
-        (b"{not json", "telemetry.gpu: invalid GpuTelemetrySample: <record>: Invalid JSON"),
-        (b"[1, 2]", "telemetry.gpu: invalid GpuTelemetrySample: <record>: Input should be an object"),
-        (json.dumps({**_valid_json(), "gpu_util": 101}).encode(), "gpu_util: Input should be less than or equal to 100"),
+        (b"{not json", "telemetry.gpu: invalid GpuTelemetryBatch: <record>: Invalid JSON"),
+        (b"[1, 2]", "telemetry.gpu: invalid GpuTelemetryBatch: <record>: Input should be an object"),
+        (_with_sample(gpu_util=101), "samples.0.gpu_util: Input should be less than or equal to 100"),
         (json.dumps({**_valid_json(), "fan": 1}).encode(), "fan: Extra inputs are not permitted"),
-        (json.dumps({k: v for k, v in _valid_json().items() if k != "gpu_id"}).encode(), "gpu_id: Field required"),
+        (json.dumps({k: v for k, v in _valid_json().items() if k != "node_id"}).encode(), "node_id: Field required"),
         (json.dumps({**_valid_json(), "occurred_at": "2026-03-02T12:00:00"}).encode(), "occurred_at: Input should have timezone info"),
+        (_with_sample(node_id="node-01"), "batch of node node-00 holds samples of ['node-01']"),
+        (json.dumps({**_valid_json(), "samples": []}).encode(), "samples: Tuple should have at least 1 item"),
     ],
-    ids=["tombstone", "bad-json", "not-an-object", "out-of-range", "unknown-field", "missing-field", "naive-time"],
+    ids=["tombstone", "bad-json", "not-an-object", "out-of-range", "unknown-field", "missing-field", "naive-time",
+         "foreign-sample", "empty"],
 )  # fmt: skip
 def test_decode_value_failures_are_invalid_events(raw: bytes | None, reason: str) -> None:
     with pytest.raises(InvalidEvent) as error:
@@ -332,14 +355,14 @@ def test_decode_value_failures_are_invalid_events(raw: bytes | None, reason: str
 
 
 def test_decode_reason_is_bounded() -> None:
-    empty = json.dumps({"occurred_at": AT.isoformat()}).encode()  # many missing fields
+    empty = json.dumps({"occurred_at": AT.isoformat(), "samples": [{}]}).encode()  # many missing fields
     with pytest.raises(InvalidEvent, match=r"; and \d+ more$"):
         decode_value(GPU_TELEMETRY, empty)
 
 
 def test_decode_value_with_the_wrong_topic() -> None:
     with pytest.raises(InvalidEvent, match="jobs.submitted: invalid JobSubmission"):
-        decode_value(JOBS_SUBMITTED, encode_value(gpu_sample()))
+        decode_value(JOBS_SUBMITTED, encode_value(gpu_batch()))
 
 
 # -- the generated schemas -----------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -51,6 +51,7 @@ Emitted = Iterable[Event] | None
 Handler = Callable[[Any, "RecordContext"], Emitted | Awaitable[Emitted]]
 Ticker = Callable[[], Emitted | Awaitable[Emitted]]
 Hook = Callable[[], Awaitable[None] | None]
+AssignmentHook = Callable[[str, frozenset[int]], Awaitable[None] | None]
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class Service:
     start_hooks: list[Hook] = field(default_factory=list)
     ready_hooks: list[Hook] = field(default_factory=list)
     stop_hooks: list[Hook] = field(default_factory=list)
+    assignment_hooks: list[AssignmentHook] = field(default_factory=list)
     publisher: Publisher | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -145,6 +147,11 @@ class Service:
 
     def on_stop(self, hook: Hook) -> None:
         self.stop_hooks.append(hook)
+
+    def on_assignment(self, hook: AssignmentHook) -> None:
+        """Called with (topic, partitions now owned) for every group topic after each rebalance,
+        before records of the new assignment are handled (ownership-aware services)."""
+        self.assignment_hooks.append(hook)
 
     def stop(self) -> None:
         self._stop.set()
@@ -218,7 +225,8 @@ class Service:
         )
 
     async def _group_loop(self) -> None:
-        consumer = self._consumer(*sorted(self.subscriptions), group=True)
+        consumer = self._consumer(group=True)
+        consumer.subscribe(sorted(self.subscriptions), listener=_AssignmentListener(self))
         await consumer.start()
         try:
             while not self._stop.is_set():
@@ -296,14 +304,10 @@ class Service:
             metrics.DUPLICATES.labels(self.name, record.topic).inc()
             return []
         try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(lambda e: isinstance(e, TransientError)),
-                wait=wait_exponential(multiplier=0.1, max=5),
-                stop=stop_after_attempt(6),
-                reraise=True,
-            ):
-                with attempt:
-                    outputs = await _call(sub.handler, event, context)
+            try:
+                outputs = await _call(sub.handler, event, context)
+            except TransientError:
+                outputs = await _retry(sub.handler, event, context)
         except InvariantViolation:
             raise
         except Exception as error:
@@ -329,6 +333,38 @@ class Service:
             consumer_group=self.group_id,
             stage=stage,
         )
+
+
+async def _retry(handler: Handler, event: Event, context: RecordContext) -> list[Event]:
+    """A handler that raised `TransientError` gets more attempts with backoff (kept off the
+    per-record path: building the retry loop costs more than most handlers)."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(lambda e: isinstance(e, TransientError)),
+        wait=wait_exponential(multiplier=0.1, max=5),
+        stop=stop_after_attempt(5),
+        reraise=True,
+    ):
+        with attempt:
+            return await _call(handler, event, context)
+    return []  # unreachable: reraise=True
+
+
+class _AssignmentListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.owned: set[TopicPartition] = set()
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        self.owned -= set(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.owned = set(assigned)
+        for topic in self.service.subscriptions:
+            partitions = frozenset(tp.partition for tp in self.owned if tp.topic == topic)
+            for hook in self.service.assignment_hooks:
+                result = hook(topic, partitions)
+                if inspect.isawaitable(result):
+                    await result
 
 
 async def _call_hook(hook: Hook) -> None:

@@ -34,7 +34,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hivemux.cells.api import FREE_PRIORITY, OPPORTUNISTIC_PRIORITY, SuggestedNodes
-from hivemux.cells.cell import find_lca
 
 _INF = 1 << 30
 
@@ -42,7 +41,7 @@ _INF = 1 << 30
 class _Node:
     __slots__ = (
         "cell", "free_at_priority", "read_p", "used_all", "lowest_used", "used_same", "used_higher", "healthy",
-        "suggested", "address", "key", "changed", "prev", "next", "rank",
+        "suggested", "address", "key", "changed", "prev", "next", "rank", "leaves",
     )
 
     def __init__(self, cell: Any, changed: dict):
@@ -61,6 +60,7 @@ class _Node:
         self.prev: _Node | None = None  # neighbours and rank in the node's block (``_Block``)
         self.next: _Node | None = None
         self.rank = 0
+        self.leaves = _depth_first_leaves(cell)  # the cell's leaves, depth first (the tree is fixed)
 
 
 class _Block:
@@ -304,52 +304,67 @@ class TopologyAwareScheduler:
         for leaf_number, node in zip(leaf_numbers, nodes, strict=True):
             key = id(node.cell)
             if key not in available:
-                free, preemptible = _leaves(node.cell, p)
-                available[key] = free + preemptible
-            chosen, available[key] = self._leaves_in_node(available[key], leaf_number)
+                available[key] = _available_leaves(node, p)
+            chosen, available[key] = _leaves_in_node(available[key], leaf_number, node.cell)
             placements.setdefault(leaf_number, []).append(chosen)
         return placements, ""
 
-    def _leaves_in_node(self, leaves: list[Any], n: int) -> tuple[list[Any], list[Any]]:
-        optimal = next((lv for lv in sorted(self.level_leaf_num) if self.level_leaf_num[lv] >= n), _INF)
-        best_level = _INF
-        best: list[int] = []
-        idx = [0] * n
 
-        def search(start: int, depth: int, lca: Any) -> bool:
-            nonlocal best_level, best
-            for i in range(start, len(leaves)):
-                new_lca = leaves[i] if depth == 0 else find_lca(leaves[i], lca)
-                level = new_lca.level if new_lca is not None else _INF
-                if depth > 0 and level > best_level:
-                    continue
-                idx[depth] = i
-                if depth == n - 1:
-                    if level < best_level:
-                        best_level, best = level, list(idx)
-                        if level == optimal:
-                            return True
-                elif search(i + 1, depth + 1, new_lca):
-                    return True
-            return False
+def _leaves_in_node(leaves: list[Any], n: int, top: Any) -> tuple[list[Any], list[Any]]:
+    """The ``n`` available leaves (of cell ``top``) with the lowest common ancestor, and the rest.
 
-        search(0, 0, None)
-        if len(best) != n:
-            raise AssertionError(f"failed to pick {n} leaf cells in a node that has {len(leaves)} available")
-        picked = set(best)
-        return [leaves[i] for i in best], [c for i, c in enumerate(leaves) if i not in picked]
+    The reference searches combinations in index order and keeps the first one of the lowest
+    LCA level. That is: the lowest level L where a cell holds ``n`` available leaves, of those
+    cells the one whose first available leaf comes first, and its first ``n`` leaves. Computed
+    here from per-cell leaf lists in one pass instead of the combinatorial search.
+    """
+    if n > len(leaves):
+        raise AssertionError(f"failed to pick {n} leaf cells in a node that has {len(leaves)} available")
+    if n == 1:  # a leaf is its own lowest common ancestor
+        return leaves[:1], leaves[1:]
+    if n == len(leaves):  # the only combination
+        return leaves, []
+    members: dict[Any, list[int]] = {}  # cell -> indices of its available leaves, ascending
+    for i, leaf in enumerate(leaves):
+        c = leaf.parent
+        while True:
+            indices = members.get(c)
+            if indices is None:
+                members[c] = [i]
+            else:
+                indices.append(i)
+            if c is top:
+                break
+            c = c.parent
+    best = min(
+        (c for c, indices in members.items() if len(indices) >= n), key=lambda c: (c.level, members[c][0])
+    )
+    picked = members[best][:n]
+    chosen = set(picked)
+    return [leaves[i] for i in picked], [c for i, c in enumerate(leaves) if i not in chosen]
 
 
-def _leaves(c: Any, p: int) -> tuple[list[Any], list[Any]]:
+def _available_leaves(node: _Node, p: int) -> list[Any]:
+    """The node's free leaves, then those used below priority ``p``, each in depth-first order."""
+    if not node.cell.used_at_priority:  # nothing used: every leaf is free
+        return list(node.leaves)
     free: list[Any] = []
     preemptible: list[Any] = []
+    for x in node.leaves:
+        if x.priority == FREE_PRIORITY:
+            free.append(x)
+        elif x.priority < p:
+            preemptible.append(x)
+    return free + preemptible
+
+
+def _depth_first_leaves(c: Any) -> tuple[Any, ...]:
+    out: list[Any] = []
     stack = [c]
     while stack:
         x = stack.pop()
         if x.level > 1:
             stack.extend(reversed(x.children))
-        elif x.priority == FREE_PRIORITY:
-            free.append(x)
-        elif x.priority < p:
-            preemptible.append(x)
-    return free, preemptible
+        else:
+            out.append(x)
+    return tuple(out)

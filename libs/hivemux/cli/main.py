@@ -197,6 +197,62 @@ def cells_replay(file: Path, scenario_ids: tuple[str, ...], json_only: bool) -> 
     sys.exit(0 if summary["passed"] else 1)
 
 
+@cli.group(name="health")
+def health_group() -> None:
+    """SysMonitor health: replay recorded telemetry, drain and undrain GPUs."""
+
+
+@health_group.command("replay")
+@click.argument("samples", type=click.Path(path_type=Path, dir_okay=False, exists=True, allow_dash=True))
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+              help="SysMonitor/detector configuration YAML (default: the shipped one).")
+@click.option("--snapshots", is_flag=True, help="Also print the state snapshots (the health.state changelog).")
+def health_replay(samples: Path, config_path: Path | None, snapshots: bool) -> None:
+    """Print the transitions, faults and commands a JSON Lines stream of samples produces,
+    one JSON object per line (state machine only, no broker)."""
+    from ..health.config import ConfigError, load_config
+    from ..health.replay import Replay, ReplayInputError, parse_lines
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as error:
+        raise click.ClickException(str(error)) from error
+    stream = click.open_file(str(samples), "r")
+    try:
+        for produced in Replay(config, include_snapshots=snapshots).run(parse_lines(stream)):
+            click.echo(json.dumps(produced))
+    except ReplayInputError as error:
+        raise click.ClickException(f"{samples}: {error}") from error
+    finally:
+        stream.close()
+
+
+@health_group.command("drain")
+@click.argument("gpu_id")
+@click.option("--reason", default="", help="Why (kept with the transition).")
+@click.option("--undo", is_flag=True, help="Return the GPU to service instead.")
+def health_drain(gpu_id: str, reason: str, undo: bool) -> None:
+    """Drain a GPU (SysMonitor Disabled, offline work evicted) or, with --undo, undrain it."""
+    from ..bus import Publisher
+    from ..events import DeviceControl
+
+    node_id = gpu_id.rsplit("/", 1)[0] if "/" in gpu_id else None
+    if node_id is None:
+        raise click.BadParameter("expected NODE/GPU, e.g. node-00/gpu-1", param_hint="GPU_ID")
+    try:
+        control = DeviceControl(occurred_at=datetime.now(UTC), source="cli", gpu_id=gpu_id, node_id=node_id,
+                                action="undrain" if undo else "drain", reason=reason)
+    except ValidationError as error:
+        raise click.ClickException(f"{gpu_id}: {error.errors()[0]['msg']}") from error
+
+    async def send() -> None:
+        async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
+            await publisher.publish(control)
+
+    _run_on_bus(send())
+    click.echo(f"{control.action} of {gpu_id} published")
+
+
 def _run_on_bus(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a CLI's bus work; an unreachable broker is a clear error, not a traceback."""
     try:

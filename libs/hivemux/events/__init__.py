@@ -14,12 +14,18 @@ from .jobs import (
 )
 from .scheduling import CellBinding, CellConfig, Placement, PredictorModel, SharingObservation
 from .telemetry import (
+    DeviceControl,
     Fault,
     FaultKind,
+    GpuProcess,
+    GpuTelemetryBatch,
     GpuTelemetrySample,
     HealthState,
     HealthTransition,
+    NodePressure,
     NodeTelemetry,
+    Remediation,
+    SysMonitorSnapshot,
 )
 
 __all__ = [
@@ -27,11 +33,14 @@ __all__ = [
     "CellConfig",
     "CommandAction",
     "DeadLetter",
+    "DeviceControl",
     "Event",
     "ExecutorCommand",
     "ExecutorReport",
     "Fault",
     "FaultKind",
+    "GpuProcess",
+    "GpuTelemetryBatch",
     "GpuTelemetrySample",
     "HealthState",
     "HealthTransition",
@@ -39,14 +48,17 @@ __all__ = [
     "JobLifecycleEvent",
     "JobState",
     "JobSubmission",
+    "NodePressure",
     "NodeTelemetry",
     "Placement",
     "PredictorModel",
     "Priority",
     "Profile",
     "Record",
+    "Remediation",
     "ResourceEstimates",
     "SharingObservation",
+    "SysMonitorSnapshot",
     "WorkloadSpec",
     "derived_id",
 ]

@@ -16,6 +16,8 @@ class CommandAction(StrEnum):
     START_TRAINING = "start_training"
     STOP = "stop"
     EVICT = "evict"
+    RESTART_MPS = "restart_mps"  # error remediation: restart the GPU's MPS control daemon
+    RESET_WORKLOAD = "reset_workload"  # error remediation: reset the CUDA context, restart the job
 
 
 class ExecutorCommand(Event):
@@ -63,6 +65,8 @@ class ExecutorReport(Event):
     normalized_throughput: NonNegative | None = None
     sm_share: Percent | None = None
     detail: str = Field(default="", max_length=2000)
+    cuda_error: int | None = Field(default=None, description="A CUDA driver error the workload hit (e.g. 700, 805-810)")
+    mps_server: Literal["running", "crashed", "hung"] | None = Field(default=None, description="The MPS server's state as the executor saw it")
 
 
 class DeadLetter(Event):

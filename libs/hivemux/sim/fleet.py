@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 
+from hivemux.telemetry.readings import GpuReading, NodeReading
+
 from .catalog import SoloProfile
 from .gpu_types import GPU_TYPES, GpuType, gpu_type as _gpu_type
 from .interference import online_gpu_util, shared_execution
@@ -97,40 +99,6 @@ class SimGpu:
     index: int
     gpu_type: str
     online_workload: str | None
-
-
-@dataclass(frozen=True)
-class GpuSampleData:
-    gpu_id: str
-    node_id: str
-    gpu_type: str
-    gpu_util: float
-    sm_activity: float
-    sm_occupancy: float
-    memory_used_mib: float
-    memory_total_mib: float
-    sm_clock_mhz: float
-    max_sm_clock_mhz: float
-    power_w: float
-    temperature_c: float
-    xid_errors: int
-    ecc_sbe: int
-    ecc_dbe: int
-    online_workload: str | None
-    offline_workloads: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class NodeSampleData:
-    node_id: str
-    gpu_type: str
-    gpu_ids: tuple[str, ...]
-    cpu_util: float
-    memory_used_mib: float
-    memory_total_mib: float
-    swap_in_per_s: float
-    kswapd_active: bool
-    online_workloads: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -240,7 +208,7 @@ class SimulatedFleet:
 
     def sample(
         self, at: datetime, offline: Mapping[str, OfflineLoad] = _NO_OFFLINE
-    ) -> tuple[tuple[GpuSampleData, ...], tuple[NodeSampleData, ...]]:
+    ) -> tuple[tuple[GpuReading, ...], tuple[NodeReading, ...]]:
         """One sample of every GPU and node at ``at``. ``offline`` maps a GPU id to the offline
         (or training) job running on it; an unknown GPU id is a ValueError."""
         unknown = sorted(set(offline) - set(self._gpu_by_id))
@@ -251,7 +219,7 @@ class SimulatedFleet:
         node_samples = tuple(self._sample_node(node_id, t, gpu_samples) for node_id in self.nodes)
         return gpu_samples, node_samples
 
-    def _sample_gpu(self, gpu: SimGpu, at: datetime, t: float, load: OfflineLoad | None) -> GpuSampleData:
+    def _sample_gpu(self, gpu: SimGpu, at: datetime, t: float, load: OfflineLoad | None) -> GpuReading:
         gt, svc, gid = self._type, self._service_by_gpu.get(gpu.gpu_id), gpu.gpu_id
         online_sm = self.online_sm_activity(gid, at)
         occupancy = 0.45 * online_sm / 100.0
@@ -268,7 +236,7 @@ class SimulatedFleet:
         power_frac = _clip(power_frac + 0.01 * self._noise(f"pow/{gid}", t), 0.0, 1.0)
         drop = CLOCK_DROP.get(gt.name, 0.05) * max(0.0, (power_frac - 0.6) / 0.4) ** 1.5
         clock = gt.max_sm_clock_mhz * (1.0 - drop) + 5.0 * self._noise(f"clk/{gid}", t)
-        return GpuSampleData(
+        return GpuReading(
             gpu_id=gid, node_id=gpu.node_id, gpu_type=gt.name,
             gpu_util=_clip(util, 0.0, 100.0), sm_activity=_clip(sm, 0.0, 100.0),
             sm_occupancy=_clip(100.0 * occupancy, 0.0, 100.0),
@@ -282,7 +250,7 @@ class SimulatedFleet:
             offline_workloads=(load.job_id,) if load is not None else (),
         )  # fmt: skip
 
-    def _sample_node(self, node_id: str, t: float, gpu_samples: tuple[GpuSampleData, ...]) -> NodeSampleData:
+    def _sample_node(self, node_id: str, t: float, gpu_samples: tuple[GpuReading, ...]) -> NodeReading:
         mine = [g for g in gpu_samples if g.node_id == node_id]
         services = tuple(g.online_workload for g in mine if g.online_workload is not None)
         offline_jobs = sum(len(g.offline_workloads) for g in mine)
@@ -290,8 +258,9 @@ class SimulatedFleet:
         cpu = 5.0 + 8.0 * online_load + 12.0 * offline_jobs + self._noise(f"cpu/{node_id}", t)
         total = float(HOST_MIB_PER_GPU * len(mine))
         used = 6144.0 + 4096.0 * len(services) + 8192.0 * offline_jobs + 64.0 * self._noise(f"hmem/{node_id}", t)
-        return NodeSampleData(
+        return NodeReading(
             node_id=node_id, gpu_type=self._type.name, gpu_ids=tuple(g.gpu_id for g in mine),
             cpu_util=_clip(cpu, 0.0, 100.0), memory_used_mib=_clip(used, 0.0, total), memory_total_mib=total,
             swap_in_per_s=0.0, kswapd_active=False, online_workloads=services,
+            offline_workloads=tuple(job for g in mine for job in g.offline_workloads),
         )  # fmt: skip

@@ -273,3 +273,13 @@ def test_policies(policy: str, winner: str, loser_reason: str) -> None:
     [waiting] = [e for e in out if isinstance(e, JobLifecycleEvent) and e.state is JobState.WAITING]
     assert waiting.job_id != winner
     assert loser_reason in waiting.reason
+
+
+def test_no_second_eviction_command_for_a_job_sysmonitor_already_evicted() -> None:
+    matcher = ready({"offline-a": profile("offline-a")})
+    [first, *_] = feed(matcher, FIRST_INTERVAL)
+    matcher.on_placement(first, LIVE)
+    turned = health(HealthState.OVERLIMIT, seconds=7).model_copy(update={"evicted_workloads": ("offline-a",)})
+    out = matcher.on_health(turned, LIVE)
+    assert [type(e) for e in out] == [Placement, JobLifecycleEvent]
+    assert out[0].action == "evict" and "offline-a" not in matcher.running

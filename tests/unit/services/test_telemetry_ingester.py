@@ -13,6 +13,7 @@ from hivemux.events import (
     CommandAction,
     ExecutorCommand,
     ExecutorReport,
+    GpuTelemetryBatch,
     GpuTelemetrySample,
     NodeTelemetry,
     ReportState,
@@ -46,7 +47,7 @@ def report(state: ReportState, job_id: str = "offline-vgg16") -> ExecutorReport:
 
 
 def gpus(events: list) -> dict[str, GpuTelemetrySample]:
-    return {e.gpu_id: e for e in events if isinstance(e, GpuTelemetrySample)}
+    return {s.gpu_id: s for e in events if isinstance(e, GpuTelemetryBatch) for s in e.samples}
 
 
 def without_id(event: GpuTelemetrySample) -> dict:
@@ -55,7 +56,8 @@ def without_id(event: GpuTelemetrySample) -> dict:
 
 def test_sample_covers_every_gpu_and_node() -> None:
     out = ingester().sample(T0)
-    assert [type(e) for e in out] == [GpuTelemetrySample] * 6 + [NodeTelemetry] * 2
+    assert [type(e) for e in out] == [GpuTelemetryBatch] * 2 + [NodeTelemetry] * 2
+    assert [len(e.samples) for e in out if isinstance(e, GpuTelemetryBatch)] == [3, 3]
     samples = gpus(out)
     assert sorted(samples) == [f"node-0{n}/gpu-{i}" for n in range(2) for i in range(3)]
     nodes = {e.node_id: e for e in out if isinstance(e, NodeTelemetry)}
@@ -64,7 +66,7 @@ def test_sample_covers_every_gpu_and_node() -> None:
     assert all(s.online_workload for s in samples.values() if s.node_id == "node-00")
     assert all(s.online_workload is None for s in samples.values() if s.node_id == "node-01")
     assert all(s.offline_workloads == () for s in samples.values())
-    assert {(e.occurred_at, e.source) for e in out} == {(T0, "telemetry-ingester/0")}
+    assert {(e.occurred_at, e.source) for e in [*out, *samples.values()]} == {(T0, "telemetry-ingester/0")}
     assert {s.gpu_type for s in samples.values()} == {"T4"}
     assert len({e.event_id for e in out}) == len(out)
 
@@ -73,7 +75,7 @@ def test_samples_are_valid_events_on_the_wire() -> None:
     for event in ingester().sample(T0):
         topic = topic_for(event)
         assert decode_value(topic, encode_value(event)) == event
-        assert topic.key_of(event) == (event.gpu_id if isinstance(event, GpuTelemetrySample) else event.node_id)
+        assert topic.key_of(event) == event.node_id
 
 
 def test_sampling_is_a_function_of_event_time() -> None:

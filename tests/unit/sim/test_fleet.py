@@ -11,7 +11,13 @@ import pytest
 
 from hivemux.events.telemetry import GpuTelemetrySample, NodeTelemetry
 from hivemux.sim.catalog import solo_profile
-from hivemux.sim.fleet import FleetSpec, GpuSampleData, OfflineLoad, SimulatedFleet
+from hivemux.sim.fleet import FleetSpec, OfflineLoad, SimulatedFleet
+from hivemux.telemetry.readings import GpuReading
+from hivemux.telemetry.validation import gpu_problem, gpu_sample, node_problem, node_sample
+
+
+def fleet_gpus(fleet: SimulatedFleet) -> frozenset[str]:
+    return frozenset(g.gpu_id for g in fleet.gpus)
 from hivemux.sim.interference import shared_execution
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
@@ -23,7 +29,7 @@ def _resnet_load(job: str = "job-1", share: float = 60.0) -> OfflineLoad:
     return OfflineLoad(job, solo_profile("resnet50", 32, "T4"), share)
 
 
-def _assert_valid(g: GpuSampleData) -> None:
+def _assert_valid(g: GpuReading) -> None:
     for percent in (g.gpu_util, g.sm_activity, g.sm_occupancy):
         assert 0.0 <= percent <= 100.0
     assert 0.0 <= g.memory_used_mib <= g.memory_total_mib
@@ -131,10 +137,13 @@ def test_samples_are_always_valid(seed: int) -> None:
 def test_samples_validate_as_telemetry_events() -> None:
     fleet = SimulatedFleet(FleetSpec())
     gpus, nodes = fleet.sample(MIDNIGHT + timedelta(hours=21), {"node-00/gpu-1": _resnet_load()})
+    now = MIDNIGHT.timestamp()
     for g in gpus:
-        GpuTelemetrySample(occurred_at=MIDNIGHT, source="test", **dataclasses.asdict(g))
+        assert gpu_problem(g, now, now, fleet_gpus(fleet)) is None
+        GpuTelemetrySample.model_validate(gpu_sample(g, now, "test").model_dump())
     for n in nodes:
-        NodeTelemetry(occurred_at=MIDNIGHT, source="test", **dataclasses.asdict(n))
+        assert node_problem(n, now, now) is None
+        node_sample(n, now, "test")
 
 
 def test_node_samples_list_their_gpus_and_services() -> None:

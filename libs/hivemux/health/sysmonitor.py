@@ -1,0 +1,244 @@
+"""The SysMonitor state machine of one GPU (MuxFlow preprint §4.1, Figure 6(b); journal §4.1).
+
+States and edges, as the paper states them:
+
+- **Init** -> Healthy when initialization finishes (here: the first sample of the GPU, or the
+  first after it left Disabled);
+- **Healthy** -> Unhealthy once one metric *reaches* its Unhealthy threshold; -> Overlimit
+  directly once one metric *exceeds* its Overlimit threshold;
+- **Unhealthy** -> Overlimit once one metric exceeds its Overlimit threshold; -> Healthy only if
+  *all* metrics are below their Healthy thresholds;
+- **Overlimit** (offline work is evicted) -> Unhealthy when all metrics have stayed below their
+  Overlimit thresholds for a period. "To avoid frequent eviction, the period is set to be the
+  exponent of the times going into the Overlimit state during the last two hours":
+  ``period = base_period_s x 2^n`` with n the number of *earlier* entries into Overlimit in the
+  two hours (event time) before this entry, so a first entry waits ``base_period_s``. The
+  wait restarts whenever a metric exceeds Overlimit again;
+- **Disabled** when the device stops reporting (no sample for ``stale_after_s``) or is drained
+  (by an operator or by a detected fault whose rule says so). A drained GPU leaves Disabled only
+  when it is undrained; a silent one as soon as it reports again. Either way it goes to Init.
+
+After a transition, the new state's guards are evaluated on the same sample (Init -> Healthy ->
+Overlimit is one sample's work), so every transition the paper draws is its own event.
+
+Only Healthy GPUs may receive offline work (the matcher reads the transitions); entering
+Overlimit or Disabled evicts the GPU's offline workloads.
+
+Everything here is a pure function of the inputs and event time: the same sample stream
+gives the same transitions (`hivemux health replay`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hivemux.events.telemetry import HealthState
+
+from .config import HealthConfig
+from .thresholds import METRICS, LimitTable, describe
+
+INIT, HEALTHY, UNHEALTHY, OVERLIMIT, DISABLED = (
+    HealthState.INIT,
+    HealthState.HEALTHY,
+    HealthState.UNHEALTHY,
+    HealthState.OVERLIMIT,
+    HealthState.DISABLED,
+)
+
+# Levels of one sample against the thresholds (see `level_of`).
+BELOW_HEALTHY, IN_BAND, REACHES_UNHEALTHY, EXCEEDS_OVERLIMIT = 0, 1, 2, 3
+
+# A sample's judged values in `METRICS` order; sm_activity may be None (not reported).
+Values = tuple[float, float | None, float, float, float, float]
+
+
+def values_of(
+    gpu_util: float,
+    sm_activity: float | None,
+    sm_clock_mhz: float,
+    max_sm_clock_mhz: float,
+    memory_used_mib: float,
+    memory_total_mib: float,
+    temperature_c: float,
+    power_w: float,
+) -> Values:
+    return (
+        gpu_util,
+        sm_activity,
+        sm_clock_mhz / max_sm_clock_mhz,
+        100.0 * memory_used_mib / memory_total_mib,
+        temperature_c,
+        power_w,
+    )
+
+
+def level_of(values: Values, table: LimitTable) -> int:
+    """EXCEEDS_OVERLIMIT if any metric exceeds its Overlimit threshold, else REACHES_UNHEALTHY
+    if any reaches its Unhealthy threshold, else IN_BAND if any is not below its Healthy
+    threshold, else BELOW_HEALTHY. This is the hot path: one pass, signed comparisons."""
+    level = BELOW_HEALTHY
+    for value, sign, healthy, unhealthy, overlimit in zip(
+        values, table.signs, table.healthy, table.unhealthy, table.overlimit
+    ):
+        if value is None:
+            continue
+        x = value * sign
+        if x > overlimit:
+            return EXCEEDS_OVERLIMIT
+        if x >= unhealthy:
+            level = REACHES_UNHEALTHY
+        elif level == BELOW_HEALTHY and x >= healthy:
+            level = IN_BAND
+    return level
+
+
+def explain(values: Values, config: HealthConfig, gpu_type: str, level: int) -> str:
+    """The reason for a metric-driven transition: every offending metric with its threshold."""
+    thresholds = config.thresholds_for(gpu_type)
+    over, unhealthy, band = [], [], []
+    for metric, value in zip(METRICS, values):
+        if value is None:
+            continue
+        limit = thresholds.limit(metric)
+        if limit.exceeds_overlimit(value):
+            over.append(describe(metric, value, limit, "overlimit"))
+        elif limit.reaches_unhealthy(value):
+            unhealthy.append(describe(metric, value, limit, "unhealthy"))
+        elif not limit.below_healthy(value):
+            band.append(f"{metric}={value:.3f} not below healthy {limit.healthy:.3f}")
+    if level == EXCEEDS_OVERLIMIT:
+        return "; ".join(over + unhealthy)
+    if level == REACHES_UNHEALTHY:
+        return "; ".join(unhealthy)
+    if level == IN_BAND:
+        return "; ".join(band)
+    return "all metrics below their Healthy thresholds"
+
+
+def metrics_dict(values: Values) -> dict[str, float]:
+    return {m: v for m, v in zip(METRICS, values) if v is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One SysMonitor edge taken, with why."""
+
+    gpu_id: str
+    from_state: HealthState
+    to_state: HealthState
+    at: float  # event time, epoch seconds
+    cause: str  # metrics | backoff_elapsed | stale | drained | undrained | fault
+    reason: str
+    metrics: dict[str, float]
+    evicted: tuple[str, ...] = ()  # offline workloads to evict (entering Overlimit/Disabled)
+
+
+@dataclass(slots=True)
+class SysMonitor:
+    """The health state of one GPU: the paper's state machine plus what its edges remember."""
+
+    gpu_id: str
+    node_id: str
+    gpu_type: str
+    state: HealthState = INIT
+    as_of: float = float("-inf")  # event time of the latest sample folded in
+    overlimit_entries: list[float] = field(default_factory=list)  # within the back-off window
+    backoff_s: float = 0.0  # the period the current Overlimit stay must wait
+    below_overlimit_since: float | None = None
+    disabled_cause: str | None = None  # "stale" | "drained"
+    online_workload: str | None = None
+    offline_workloads: tuple[str, ...] = ()
+    # Error-pattern detector memory (see `error_patterns`), kept here so one snapshot holds
+    # the GPU's whole health state.
+    xid_errors: int = 0
+    ecc_sbe: int = 0
+    ecc_dbe: int = 0
+    high_util_since: float | None = None
+    revision: int = 0  # bumped at every snapshot (see `HealthProcessorCore._snapshot`)
+
+    # -- the edges --------------------------------------------------------------------------
+    def _move(self, to: HealthState, at: float, cause: str, reason: str, metrics: dict[str, float]) -> Transition:
+        evicted = self.offline_workloads if to in (OVERLIMIT, DISABLED) else ()
+        transition = Transition(self.gpu_id, self.state, to, at, cause, reason, metrics, evicted)
+        self.state = to
+        return transition
+
+    def _enter_overlimit(self, at: float, window_s: float, base_period_s: float) -> None:
+        self.overlimit_entries = [t for t in self.overlimit_entries if t > at - window_s]
+        self.backoff_s = base_period_s * (2 ** len(self.overlimit_entries))
+        self.overlimit_entries.append(at)
+        self.below_overlimit_since = None
+
+    def observe(self, values: Values, at: float, config: HealthConfig) -> list[Transition] | None:
+        """Fold one sample taken at event time `at`. Returns the transitions it causes (None
+        when the state stays). Samples not newer than the last one are ignored (replays)."""
+        if at <= self.as_of:
+            return None
+        self.as_of = at
+        state = self.state
+        if state is DISABLED:
+            if self.disabled_cause == "drained":
+                return None
+            out = [self._move(INIT, at, "metrics", "the device reports again", metrics_dict(values))]
+            self.disabled_cause = None
+            state = INIT
+        else:
+            out = None
+        level = level_of(values, config.table_for(self.gpu_type))
+        if state is INIT:
+            out = out or []
+            out.append(self._move(HEALTHY, at, "metrics", "initialization finished: first sample", metrics_dict(values)))
+            state = HEALTHY
+        if state is HEALTHY:
+            if level >= REACHES_UNHEALTHY:
+                out = out or []
+                out.append(self._edge_up(level, values, at, config))
+        elif state is UNHEALTHY:
+            if level == EXCEEDS_OVERLIMIT:
+                out = out or []
+                out.append(self._edge_up(level, values, at, config))
+            elif level == BELOW_HEALTHY:
+                out = out or []
+                out.append(self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values)))
+        elif state is OVERLIMIT:
+            if level == EXCEEDS_OVERLIMIT:
+                self.below_overlimit_since = None
+            elif self.below_overlimit_since is None:
+                self.below_overlimit_since = at
+            if self.below_overlimit_since is not None and at - self.below_overlimit_since >= self.backoff_s:
+                out = out or []
+                waited = at - self.below_overlimit_since
+                out.append(
+                    self._move(
+                        UNHEALTHY, at, "backoff_elapsed",
+                        f"all metrics below Overlimit for {waited:.0f} s >= back-off {self.backoff_s:.0f} s "
+                        f"({len(self.overlimit_entries)} Overlimit entries in the window)",
+                        metrics_dict(values),
+                    )
+                )  # fmt: skip
+                self.below_overlimit_since = None
+                if level == BELOW_HEALTHY:
+                    out.append(self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values)))
+        return out
+
+    def _edge_up(self, level: int, values: Values, at: float, config: HealthConfig) -> Transition:
+        if level == EXCEEDS_OVERLIMIT:
+            self._enter_overlimit(at, config.backoff_window_s, config.base_period_s)
+            return self._move(OVERLIMIT, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values))
+        return self._move(UNHEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values))
+
+    def disable(self, at: float, cause: str, reason: str) -> Transition | None:
+        """Stale or drained (operator or fault rule). A drain of a silent GPU is recorded."""
+        if self.state is DISABLED:
+            if cause == "drained" and self.disabled_cause != "drained":
+                self.disabled_cause = "drained"
+            return None
+        self.disabled_cause = "stale" if cause == "stale" else "drained"
+        self.below_overlimit_since = None
+        return self._move(DISABLED, at, cause, reason, {})
+
+    def undrain(self, at: float, reason: str) -> Transition | None:
+        if self.state is not DISABLED or self.disabled_cause != "drained":
+            return None
+        self.disabled_cause = None
+        return self._move(INIT, at, "undrained", reason or "returned to service by an operator", {})

@@ -1,0 +1,1 @@
+"""GPU and node telemetry: the readings every backend returns, the backends, validation."""

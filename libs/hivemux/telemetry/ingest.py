@@ -1,0 +1,92 @@
+"""The ingester's core: readings in, per-node sample batches, node samples and dead letters out.
+
+A GPU reading becomes a `GpuTelemetrySample` only if it passes `validation.gpu_problem`; the
+valid samples of one node and instant travel as one `GpuTelemetryBatch` record. A reading that
+fails becomes a `DeadLetter` on `telemetry.gpu.dlq` (node readings on `telemetry.node.dlq`)
+with the reason and the raw reading, so nothing is lost and operators can see what a broken
+exporter or driver sent.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
+
+from hivemux.events import DeadLetter, Event, GpuTelemetryBatch, GpuTelemetrySample
+from hivemux.topics import GPU_TELEMETRY, NODE_TELEMETRY, Topic
+
+from .readings import GpuReading, NodeReading
+from .validation import Limits, gpu_problem, gpu_sample, node_problem, node_sample
+
+
+@dataclass
+class TickOutput:
+    events: list[Event] = field(default_factory=list)
+    dead_letters: list[tuple[Topic, DeadLetter]] = field(default_factory=list)
+
+
+def _dead_letter(topic: Topic, key: str, raw: object, reason: str, at: datetime, source: str) -> tuple[Topic, DeadLetter]:
+    value = json.dumps(raw, default=str, allow_nan=True)
+    return topic, DeadLetter(
+        occurred_at=at,
+        source=source,
+        original_topic=topic.name,
+        partition=0,
+        offset=-1,  # never on the topic: refused before publishing
+        key=key,
+        value=value,
+        value_b64=base64.b64encode(value.encode()).decode(),
+        reason=reason[:4000],
+        error_type="InvalidReading",
+        consumer_group=source,
+        stage="validate",
+    )
+
+
+class Ingest:
+    def __init__(self, source: str, *, known_gpus: frozenset[str] | None = None, limits: Limits = Limits()) -> None:
+        self.source = source
+        self.known_gpus = known_gpus  # None: learnt from the first reading
+        self.limits = limits
+        self.offline_by_gpu: dict[str, tuple[str, ...]] = {}  # from executor commands
+
+    def gpu_batches(self, readings: Iterable[GpuReading], at: float, now: float) -> TickOutput:
+        readings = list(readings)
+        if self.known_gpus is None and readings:
+            self.known_gpus = frozenset(r.gpu_id for r in readings)
+        out = TickOutput()
+        by_node: dict[str, list[GpuTelemetrySample]] = {}
+        when = datetime.fromtimestamp(now, UTC)
+        for reading in readings:
+            taken = reading.taken_at if reading.taken_at is not None else at
+            problem = gpu_problem(reading, taken, now, self.known_gpus, self.limits)
+            if problem is not None:
+                out.dead_letters.append(_dead_letter(GPU_TELEMETRY, reading.node_id, asdict(reading), problem, when, self.source))
+                continue
+            if not reading.offline_workloads and reading.gpu_id in self.offline_by_gpu:
+                reading = replace(reading, offline_workloads=self.offline_by_gpu[reading.gpu_id])
+            by_node.setdefault(reading.node_id, []).append(gpu_sample(reading, taken, self.source))
+        for node_id, samples in by_node.items():
+            out.events.append(
+                GpuTelemetryBatch.model_construct(
+                    occurred_at=samples[0].occurred_at, source=self.source, node_id=node_id, samples=tuple(samples)
+                )
+            )
+        return out
+
+    def node_samples(self, readings: Iterable[NodeReading], at: float, now: float) -> TickOutput:
+        out = TickOutput()
+        when = datetime.fromtimestamp(now, UTC)
+        for reading in readings:
+            problem = node_problem(reading, at, now, self.limits)
+            if problem is not None:
+                out.dead_letters.append(_dead_letter(NODE_TELEMETRY, reading.node_id, asdict(reading), problem, when, self.source))
+                continue
+            if not reading.offline_workloads:
+                jobs = tuple(j for g in reading.gpu_ids for j in self.offline_by_gpu.get(g, ()))
+                reading = replace(reading, offline_workloads=jobs)
+            out.events.append(node_sample(reading, at, self.source))
+        return out

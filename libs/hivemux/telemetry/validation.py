@@ -1,0 +1,155 @@
+"""Validation of raw readings into telemetry events: a bad value is a dead letter, not a crash.
+
+Checks, each with a reason that names the field: missing required values, NaN or infinite
+values, negative or out-of-range values (percentages outside 0-100, more memory used than the
+GPU has, an SM clock above its maximum, implausible temperature or power), a GPU the node's
+inventory does not hold, and timestamps from the future or the far past.
+
+The checks are written out by hand on purpose: the ingester validates every sample of every
+GPU at up to 10 Hz, and once a reading passed them the event is built with `model_construct`
+(no second validation). Consumers still validate every record at decode.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hivemux.events import GpuProcess, GpuTelemetrySample, NodeTelemetry
+
+from .readings import GpuReading, NodeReading
+
+
+@dataclass(frozen=True)
+class Limits:
+    future_tolerance_s: float = 5.0  # clock skew between node and ingester we accept
+    max_age_s: float = 300.0  # older readings are history, not telemetry
+    max_power_w: float = 2000.0
+    clock_tolerance: float = 1.05  # SM clock may report a little above the max (boost rounding)
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")  # the events' `Name` pattern
+_PERCENT = ("gpu_util", "sm_activity", "sm_occupancy")
+_REQUIRED = ("gpu_util", "memory_used_mib", "memory_total_mib", "sm_clock_mhz", "max_sm_clock_mhz")
+_NUMBERS = _PERCENT + ("memory_used_mib", "memory_total_mib", "sm_clock_mhz", "max_sm_clock_mhz", "power_w", "temperature_c")
+
+
+def _bad_number(name: str, value: float | None) -> str | None:
+    if value is None:
+        return f"{name} missing" if name in _REQUIRED else None
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return f"{name}={value!r} is not a number"
+    if math.isnan(value):
+        return f"{name} is NaN"
+    if math.isinf(value):
+        return f"{name} is infinite"
+    if value < 0 and name != "temperature_c":
+        return f"{name}={value} is negative"
+    if name in _PERCENT and value > 100.0:
+        return f"{name}={value} is above 100 %"
+    return None
+
+
+def gpu_problem(reading: GpuReading, at: float, now: float, known_gpus: frozenset[str] | None, limits: Limits = Limits()) -> str | None:
+    """Why this reading cannot be published, or None when it is valid."""
+    if known_gpus is not None and reading.gpu_id not in known_gpus:
+        return f"unknown GPU {reading.gpu_id!r} (not in node {reading.node_id}'s inventory)"
+    for label in ("gpu_id", "node_id", "gpu_type"):
+        text = getattr(reading, label)
+        if not isinstance(text, str) or len(text) > 200 or not _NAME.match(text):
+            return f"{label}={text!r} is not a valid name"
+    for job in (reading.online_workload, *reading.offline_workloads):
+        if job is not None and not _NAME.match(job):
+            return f"workload {job!r} is not a valid name"
+    for name in _NUMBERS:
+        problem = _bad_number(name, getattr(reading, name))
+        if problem:
+            return problem
+    if reading.memory_total_mib == 0 or reading.max_sm_clock_mhz == 0:
+        return "memory_total_mib and max_sm_clock_mhz must be positive"
+    if reading.memory_used_mib > reading.memory_total_mib:  # type: ignore[operator]
+        return f"memory_used_mib={reading.memory_used_mib} exceeds memory_total_mib={reading.memory_total_mib}"
+    if reading.sm_clock_mhz > limits.clock_tolerance * reading.max_sm_clock_mhz:  # type: ignore[operator]
+        return f"sm_clock_mhz={reading.sm_clock_mhz} exceeds max_sm_clock_mhz={reading.max_sm_clock_mhz}"
+    if reading.temperature_c is not None and not -40.0 <= reading.temperature_c <= 150.0:
+        return f"temperature_c={reading.temperature_c} outside -40..150"
+    if reading.power_w is not None and reading.power_w > limits.max_power_w:
+        return f"power_w={reading.power_w} above {limits.max_power_w}"
+    for counter in ("xid_errors", "ecc_sbe", "ecc_dbe"):
+        if getattr(reading, counter) < 0:
+            return f"{counter}={getattr(reading, counter)} is negative"
+    if at > now + limits.future_tolerance_s:
+        return f"timestamp {at - now:.1f} s in the future"
+    if at < now - limits.max_age_s:
+        return f"timestamp {now - at:.0f} s in the past (limit {limits.max_age_s:.0f} s)"
+    return None
+
+
+def gpu_sample(reading: GpuReading, at: float, source: str) -> GpuTelemetrySample:
+    """The event of a reading that passed `gpu_problem`."""
+    return GpuTelemetrySample.model_construct(
+        occurred_at=datetime.fromtimestamp(at, UTC),
+        source=source,
+        gpu_id=reading.gpu_id,
+        node_id=reading.node_id,
+        gpu_type=reading.gpu_type,
+        gpu_util=float(reading.gpu_util),  # type: ignore[arg-type]
+        sm_activity=reading.sm_activity,
+        sm_occupancy=reading.sm_occupancy,
+        memory_used_mib=float(reading.memory_used_mib),  # type: ignore[arg-type]
+        memory_total_mib=float(reading.memory_total_mib),  # type: ignore[arg-type]
+        sm_clock_mhz=float(reading.sm_clock_mhz),  # type: ignore[arg-type]
+        max_sm_clock_mhz=float(reading.max_sm_clock_mhz),  # type: ignore[arg-type]
+        power_w=reading.power_w,
+        temperature_c=reading.temperature_c,
+        xid_errors=reading.xid_errors,
+        last_xid=reading.last_xid,
+        ecc_sbe=reading.ecc_sbe,
+        ecc_dbe=reading.ecc_dbe,
+        online_workload=reading.online_workload,
+        offline_workloads=reading.offline_workloads,
+        processes=tuple(
+            GpuProcess(pid=p.pid, used_memory_mib=p.used_memory_mib, sm_util=p.sm_util) for p in reading.processes
+        ),
+    )
+
+
+def node_problem(reading: NodeReading, at: float, now: float, limits: Limits = Limits()) -> str | None:
+    for name in ("cpu_util", "memory_used_mib", "memory_total_mib", "swap_in_per_s"):
+        value = getattr(reading, name)
+        if value is None:
+            if name == "swap_in_per_s":
+                continue
+            return f"{name} missing"
+        if math.isnan(value) or math.isinf(value):
+            return f"{name} is not finite"
+        if value < 0:
+            return f"{name}={value} is negative"
+    if reading.cpu_util > 100.0:  # type: ignore[operator]
+        return f"cpu_util={reading.cpu_util} is above 100 %"
+    if not reading.memory_total_mib or reading.memory_used_mib > reading.memory_total_mib:  # type: ignore[operator]
+        return f"memory_used_mib={reading.memory_used_mib} exceeds memory_total_mib={reading.memory_total_mib}"
+    if at > now + limits.future_tolerance_s:
+        return f"timestamp {at - now:.1f} s in the future"
+    if at < now - limits.max_age_s:
+        return f"timestamp {now - at:.0f} s in the past (limit {limits.max_age_s:.0f} s)"
+    return None
+
+
+def node_sample(reading: NodeReading, at: float, source: str) -> NodeTelemetry:
+    return NodeTelemetry(
+        occurred_at=datetime.fromtimestamp(at, UTC),
+        source=source,
+        node_id=reading.node_id,
+        gpu_type=reading.gpu_type,
+        gpu_ids=reading.gpu_ids,
+        cpu_util=reading.cpu_util,  # type: ignore[arg-type]
+        memory_used_mib=reading.memory_used_mib,  # type: ignore[arg-type]
+        memory_total_mib=reading.memory_total_mib,  # type: ignore[arg-type]
+        swap_in_per_s=reading.swap_in_per_s or 0.0,
+        kswapd_active=reading.kswapd_active,
+        online_workloads=reading.online_workloads,
+        offline_workloads=reading.offline_workloads,
+    )
