@@ -5,9 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_SECONDS ?= 90
 
-.PHONY: install demo test test-unit bench schemas proto clean
+.PHONY: install native demo test test-unit bench schemas proto clean
 
-install: $(STAMP)
+install: $(STAMP) native
+
+# The xCUDA shim, its fake driver and test programs (native/xcuda).
+native:
+	$(MAKE) -C native/xcuda
 
 # Re-installs only when the project's dependency declaration changes (idempotent).
 $(STAMP): pyproject.toml setup.py
@@ -36,4 +40,5 @@ proto: install
 	cd libs && ../$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. hivemux/cells/inspect_api/cells_inspect.proto
 
 clean:
+	-$(MAKE) -C native/xcuda clean
 	rm -rf $(VENV) build *.egg-info libs/*.egg-info

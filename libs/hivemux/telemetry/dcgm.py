@@ -48,6 +48,7 @@ gpu_type="T4", sm_activity=40.0, memory_used_mib=1024.0, memory_total_mib=15360.
 
 from __future__ import annotations
 
+import http.client
 import math
 import urllib.error
 import urllib.request
@@ -150,11 +151,10 @@ def parse_exposition(
             gpu.uuid = gpu.uuid or labels.get("UUID") or labels.get("uuid")
             gpu.model = gpu.model or labels.get("modelName")
             gpu.values.setdefault(name, dcgm_value(sample.value))
-    readings = [
+    return [
         _reading(gpu, max_sm_clock_by_type or {})
         for _, gpu in sorted(series.items(), key=lambda item: (item[0][0], _index_order(item[0][1])))
     ]
-    return readings
 
 
 def _index_order(index: str) -> tuple[int, str]:
@@ -234,7 +234,7 @@ class DcgmExporterBackend:
             with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:  # noqa: S310 (configured URL)
                 charset = response.headers.get_content_charset() or "utf-8"
                 return response.read().decode(charset)
-        except (urllib.error.URLError, OSError) as exc:
+        except (urllib.error.URLError, OSError, http.client.HTTPException, UnicodeDecodeError) as exc:
             raise TransientError(f"dcgm-exporter scrape of {self.url} failed: {exc}") from exc
 
     def read(self, at: datetime) -> list[GpuReading]:

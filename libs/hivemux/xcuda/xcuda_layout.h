@@ -75,6 +75,9 @@ typedef union xcuda_lock_area {
     X(uint32_t, max_slots, 20, "XCUDA_MAX_SLOTS") \
     X(uint64_t, reclaimed_bytes, 24, "bytes reclaimed from processes that died holding memory") \
     X(uint64_t, owner_died, 32, "times a process found the lock held by a dead process") \
+    X(uint64_t, reserved0, 40, "zero") \
+    X(uint64_t, reserved1, 48, "zero") \
+    X(uint64_t, reserved2, 56, "zero") \
     X(xcuda_lock_area, lock, 64, "pthread mutex, PTHREAD_PROCESS_SHARED and PTHREAD_MUTEX_ROBUST")
 
 /* slot i lives at XCUDA_STATE_HEADER_SIZE + i * XCUDA_SLOT_SIZE; pid 0 = free */

@@ -35,17 +35,17 @@ int xcuda_read_params(const xcuda_control *c, xcuda_params *o) {
         o->sample_seq = LOAD_RELAXED(&c->sample_seq);
         o->quota = LOAD_RELAXED(&c->mem_quota_bytes);
         o->sample_time_ns = LOAD_RELAXED(&c->sample_time_ns);
-        o->u_sm = LOAD_RELAXED(&c->u_sm);
-        o->c_sm = LOAD_RELAXED(&c->c_sm);
-        o->c_h = LOAD_RELAXED(&c->c_h);
-        o->t_sm = LOAD_RELAXED(&c->t_sm);
-        o->a_l = LOAD_RELAXED(&c->a_l);
-        o->a_h = LOAD_RELAXED(&c->a_h);
-        o->kp = LOAD_RELAXED(&c->kp);
-        o->ki = LOAD_RELAXED(&c->ki);
-        o->kd = LOAD_RELAXED(&c->kd);
-        o->target = LOAD_RELAXED(&c->target);
-        o->max_interval_us = LOAD_RELAXED(&c->max_interval_us);
+        o->u_sm = load_double(&c->u_sm);
+        o->c_sm = load_double(&c->c_sm);
+        o->c_h = load_double(&c->c_h);
+        o->t_sm = load_double(&c->t_sm);
+        o->a_l = load_double(&c->a_l);
+        o->a_h = load_double(&c->a_h);
+        o->kp = load_double(&c->kp);
+        o->ki = load_double(&c->ki);
+        o->kd = load_double(&c->kd);
+        o->target = load_double(&c->target);
+        o->max_interval_us = load_double(&c->max_interval_us);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (LOAD_RELAXED(&c->seq) == s1) return 0;
     }

@@ -44,13 +44,15 @@ static pthread_once_t g_load_once = PTHREAD_ONCE_INIT;
 /* set while this thread loads the driver: a dlsym from a driver constructor must not recurse */
 static __thread int t_loading;
 
-static dlsym_fn real_dlsym(void) {
+/* dlsym is called by sanitizer runtimes before they are initialized: no instrumentation */
+#define XCUDA_NO_SANITIZE __attribute__((no_sanitize_address, no_sanitize("undefined")))
+XCUDA_NO_SANITIZE static dlsym_fn real_dlsym(void) {
     dlsym_fn f = __atomic_load_n(&real_dlsym_fn, __ATOMIC_ACQUIRE);
     if (XCUDA_UNLIKELY(f == NULL)) {
         /* dlvsym is not interposed; glibc >= 2.34 versions dlsym GLIBC_2.34, older GLIBC_2.2.5 */
-        static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", NULL};
-        for (int i = 0; versions[i] != NULL && f == NULL; i++)
-            f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+        if (f == NULL) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+        if (f == NULL) f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.17");
         if (f == NULL) abort();
         __atomic_store_n(&real_dlsym_fn, f, __ATOMIC_RELEASE);
     }
@@ -216,9 +218,9 @@ XCUDA_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaV
  * dlsym(RTLD_NEXT, ...) called by the application is answered as if libxcuda.so had asked
  * (the next object after xCUDA), which differs only for symbols xCUDA itself defines.
  */
-XCUDA_API void *dlsym(void *handle, const char *name) {
+XCUDA_API XCUDA_NO_SANITIZE void *dlsym(void *handle, const char *name) {
     void *p = real_dlsym()(handle, name);
-    if (p != NULL && name != NULL && name[0] == 'c' && name[1] == 'u' && !t_loading) {
+    if (p != NULL && name[0] == 'c' && name[1] == 'u' && !t_loading) {
         void *hook = hook_for_real(p);
         if (hook != NULL) p = hook;
     }

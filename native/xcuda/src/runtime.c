@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,11 +110,11 @@ static const xcuda_control *map_control(const char *path) {
 static xcuda_pid g_pid;
 
 static void publish_gate(uint32_t set, uint32_t clear) {
-    uint32_t old = atomic_fetch_or(&g_xcuda_gate, set);
-    old = atomic_fetch_and(&g_xcuda_gate, ~clear | set);
-    (void)old;
+    uint32_t before = atomic_fetch_or(&g_xcuda_gate, set);
+    uint32_t mid = atomic_fetch_and(&g_xcuda_gate, ~clear | set);
     /* waiters in the launch slow path sleep on the gate word */
-    futex((uint32_t *)&g_xcuda_gate, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL);
+    if (before != (mid & (~clear | set)))
+        futex((uint32_t *)&g_xcuda_gate, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL);
 }
 
 static int peers_freezing(void) {
@@ -122,8 +123,7 @@ static int peers_freezing(void) {
     for (int i = 0; i < XCUDA_MAX_SLOTS; i++) {
         xcuda_slot *s = xcuda_slot_at(g_xcuda_state, i);
         if (s == me || !LOAD_RELAXED(&s->freezing)) continue;
-        int pid = LOAD_RELAXED(&s->pid);
-        if (pid != 0 && (kill(pid, 0) == 0 || errno == EPERM)) return 1;
+        if (xcuda_slot_alive(s)) return 1;
     }
     return 0;
 }
@@ -133,8 +133,15 @@ void xcuda_state_reclaim(void);
 
 static void helper_tick(void) {
     uint32_t set = 0, clear = 0;
-    xcuda_params p;
-    int have = g_xcuda_ctl && xcuda_read_params(g_xcuda_ctl, &p) == 0;
+    /* the last consistent parameters stay in force while a write is in progress (or was
+     * abandoned half-way by a dying writer): never fall back to "no control" */
+    static xcuda_params p;
+    static int have;
+    xcuda_params fresh;
+    if (g_xcuda_ctl && xcuda_read_params(g_xcuda_ctl, &fresh) == 0) {
+        p = fresh;
+        have = 1;
+    }
     if (have && (p.flags & XCUDA_FLAG_FREEZE)) set |= GATE_FREEZE_EXEC; else clear |= GATE_FREEZE_EXEC;
     if (peers_freezing()) set |= GATE_FREEZE_PEER; else clear |= GATE_FREEZE_PEER;
     xcuda_slot *me = xcuda_my_slot();
@@ -152,8 +159,8 @@ static void helper_tick(void) {
             atomic_store_explicit(&g_xcuda_interval_ns, iv, memory_order_relaxed);
             if (me) {
                 STORE_RELAXED(&me->interval_ns, iv);
-                STORE_RELAXED(&me->u_gpu, u_gpu);
-                STORE_RELAXED(&me->a_c, a_c);
+                store_double(&me->u_gpu, u_gpu);
+                store_double(&me->a_c, a_c);
                 STORE_RELAXED(&me->pid_steps, me->pid_steps + 1);
             }
             if (g_xcuda_debug) xcuda_log("pid step U_GPU=%.3f a_C=%.3f interval=%.1fus", u_gpu, a_c, interval_us);
@@ -195,12 +202,12 @@ static int start_runtime(void) {
     const char *dbg = getenv("XCUDA_DEBUG");
     g_xcuda_debug = dbg && dbg[0] && strcmp(dbg, "0") != 0;
     const char *logp = getenv("XCUDA_LOG");
-    if (logp && logp[0]) g_log_fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (logp && logp[0] && g_log_fd < 0) g_log_fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     const char *poll = getenv("XCUDA_POLL_US");
     if (poll && atol(poll) > 0) g_poll_ns = (uint64_t)atol(poll) * 1000ull;
     xcuda_load_driver();
     const char *ctl = getenv("XCUDA_CONTROL");
-    if (ctl && ctl[0]) {
+    if (ctl && ctl[0] && g_xcuda_ctl == NULL) { /* after fork the parent's mapping is kept */
         g_xcuda_ctl = map_control(ctl);
         if (!g_xcuda_ctl) return -1;
     }

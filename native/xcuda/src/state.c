@@ -11,8 +11,9 @@
  *     and marks the mutex consistent;
  *   - dead slots are also reclaimed when a reservation would exceed the quota, at
  *     registration, and once a second by the helper thread;
- *   - a pid is alive when kill(pid, 0) succeeds and its start time (/proc/<pid>/stat field
- *     22) matches, so a reused pid does not keep a dead process's memory.
+ *   - a pid is alive when kill(pid, 0) succeeds, it is not a zombie and its start time
+ *     (/proc/<pid>/stat field 22) matches, so a reused pid does not keep a dead process's
+ *     memory.
  * The first process to attach initializes the mutex, under flock(2) (released by the kernel
  * if that process dies). A reservation checks and adds under the lock; a release subtracts
  * from the process's own slot with an atomic operation and needs no lock.
@@ -35,7 +36,8 @@ static int g_slot = -1;
 
 static pthread_mutex_t *state_mutex(void) { return (pthread_mutex_t *)(void *)&g_xcuda_state->lock; }
 
-static uint64_t proc_start_time(int pid) {
+/* start time of pid (field 22 of /proc/<pid>/stat), 0 if unknown; *zombie set for Z/X */
+static uint64_t proc_start_time(int pid, int *zombie) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -46,8 +48,9 @@ static uint64_t proc_start_time(int pid) {
     buf[n] = '\0';
     char *p = strrchr(buf, ')');
     if (!p) return 0;
-    /* after ") " come fields 3..; start time is field 22 */
+    /* after ") " come fields 3..: the state, ..., start time is field 22 */
     p += 2;
+    if (zombie) *zombie = (*p == 'Z' || *p == 'X');
     for (int field = 3; field < 22 && p; field++) {
         p = strchr(p, ' ');
         if (p) p++;
@@ -55,12 +58,14 @@ static uint64_t proc_start_time(int pid) {
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
-static int slot_alive(xcuda_slot *s) {
+int xcuda_slot_alive(xcuda_slot *s) {
     int pid = LOAD_RELAXED(&s->pid);
     if (pid == 0) return 0;
     if (kill(pid, 0) != 0 && errno != EPERM) return 0;
     uint64_t st = LOAD_RELAXED(&s->start_time);
-    uint64_t now = proc_start_time(pid);
+    int zombie = 0;
+    uint64_t now = proc_start_time(pid, &zombie);
+    if (zombie) return 0; /* exited, not yet reaped: its device memory is gone */
     return st == 0 || now == 0 || st == now;
 }
 
@@ -76,7 +81,7 @@ static void clear_slot(xcuda_slot *s) {
 static void reclaim_dead_locked(void) {
     for (int i = 0; i < XCUDA_MAX_SLOTS; i++) {
         xcuda_slot *s = xcuda_slot_at(g_xcuda_state, i);
-        if (i == g_slot || LOAD_RELAXED(&s->pid) == 0 || slot_alive(s)) continue;
+        if (i == g_slot || LOAD_RELAXED(&s->pid) == 0 || xcuda_slot_alive(s)) continue;
         uint64_t used = LOAD_RELAXED(&s->used_bytes);
         __atomic_fetch_add(&g_xcuda_state->reclaimed_bytes, used, __ATOMIC_RELAXED);
         xcuda_log("reclaimed %llu bytes of dead process %d", (unsigned long long)used, s->pid);
@@ -108,7 +113,7 @@ static int register_slot(void) {
     if (found >= 0) {
         xcuda_slot *s = xcuda_slot_at(g_xcuda_state, found);
         memset((char *)s + sizeof s->pid, 0, sizeof *s - sizeof s->pid);
-        STORE_RELAXED(&s->start_time, proc_start_time(getpid()));
+        STORE_RELAXED(&s->start_time, proc_start_time(getpid(), NULL));
         STORE_RELEASE(&s->pid, (int32_t)getpid());
     }
     state_unlock();

@@ -48,6 +48,8 @@ static inline xcuda_slot *xcuda_slot_at(xcuda_state *st, int i) {
 #define LOAD_ACQUIRE(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define STORE_RELAXED(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
 #define STORE_RELEASE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+static inline double load_double(const double *p) { double v; __atomic_load(p, &v, __ATOMIC_RELAXED); return v; }
+static inline void store_double(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
 
 /* ---- the real driver (driver.c) ---- */
 #define XCUDA_PFN_TYPE(name, params, args) typedef CUresult(*pfn_##name) params;
@@ -86,6 +88,7 @@ int xcuda_state_reserve(uint64_t bytes, uint64_t quota); /* 0 ok, -1 over quota 
 void xcuda_state_release(uint64_t bytes);
 uint64_t xcuda_state_used_total(void);   /* all live processes of the workload */
 xcuda_slot *xcuda_my_slot(void);         /* NULL without a state file */
+int xcuda_slot_alive(xcuda_slot *s);
 void xcuda_state_detach_slot(void);
 void xcuda_state_after_fork_child(void);
 
