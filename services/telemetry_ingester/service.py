@@ -74,7 +74,10 @@ def make_backends(settings: IngesterSettings, offline: dict[str, OfflineLoad], *
         from hivemux.telemetry.dcgm import DcgmExporterBackend
 
         gpu = DcgmExporterBackend(settings.dcgm_url, node_id=settings.node_id)
-    return gpu, ProcfsNodeBackend(settings.node_id)
+    # The node sample lists the node's GPUs: take them from one reading of the backend.
+    first = gpu.read(datetime.now(UTC))
+    gpu_type = first[0].gpu_type if first else "unknown"
+    return gpu, ProcfsNodeBackend(settings.node_id, gpu_type=gpu_type, gpu_ids=tuple(r.gpu_id for r in first))
 
 
 class TelemetryIngester:
@@ -123,8 +126,8 @@ class TelemetryIngester:
         return self.read(at, now=at.timestamp()).events
 
 
-def build(settings: IngesterSettings) -> Service:
-    ingester = TelemetryIngester(settings)
+def build(settings: IngesterSettings, ingester: TelemetryIngester | None = None) -> Service:
+    ingester = ingester or TelemetryIngester(settings)
     service = Service(NAME, settings)
     service.fold(EXECUTOR_COMMANDS, ingester.on_command)
     service.fold(EXECUTOR_REPORTS, ingester.on_report)

@@ -7,6 +7,7 @@ A bad file fails with a message naming the offending key.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from hivemux.events.telemetry import FaultKind, Remediation
 
-from .thresholds import METRICS, HealthThresholds, LimitTable, MetricLimit
+from .thresholds import METRICS, HealthThresholds, LimitTable, MetricLimit, compile_levels
 
 DEFAULT_CONFIG = "default_health.yaml"
 
@@ -103,6 +104,7 @@ class HealthConfig:
     detector: DetectorSettings
     rules: dict[FaultKind, Remediation]
     _tables: dict[str, LimitTable] = field(default_factory=dict, compare=False, repr=False)
+    _levels: dict[str, Callable[[tuple[float | None, ...]], int]] = field(default_factory=dict, compare=False, repr=False)
 
     def thresholds_for(self, gpu_type: str) -> HealthThresholds:
         return self.by_type.get(gpu_type, self.default)
@@ -113,6 +115,13 @@ class HealthConfig:
         if table is None:
             table = self._tables[gpu_type] = LimitTable.of(self.thresholds_for(gpu_type))
         return table
+
+    def level_fn(self, gpu_type: str) -> Callable[[tuple[float | None, ...]], int]:
+        """The compiled level function of a type (cached; see `thresholds.compile_levels`)."""
+        fn = self._levels.get(gpu_type)
+        if fn is None:
+            fn = self._levels[gpu_type] = compile_levels(self.table_for(gpu_type))
+        return fn
 
 
 def _limit(raw: _Limit, where: str) -> MetricLimit:

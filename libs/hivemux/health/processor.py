@@ -81,13 +81,16 @@ class HealthProcessorCore:
     # -- inputs ---------------------------------------------------------------------------
     def on_batch(self, batch: GpuTelemetryBatch, partition: int = 0) -> list[Event]:
         out: list[Event] = []
+        when, at = None, 0.0
         for sample in batch.samples:
-            produced = self.on_sample(sample, partition)
+            if sample.occurred_at != when:  # a node's samples usually share their instant
+                when, at = sample.occurred_at, sample.occurred_at.timestamp()
+            produced = self.on_sample(sample, partition, at)
             if produced:
                 out += produced
         return out
 
-    def on_sample(self, sample: GpuTelemetrySample, partition: int = 0) -> list[Event] | None:
+    def on_sample(self, sample: GpuTelemetrySample, partition: int = 0, at: float | None = None) -> list[Event] | None:
         gpu_id = sample.gpu_id
         monitor = self.monitors.get(gpu_id)
         if monitor is None:
@@ -95,7 +98,8 @@ class HealthProcessorCore:
         elif monitor.gpu_type != sample.gpu_type:
             monitor.gpu_type = sample.gpu_type  # a drained GPU first seen through a control
         self.partition_of[gpu_id] = partition
-        at = sample.occurred_at.timestamp()
+        if at is None:
+            at = sample.occurred_at.timestamp()
         if at <= monitor.as_of:
             return None  # replayed or out of order: the state already reflects it
         material = False

@@ -176,49 +176,52 @@ class SysMonitor:
             return None
         self.as_of = at
         state = self.state
+        level = config.level_fn(self.gpu_type)(values)
+        # The steady cases first: they are almost every sample.
+        if state is HEALTHY:
+            if level < REACHES_UNHEALTHY:
+                return None
+            return [self._edge_up(level, values, at, config)]
+        if state is UNHEALTHY:
+            if level == EXCEEDS_OVERLIMIT:
+                return [self._edge_up(level, values, at, config)]
+            if level == BELOW_HEALTHY:
+                return [self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values))]
+            return None
+        if state is OVERLIMIT:
+            return self._observe_overlimit(level, values, at, config)
+        out: list[Transition] = []
         if state is DISABLED:
             if self.disabled_cause == "drained":
                 return None
-            out = [self._move(INIT, at, "metrics", "the device reports again", metrics_dict(values))]
+            out.append(self._move(INIT, at, "metrics", "the device reports again", metrics_dict(values)))
             self.disabled_cause = None
-            state = INIT
-        else:
-            out = None
-        level = level_of(values, config.table_for(self.gpu_type))
-        if state is INIT:
-            out = out or []
-            out.append(self._move(HEALTHY, at, "metrics", "initialization finished: first sample", metrics_dict(values)))
-            state = HEALTHY
-        if state is HEALTHY:
-            if level >= REACHES_UNHEALTHY:
-                out = out or []
-                out.append(self._edge_up(level, values, at, config))
-        elif state is UNHEALTHY:
-            if level == EXCEEDS_OVERLIMIT:
-                out = out or []
-                out.append(self._edge_up(level, values, at, config))
-            elif level == BELOW_HEALTHY:
-                out = out or []
-                out.append(self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values)))
-        elif state is OVERLIMIT:
-            if level == EXCEEDS_OVERLIMIT:
-                self.below_overlimit_since = None
-            elif self.below_overlimit_since is None:
-                self.below_overlimit_since = at
-            if self.below_overlimit_since is not None and at - self.below_overlimit_since >= self.backoff_s:
-                out = out or []
-                waited = at - self.below_overlimit_since
-                out.append(
-                    self._move(
-                        UNHEALTHY, at, "backoff_elapsed",
-                        f"all metrics below Overlimit for {waited:.0f} s >= back-off {self.backoff_s:.0f} s "
-                        f"({len(self.overlimit_entries)} Overlimit entries in the window)",
-                        metrics_dict(values),
-                    )
-                )  # fmt: skip
-                self.below_overlimit_since = None
-                if level == BELOW_HEALTHY:
-                    out.append(self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values)))
+        # Init: initialization finished; the Healthy guards judge the same sample.
+        out.append(self._move(HEALTHY, at, "metrics", "initialization finished: first sample", metrics_dict(values)))
+        if level >= REACHES_UNHEALTHY:
+            out.append(self._edge_up(level, values, at, config))
+        return out
+
+    def _observe_overlimit(self, level: int, values: Values, at: float, config: HealthConfig) -> list[Transition] | None:
+        if level == EXCEEDS_OVERLIMIT:
+            self.below_overlimit_since = None
+            return None
+        if self.below_overlimit_since is None:
+            self.below_overlimit_since = at
+        waited = at - self.below_overlimit_since
+        if waited < self.backoff_s:
+            return None
+        out = [
+            self._move(
+                UNHEALTHY, at, "backoff_elapsed",
+                f"all metrics below Overlimit for {waited:.0f} s >= back-off {self.backoff_s:.0f} s "
+                f"({len(self.overlimit_entries)} Overlimit entries in the window)",
+                metrics_dict(values),
+            )
+        ]  # fmt: skip
+        self.below_overlimit_since = None
+        if level == BELOW_HEALTHY:
+            out.append(self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values)))
         return out
 
     def _edge_up(self, level: int, values: Values, at: float, config: HealthConfig) -> Transition:

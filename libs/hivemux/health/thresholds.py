@@ -23,6 +23,7 @@ and are documented next to each value in `default_health.yaml`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # The metrics SysMonitor judges, in reporting order. `sm_clock_ratio` and `memory_usage` are
@@ -102,6 +103,68 @@ class LimitTable:
             unhealthy=tuple(s * lim.unhealthy for s, lim in zip(signs, limits)),
             overlimit=tuple(s * lim.overlimit for s, lim in zip(signs, limits)),
         )
+
+
+def compile_levels(table: LimitTable) -> Callable[[tuple[float | None, ...]], int]:
+    """The level function of one table with its thresholds bound as constants and the six
+    metrics unrolled: this runs once per sample, and a loop over zipped tuples costs three
+    times as much. Levels: 0 all below Healthy, 1 some not below Healthy, 2 some reach
+    Unhealthy, 3 some exceed Overlimit (see `sysmonitor.level_of`)."""
+    if len(table.signs) != 6:
+        raise ValueError("compile_levels is written for the six SysMonitor metrics")
+    s0, s1, s2, s3, s4, s5 = table.signs
+    h0, h1, h2, h3, h4, h5 = table.healthy
+    u0, u1, u2, u3, u4, u5 = table.unhealthy
+    o0, o1, o2, o3, o4, o5 = table.overlimit
+
+    def level(values: tuple[float | None, ...]) -> int:
+        v0, v1, v2, v3, v4, v5 = values
+        # gpu_util, the clock ratio and memory_usage are always present.
+        x = v0 * s0  # type: ignore[operator]
+        if x > o0:
+            return 3
+        worst = 2 if x >= u0 else 1 if x >= h0 else 0
+        x = v2 * s2  # type: ignore[operator]
+        if x > o2:
+            return 3
+        if x >= u2:
+            worst = 2
+        elif worst == 0 and x >= h2:
+            worst = 1
+        x = v3 * s3  # type: ignore[operator]
+        if x > o3:
+            return 3
+        if x >= u3:
+            worst = 2
+        elif worst == 0 and x >= h3:
+            worst = 1
+        if v1 is not None:
+            x = v1 * s1
+            if x > o1:
+                return 3
+            if x >= u1:
+                worst = 2
+            elif worst == 0 and x >= h1:
+                worst = 1
+        if v4 is not None:
+            x = v4 * s4
+            if x > o4:
+                return 3
+            if x >= u4:
+                worst = 2
+            elif worst == 0 and x >= h4:
+                worst = 1
+        if v5 is not None:
+            x = v5 * s5
+            if x > o5:
+                return 3
+            if x >= u5:
+                worst = 2
+            elif worst == 0 and x >= h5:
+                worst = 1
+        return worst
+
+    return level
 
 
 # Default board power limits (W) by GPU type, from the vendors' data sheets.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -20,6 +21,9 @@ from hivemux.topics import GPU_TELEMETRY, NODE_TELEMETRY, Topic
 
 from .readings import GpuReading, NodeReading
 from .validation import Limits, gpu_problem, gpu_sample, node_problem, node_sample
+
+
+_UUID_MASK = (1 << 128) - 1
 
 
 @dataclass
@@ -60,7 +64,9 @@ class Ingest:
         out = TickOutput()
         by_node: dict[str, list[GpuTelemetrySample]] = {}
         when = datetime.fromtimestamp(now, UTC)
-        for reading in readings:
+        instant = datetime.fromtimestamp(at, UTC)
+        ids = uuid.uuid4().int  # sample i of this instant gets id ids + i
+        for index, reading in enumerate(readings):
             taken = reading.taken_at if reading.taken_at is not None else at
             problem = gpu_problem(reading, taken, now, self.known_gpus, self.limits)
             if problem is not None:
@@ -68,12 +74,12 @@ class Ingest:
                 continue
             if not reading.offline_workloads and reading.gpu_id in self.offline_by_gpu:
                 reading = replace(reading, offline_workloads=self.offline_by_gpu[reading.gpu_id])
-            by_node.setdefault(reading.node_id, []).append(gpu_sample(reading, taken, self.source))
+            event_id = uuid.UUID(int=(ids + index) & _UUID_MASK)
+            sample = gpu_sample(reading, instant if reading.taken_at is None else taken, self.source, event_id)
+            by_node.setdefault(reading.node_id, []).append(sample)
         for node_id, samples in by_node.items():
             out.events.append(
-                GpuTelemetryBatch.model_construct(
-                    occurred_at=samples[0].occurred_at, source=self.source, node_id=node_id, samples=tuple(samples)
-                )
+                GpuTelemetryBatch(occurred_at=samples[0].occurred_at, source=self.source, node_id=node_id, samples=tuple(samples))
             )
         return out
 

@@ -5,15 +5,16 @@ values, negative or out-of-range values (percentages outside 0-100, more memory 
 GPU has, an SM clock above its maximum, implausible temperature or power), a GPU the node's
 inventory does not hold, and timestamps from the future or the far past.
 
-The checks are written out by hand on purpose: the ingester validates every sample of every
-GPU at up to 10 Hz, and once a reading passed them the event is built with `model_construct`
-(no second validation). Consumers still validate every record at decode.
+The checks come before the model's own validation so that every refusal has a reason an
+operator can act on ("gpu_util is NaN", "unknown GPU ..."); the model then validates again
+(cheaply, in pydantic-core), and consumers validate every record at decode.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -87,10 +88,12 @@ def gpu_problem(reading: GpuReading, at: float, now: float, known_gpus: frozense
     return None
 
 
-def gpu_sample(reading: GpuReading, at: float, source: str) -> GpuTelemetrySample:
-    """The event of a reading that passed `gpu_problem`."""
-    return GpuTelemetrySample.model_construct(
-        occurred_at=datetime.fromtimestamp(at, UTC),
+def gpu_sample(reading: GpuReading, at: float | datetime, source: str, event_id: uuid.UUID | None = None) -> GpuTelemetrySample:
+    """The event of a reading that passed `gpu_problem`. The ingester passes ids derived from
+    one random id per sampling instant (a fresh `uuid4` per sample is a system call each)."""
+    return GpuTelemetrySample(
+        event_id=event_id or uuid.uuid4(),
+        occurred_at=at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC),
         source=source,
         gpu_id=reading.gpu_id,
         node_id=reading.node_id,

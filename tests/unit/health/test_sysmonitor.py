@@ -202,3 +202,20 @@ def test_config_errors_name_the_key() -> None:
         parse_config(dict(good, rules=rules))
     with pytest.raises(ConfigError, match="rules.xid"):
         parse_config(dict(good, rules=dict(good["rules"], xid="reboot")))
+
+
+def test_the_compiled_level_function_agrees_with_the_reference() -> None:
+    import random
+
+    rng = random.Random(5)
+    for gpu_type in ("T4", "A100", "unknown-type"):
+        table, compiled = CONFIG.table_for(gpu_type), CONFIG.level_fn(gpu_type)
+        for _ in range(3000):
+            values = values_of(
+                rng.uniform(0, 100), rng.choice([None, rng.uniform(0, 100)]), rng.uniform(500, 1590), 1590.0,
+                rng.uniform(0, 15360), 15360.0, rng.choice([None, rng.uniform(20, 95)]), rng.choice([None, rng.uniform(10, 450)]),
+            )  # fmt: skip
+            assert compiled(values) == level_of(values, table), values
+        for edge in (95.0, 99.0, 92.0):  # exactly on a threshold: reaches, not exceeds
+            values = vals(gpu_util=edge)
+            assert compiled(values) == level_of(values, table)
