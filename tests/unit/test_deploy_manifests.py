@@ -151,8 +151,12 @@ def test_every_service_is_a_workload(workloads: dict[str, dict[str, Any]]) -> No
         assert container["command"] == ["hivemux", "service", name], name
         assert container["image"] == "hivemux:0.1.0", name
         assert workload["metadata"]["namespace"] == "hivemux", name
-    assert workloads["executor"]["kind"] == "DaemonSet"
-    assert all(w["kind"] == "Deployment" for n, w in workloads.items() if n != "executor")
+    per_node = {"executor", "telemetry-ingester"}
+    assert all(workloads[n]["kind"] == "DaemonSet" for n in per_node)
+    assert all(w["kind"] == "Deployment" for n, w in workloads.items() if n not in per_node)
+    env = {e["name"]: e for e in containers(workloads["telemetry-ingester"])[0]["env"]}
+    assert env["HIVEMUX_INGESTER_BACKEND"]["value"] == "dcgm"
+    assert env["HIVEMUX_INGESTER_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
 
 
 def test_probes_hit_healthz(workloads: dict[str, dict[str, Any]]) -> None:

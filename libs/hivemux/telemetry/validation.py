@@ -53,8 +53,50 @@ def _bad_number(name: str, value: float | None) -> str | None:
     return None
 
 
+_GOOD_NAMES: set[str] = set()  # names that matched the pattern once (ids repeat every sample)
+
+
+def _names_ok(reading: GpuReading) -> bool:
+    for text in (reading.gpu_id, reading.node_id, reading.gpu_type, reading.online_workload, *reading.offline_workloads):
+        if text is None or text in _GOOD_NAMES:
+            continue
+        if not isinstance(text, str) or len(text) > 200 or not _NAME.match(text):
+            return False
+        _GOOD_NAMES.add(text)
+    return True
+
+
+def _plainly_valid(r: GpuReading, limits: Limits) -> bool:
+    """One chained comparison for the common case. NaN fails every comparison, a non-number
+    raises TypeError: both fall through to the detailed checks, which name the problem."""
+    try:
+        return (
+            0.0 <= r.gpu_util <= 100.0  # type: ignore[operator]
+            and 0.0 < r.memory_total_mib < 1e9  # type: ignore[operator]
+            and 0.0 <= r.memory_used_mib <= r.memory_total_mib  # type: ignore[operator]
+            and 0.0 < r.max_sm_clock_mhz < 1e6  # type: ignore[operator]
+            and 0.0 <= r.sm_clock_mhz <= limits.clock_tolerance * r.max_sm_clock_mhz  # type: ignore[operator]
+            and (r.sm_activity is None or 0.0 <= r.sm_activity <= 100.0)
+            and (r.sm_occupancy is None or 0.0 <= r.sm_occupancy <= 100.0)
+            and (r.power_w is None or 0.0 <= r.power_w <= limits.max_power_w)
+            and (r.temperature_c is None or -40.0 <= r.temperature_c <= 150.0)
+            and r.xid_errors >= 0
+            and r.ecc_sbe >= 0
+            and r.ecc_dbe >= 0
+        )
+    except TypeError:
+        return False
+
+
 def gpu_problem(reading: GpuReading, at: float, now: float, known_gpus: frozenset[str] | None, limits: Limits = Limits()) -> str | None:
     """Why this reading cannot be published, or None when it is valid."""
+    if (
+        (known_gpus is None or reading.gpu_id in known_gpus)
+        and now - limits.max_age_s <= at <= now + limits.future_tolerance_s
+        and _plainly_valid(reading, limits)
+        and _names_ok(reading)
+    ):
+        return None
     if known_gpus is not None and reading.gpu_id not in known_gpus:
         return f"unknown GPU {reading.gpu_id!r} (not in node {reading.node_id}'s inventory)"
     for label in ("gpu_id", "node_id", "gpu_type"):
@@ -85,6 +127,8 @@ def gpu_problem(reading: GpuReading, at: float, now: float, known_gpus: frozense
         return f"timestamp {at - now:.1f} s in the future"
     if at < now - limits.max_age_s:
         return f"timestamp {now - at:.0f} s in the past (limit {limits.max_age_s:.0f} s)"
+    if not _plainly_valid(reading, limits):
+        return "a value is out of its range"  # the detailed checks above name every known case
     return None
 
 
