@@ -28,7 +28,9 @@ def decode_key(raw: bytes | None) -> str | None:
 
 
 def encode_value(event: Event) -> bytes:
-    return event.model_dump_json().encode()
+    # Fields at their defaults are left out (the consumer's model fills them in): telemetry
+    # is mostly zero counters and empty lists, and the broker's ingest is bound by bytes.
+    return event.model_dump_json(exclude_defaults=True).encode()
 
 
 def _summarize(error: ValidationError) -> str:

@@ -27,6 +27,10 @@ class Publisher:
             acks="all",
             linger_ms=linger_ms,
             enable_idempotence=False,
+            # One produce request per partition is in flight at a time, so a burst (a node
+            # fleet's samples, a scheduling round) goes as fast as batches are large: 16 KiB,
+            # the default, is four telemetry batches per round trip.
+            max_batch_size=1024 * 1024,
         )
 
     async def start(self) -> None:
