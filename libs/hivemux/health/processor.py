@@ -176,7 +176,8 @@ class HealthProcessorCore:
             self.progress.record(report.job_id, report.iterations_done, at)
         if report.mps_server is None and report.cuda_error is None:
             return []
-        gpu_ids = report.gpu_ids or self._gpus_of(report.job_id, report.node_id)
+        # A report that names no GPU of a job we never saw on one is judged at node level.
+        gpu_ids = report.gpu_ids or self._gpus_of(report.job_id, report.node_id) or (report.node_id,)
         out: list[Event] = []
         for finding in report_findings(gpu_ids, report.job_id, report.mps_server, report.cuda_error, report.detail):
             monitor = self._monitor(finding.gpu_id, report.node_id)
@@ -252,9 +253,7 @@ class HealthProcessorCore:
         return monitor
 
     def _gpus_of(self, job_id: str, node_id: str) -> tuple[str, ...]:
-        return tuple(
-            gpu for gpu, m in self.monitors.items() if m.node_id == node_id and job_id in m.offline_workloads
-        ) or (node_id,)
+        return tuple(gpu for gpu, m in self.monitors.items() if m.node_id == node_id and job_id in m.offline_workloads)
 
     def _transition_events(self, monitor: SysMonitor, transitions: list[Transition], origin: object) -> list[Event]:
         out: list[Event] = []
