@@ -281,7 +281,8 @@ def test_events_are_frozen(model: type[Event]) -> None:
 
 
 def test_event_ids_are_unique_by_default_and_derived_ids_are_stable() -> None:
-    assert gpu_sample().event_id != gpu_sample().event_id
+    assert gpu_batch().event_id != gpu_batch().event_id
+    assert gpu_sample().event_id is None  # samples travel inside a batch, which carries the id
     assert derived_id("health", "x", 1) == derived_id("health", "x", 1) != derived_id("health", "x", 2)
     assert derived_id("a").version == 5
 
@@ -437,5 +438,5 @@ def test_every_event_validates_against_its_topic_schema() -> None:
 
 
 def test_uuid_event_id_travels_as_a_string() -> None:
-    event = gpu_sample(event_id=uuid.UUID(int=1))
+    event = gpu_batch().model_copy(update={"event_id": uuid.UUID(int=1)})
     assert json.loads(encode_value(event))["event_id"] == "00000000-0000-0000-0000-000000000001"

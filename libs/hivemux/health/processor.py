@@ -85,12 +85,15 @@ class HealthProcessorCore:
         for sample in batch.samples:
             if sample.occurred_at != when:  # a node's samples usually share their instant
                 when, at = sample.occurred_at, sample.occurred_at.timestamp()
-            produced = self.on_sample(sample, partition, at)
+            produced = self.on_sample(sample, partition, at, batch.event_id)
             if produced:
                 out += produced
         return out
 
-    def on_sample(self, sample: GpuTelemetrySample, partition: int = 0, at: float | None = None) -> list[Event] | None:
+    def on_sample(
+        self, sample: GpuTelemetrySample, partition: int = 0, at: float | None = None, origin: object = None
+    ) -> list[Event] | None:
+        """One GPU's sample. `origin` (the batch's id) seeds the ids of what it causes."""
         gpu_id = sample.gpu_id
         monitor = self.monitors.get(gpu_id)
         if monitor is None:
@@ -134,7 +137,8 @@ class HealthProcessorCore:
             material = material or counters != (monitor.xid_errors, monitor.ecc_sbe, monitor.ecc_dbe)
         if not (transitions or findings or material or timers != (monitor.below_overlimit_since, monitor.high_util_since)):
             return None
-        origin = sample.event_id
+        if origin is None:
+            origin = sample.event_id or derived_id("sample", gpu_id, at)
         out: list[Event] = []
         if transitions:
             out += self._transition_events(monitor, transitions, origin)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -21,9 +20,6 @@ from hivemux.topics import GPU_TELEMETRY, NODE_TELEMETRY, Topic
 
 from .readings import GpuReading, NodeReading
 from .validation import Limits, gpu_problem, gpu_sample, node_problem, node_sample
-
-
-_UUID_MASK = (1 << 128) - 1
 
 
 @dataclass
@@ -65,8 +61,7 @@ class Ingest:
         by_node: dict[str, list[GpuTelemetrySample]] = {}
         when = datetime.fromtimestamp(now, UTC)
         instant = datetime.fromtimestamp(at, UTC)
-        ids = uuid.uuid4().int  # sample i of this instant gets id ids + i
-        for index, reading in enumerate(readings):
+        for reading in readings:
             taken = reading.taken_at if reading.taken_at is not None else at
             problem = gpu_problem(reading, taken, now, self.known_gpus, self.limits)
             if problem is not None:
@@ -74,8 +69,7 @@ class Ingest:
                 continue
             if not reading.offline_workloads and reading.gpu_id in self.offline_by_gpu:
                 reading = replace(reading, offline_workloads=self.offline_by_gpu[reading.gpu_id])
-            event_id = uuid.UUID(int=(ids + index) & _UUID_MASK)
-            sample = gpu_sample(reading, instant if reading.taken_at is None else taken, self.source, event_id)
+            sample = gpu_sample(reading, instant if reading.taken_at is None else taken)
             by_node.setdefault(reading.node_id, []).append(sample)
         for node_id, samples in by_node.items():
             out.events.append(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -132,13 +131,10 @@ def gpu_problem(reading: GpuReading, at: float, now: float, known_gpus: frozense
     return None
 
 
-def gpu_sample(reading: GpuReading, at: float | datetime, source: str, event_id: uuid.UUID | None = None) -> GpuTelemetrySample:
-    """The event of a reading that passed `gpu_problem`. The ingester passes ids derived from
-    one random id per sampling instant (a fresh `uuid4` per sample is a system call each)."""
+def gpu_sample(reading: GpuReading, at: float | datetime) -> GpuTelemetrySample:
+    """The sample of a reading that passed `gpu_problem` (its batch carries id and source)."""
     return GpuTelemetrySample(
-        event_id=event_id or uuid.uuid4(),
         occurred_at=at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC),
-        source=source,
         gpu_id=reading.gpu_id,
         node_id=reading.node_id,
         gpu_type=reading.gpu_type,

@@ -68,7 +68,7 @@ def test_first_batch_initializes_every_gpu_with_derived_ids() -> None:
         ("node-00/gpu-0", HealthState.INIT, HealthState.HEALTHY),
         ("node-00/gpu-1", HealthState.INIT, HealthState.HEALTHY),
     ]
-    assert transitions[0].event_id == derived_id("health", first.samples[0].event_id, "node-00/gpu-0", 0)
+    assert transitions[0].event_id == derived_id("health", first.event_id, "node-00/gpu-0", 0)
     assert [s.state for s in of_type(out, SysMonitorSnapshot)] == [HealthState.HEALTHY, HealthState.HEALTHY]
     assert out == core().on_batch(first)  # deterministic
 

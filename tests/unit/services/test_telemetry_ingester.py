@@ -66,7 +66,8 @@ def test_sample_covers_every_gpu_and_node() -> None:
     assert all(s.online_workload for s in samples.values() if s.node_id == "node-00")
     assert all(s.online_workload is None for s in samples.values() if s.node_id == "node-01")
     assert all(s.offline_workloads == () for s in samples.values())
-    assert {(e.occurred_at, e.source) for e in [*out, *samples.values()]} == {(T0, "telemetry-ingester/0")}
+    assert {(e.occurred_at, e.source) for e in out} == {(T0, "telemetry-ingester/0")}
+    assert {(s.occurred_at, s.source, s.event_id) for s in samples.values()} == {(T0, None, None)}
     assert {s.gpu_type for s in samples.values()} == {"T4"}
     assert len({e.event_id for e in out}) == len(out)
 

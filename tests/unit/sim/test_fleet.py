@@ -140,7 +140,7 @@ def test_samples_validate_as_telemetry_events() -> None:
     now = MIDNIGHT.timestamp()
     for g in gpus:
         assert gpu_problem(g, now, now, fleet_gpus(fleet)) is None
-        GpuTelemetrySample.model_validate(gpu_sample(g, now, "test").model_dump())
+        GpuTelemetrySample.model_validate(gpu_sample(g, now).model_dump())
     for n in nodes:
         assert node_problem(n, now, now) is None
         node_sample(n, now, "test")
