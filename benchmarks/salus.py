@@ -1,0 +1,261 @@
+"""Salus gate benchmark: the iteration gate's cost and what SRTF buys over FIFO (Salus §3.2, §5.1).
+
+A ``LaneServer`` runs on a temporary Unix socket in this process's event loop; every job is a
+separate client process (spawned) using the ``hivemux.salus`` adaptor, as a workload would.
+
+Figures:
+- gate round trip: one job alone in its lane, empty iterations; the time from the end of one
+  iteration's body to the start of the next (report done + request, grant back). Median and
+  p99; target median <= 200 us.
+- job switch gap: two jobs sharing one lane under FAIR (they alternate); the time from the end
+  of one job's iteration to the start of the other job's next one. Median and p99; target
+  median <= 1 ms.
+- SRTF / FIFO average completion time: a seeded mix of jobs (a long background job, then short
+  trial runs of 4-12 iterations and long trainings of 60-120, about 7 : 3; each iteration a 5 ms
+  CPU busy loop) arriving 25 ms apart into one lane (the capacity fits one lane, as in the
+  paper's §5.1.2 single-lane setup); completion time counts from arrival, and includes
+  connecting to the gate. Median of ``--repeats`` mixes.
+- transport: a unary echo call vs a message round trip on one bidirectional stream (gRPC
+  generic handlers, same socket kind, no gate logic): the measurement behind the gate's
+  one-stream-per-job design.
+
+Run: ``python benchmarks/salus.py [--samples 3000 --jobs 8 --repeats 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import queue
+import random
+import statistics
+import tempfile
+import time
+from typing import Any
+
+SEED = 7
+CAPACITY_MIB = 16_000.0
+PERSISTENT_MIB = 500.0
+EPHEMERAL_MIB = 9_000.0  # two lanes never fit in 16 GB: every job shares lane 0
+ITERATION_S = 0.005
+ARRIVAL_GAP_S = 0.025
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+# -- client processes (top level: spawned children import this module) --------------------------
+
+
+def timed_job(socket: str, name: str, iterations: int, body_s: float, offset: float, go: Any, start: Any,
+              results: Any) -> None:  # fmt: skip
+    """Arrive ``offset`` s after the common start; run ``iterations`` through the gate; report
+    the arrival, the finish and (start, end) perf_counter stamps of each body."""
+    from hivemux import salus
+
+    results.put(("ready", name))
+    go.wait()
+    start_at = start.value + offset
+    delay = start_at - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+    stamps = []
+    with salus.job(name, persistent_mib=PERSISTENT_MIB, ephemeral_mib=EPHEMERAL_MIB, iterations=iterations,
+                   iteration_seconds=body_s, socket=socket) as gate:  # fmt: skip
+        for _ in gate.iterations():
+            began = time.perf_counter()
+            if body_s:
+                busy(body_s)
+            stamps.append((began, time.perf_counter()))
+    results.put((name, start_at, time.perf_counter(), stamps))
+
+
+def echo_client(socket: str, samples: int, results: Any) -> None:
+    import grpc
+
+    ident = lambda b: b  # noqa: E731
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        unary = channel.unary_unary("/bench.Echo/Unary", ident, ident)
+        unary_times = []
+        for i in range(samples + 200):
+            began = time.perf_counter()
+            unary(b"x")
+            if i >= 200:
+                unary_times.append(time.perf_counter() - began)
+        outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+
+        def requests() -> Any:
+            while (message := outbox.get()) is not None:
+                yield message
+
+        responses = channel.stream_stream("/bench.Echo/Stream", ident, ident)(requests())
+        stream_times = []
+        for i in range(samples + 200):
+            began = time.perf_counter()
+            outbox.put(b"x")
+            next(responses)
+            if i >= 200:
+                stream_times.append(time.perf_counter() - began)
+        outbox.put(None)
+    results.put((unary_times, stream_times))
+
+
+# -- the parent: servers and figures --------------------------------------------------------------
+
+
+async def run_jobs(ctx: Any, policy: str, jobs: list[tuple[str, int, float, float]]) -> list[tuple]:
+    """Start a LaneServer with ``policy`` and one process per (name, iterations, body_s, start offset)."""
+    from hivemux.salus.server import LaneServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        socket = os.path.join(tmp, "gate.sock")
+        server = LaneServer(socket, CAPACITY_MIB, policy)
+        await server.start()
+        try:
+            results, go, start = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
+            procs = [ctx.Process(target=timed_job, args=(socket, name, n, body, offset, go, start, results))
+                     for name, n, body, offset in jobs]  # fmt: skip
+            for p in procs:
+                p.start()
+            for _ in procs:  # every process has started and imported the adaptor
+                await asyncio.to_thread(results.get, True, 120)
+            start.value = time.perf_counter() + 0.02
+            go.set()
+            out = [await asyncio.to_thread(results.get, True, 120) for _ in procs]
+            for p in procs:
+                await asyncio.to_thread(p.join)
+            return out
+        finally:
+            await server.stop()
+
+
+async def gate_round_trip(ctx: Any, samples: int) -> list[float]:
+    [(_, _, _, stamps)] = await run_jobs(ctx, "fifo", [("alone", samples + 200, 0.0, 0.0)])
+    return [b[0] - a[1] for a, b in zip(stamps[200:], stamps[201:], strict=False)]
+
+
+async def switch_gaps(ctx: Any, samples: int) -> list[float]:
+    out = await run_jobs(ctx, "fair", [("a", samples // 2 + 100, 0.0002, 0.0), ("b", samples // 2 + 100, 0.0002, 0.0)])
+    bodies = sorted((began, ended, name) for name, _, _, stamps in out for began, ended in stamps)
+    gaps = [nxt[0] - prev[1] for prev, nxt in zip(bodies, bodies[1:], strict=False) if nxt[2] != prev[2]]
+    return gaps[100:]  # past both jobs' start
+
+
+def job_mix(n: int, rng: random.Random) -> list[tuple[str, int, float, float]]:
+    """A long background job first, then a mix of short trial runs (4-12 iterations) and long
+    trainings (60-120), about 7 : 3, as in the paper's §5.1.2 SRTF scenario."""
+    sizes = [rng.randint(60, 120)] + [rng.randint(60, 120) if rng.random() < 0.3 else rng.randint(4, 12)
+                                      for _ in range(n - 1)]  # fmt: skip
+    return [(f"job{i}", size, ITERATION_S, i * ARRIVAL_GAP_S) for i, size in enumerate(sizes)]
+
+
+async def average_completion(ctx: Any, policy: str, mix: list[tuple[str, int, float, float]]) -> float:
+    out = await run_jobs(ctx, policy, mix)
+    return statistics.mean(finished - arrived for _, arrived, finished, _ in out)
+
+
+async def transport(ctx: Any, samples: int) -> tuple[list[float], list[float]]:
+    import grpc
+
+    ident = lambda b: b  # noqa: E731
+
+    async def unary(request: bytes, context: Any) -> bytes:
+        return request
+
+    async def stream(requests: Any, context: Any) -> Any:
+        async for request in requests:
+            yield request
+
+    handler = grpc.method_handlers_generic_handler("bench.Echo", {
+        "Unary": grpc.unary_unary_rpc_method_handler(unary, ident, ident),
+        "Stream": grpc.stream_stream_rpc_method_handler(stream, ident, ident),
+    })  # fmt: skip
+    from hivemux.salus.server import GRPC_OPTIONS
+
+    with tempfile.TemporaryDirectory() as tmp:
+        socket = os.path.join(tmp, "echo.sock")
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server.add_generic_rpc_handlers((handler,))
+        server.add_insecure_port(f"unix:{socket}")
+        await server.start()
+        try:
+            results = ctx.Queue()
+            p = ctx.Process(target=echo_client, args=(socket, samples, results))
+            p.start()
+            out = await asyncio.to_thread(results.get, True, 120)
+            await asyncio.to_thread(p.join)
+            return out
+        finally:
+            await server.stop(0)
+
+
+async def run(args: argparse.Namespace) -> dict[str, float]:
+    ctx = mp.get_context("spawn")
+    us = 1e6
+    round_trips = await gate_round_trip(ctx, args.samples)
+    gaps = await switch_gaps(ctx, args.samples)
+    rng = random.Random(SEED)
+    ratios, fifo_jct, srtf_jct = [], [], []
+    for _ in range(args.repeats):
+        mix = job_mix(args.jobs, rng)
+        fifo = await average_completion(ctx, "fifo", mix)
+        srtf = await average_completion(ctx, "srtf", mix)
+        fifo_jct.append(fifo)
+        srtf_jct.append(srtf)
+        ratios.append(srtf / fifo)
+    unary, stream = await transport(ctx, args.samples)
+    return {
+        "gate_round_trip_median_us": statistics.median(round_trips) * us,
+        "gate_round_trip_p99_us": percentile(round_trips, 0.99) * us,
+        "switch_gap_median_us": statistics.median(gaps) * us,
+        "switch_gap_p99_us": percentile(gaps, 0.99) * us,
+        "fifo_avg_jct_s": statistics.median(fifo_jct),
+        "srtf_avg_jct_s": statistics.median(srtf_jct),
+        "srtf_over_fifo_avg_jct": statistics.median(ratios),
+        "transport_unary_median_us": statistics.median(unary) * us,
+        "transport_stream_median_us": statistics.median(stream) * us,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=3000)
+    parser.add_argument("--jobs", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    figures = asyncio.run(run(args))
+    print(f"salus gate: unix socket, grpc.aio server, {args.samples} samples per latency figure; "
+          f"job mix: {args.jobs} jobs (1 long, then 7:3 short 4-12 : long 60-120 iterations) of {ITERATION_S * 1e3:g} ms CPU, arriving "
+          f"{ARRIVAL_GAP_S * 1e3:g} ms apart, one lane (C = {CAPACITY_MIB:g} MiB, P = {PERSISTENT_MIB:g}, "
+          f"E = {EPHEMERAL_MIB:g}), seed {SEED}, median of {args.repeats} mixes; {os.cpu_count()} CPUs")  # fmt: skip
+    print(f"{'figure':<34} {'value':>10} {'target':>10}")
+    rows = [
+        ("gate round trip median (us)", figures["gate_round_trip_median_us"], "<= 200"),
+        ("gate round trip p99 (us)", figures["gate_round_trip_p99_us"], ""),
+        ("job switch gap median (us)", figures["switch_gap_median_us"], "<= 1000"),
+        ("job switch gap p99 (us)", figures["switch_gap_p99_us"], ""),
+        ("FIFO average JCT (s)", figures["fifo_avg_jct_s"], ""),
+        ("SRTF average JCT (s)", figures["srtf_avg_jct_s"], ""),
+        ("SRTF / FIFO average JCT", figures["srtf_over_fifo_avg_jct"], "< 1"),
+        ("transport: unary echo median (us)", figures["transport_unary_median_us"], ""),
+        ("transport: stream echo median (us)", figures["transport_stream_median_us"], ""),
+    ]
+    for name, value, target in rows:
+        print(f"{name:<34} {value:>10.3f} {target:>10}")
+    print(json.dumps({"benchmark": "salus", **{k: round(v, 4) for k, v in figures.items()}, "samples": args.samples,
+                      "jobs": args.jobs, "repeats": args.repeats, "seed": SEED}))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
