@@ -24,7 +24,6 @@ removed).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from hivemux.cells import api
@@ -33,7 +32,10 @@ Placement = dict[int, list[list[Any]]]
 
 
 def new_placement(total_pods: dict[int, int]) -> Placement:
-    return {n: [[None] * n for _ in range(pods)] for n, pods in sorted(total_pods.items())}
+    placement: Placement = {}
+    for n in sorted(total_pods):
+        placement[n] = [[None] * n for _ in range(total_pods[n])]
+    return placement
 
 
 def placement_leaves(p: Placement | None):
@@ -45,39 +47,55 @@ def placement_leaves(p: Placement | None):
 
 
 def group_pod_numbers(spec: api.AffinityGroupSpec) -> dict[int, int]:
+    if len(spec.members) == 1:  # (usual)
+        m = spec.members[0]
+        return {m.leaf_cell_number: m.pod_number}
     out: dict[int, int] = {}
     for m in spec.members:
         out[m.leaf_cell_number] = out.get(m.leaf_cell_number, 0) + m.pod_number
     return dict(sorted(out.items()))
 
 
-@dataclass
 class AffinityGroup:
-    name: str
-    vc: str
-    priority: int
-    lazy_preemption_enable: bool
-    ignore_suggested: bool
-    total_pods: dict[int, int]
-    state: str  # api.GroupState
-    physical: Placement = field(default_factory=dict)
-    virtual: Placement | None = field(default_factory=dict)
-    allocated_pods: dict[int, list[str | None]] = field(default_factory=dict)
-    pod_nodes: dict[str, str] = field(default_factory=dict)
-    bind_infos: dict[str, api.BindInfo] = field(default_factory=dict)
-    preempting_pods: dict[str, None] = field(default_factory=dict)
-    lazy_preempted_by: str | None = None
-    # ``make_bind_info``'s member list for (physical, virtual) as they were when it was built,
-    # reused by the gang's later pods (an 8-pod gang would rebuild all 64 entries per pod).
-    # Keyed on the placements' identity; code that edits a placement in place clears it.
-    bind_members: tuple[Any, Any, tuple[api.AffinityGroupMemberBindInfo, ...]] | None = None
+    """A gang's scheduling state (a plain slotted class: one is built per scheduled group)."""
 
-    def __post_init__(self) -> None:
-        self.allocated_pods = {n: [None] * pods for n, pods in self.total_pods.items()}
-        if not self.physical:
-            self.physical = new_placement(self.total_pods)
-        if self.virtual == {}:
-            self.virtual = new_placement(self.total_pods)
+    __slots__ = (
+        "name", "vc", "priority", "lazy_preemption_enable", "ignore_suggested", "total_pods", "state", "physical",
+        "virtual", "allocated_pods", "pod_nodes", "bind_infos", "preempting_pods", "lazy_preempted_by",
+        "bind_members",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        vc: str,
+        priority: int,
+        lazy_preemption_enable: bool,
+        ignore_suggested: bool,
+        total_pods: dict[int, int],
+        state: str,  # api.GroupState
+    ):
+        self.name = name
+        self.vc = vc
+        self.priority = priority
+        self.lazy_preemption_enable = lazy_preemption_enable
+        self.ignore_suggested = ignore_suggested
+        self.total_pods = total_pods
+        self.state = state
+        self.physical: Placement = new_placement(total_pods)
+        self.virtual: Placement | None = new_placement(total_pods)
+        self.allocated_pods: dict[int, list[str | None]] = {n: [None] * pods for n, pods in total_pods.items()}
+        self.pod_nodes: dict[str, str] = {}
+        self.bind_infos: dict[str, api.BindInfo] = {}
+        self.preempting_pods: dict[str, None] = {}
+        self.lazy_preempted_by: str | None = None
+        # ``make_bind_info``'s member list for (physical, virtual) as they were when it was built,
+        # reused by the gang's later pods (an 8-pod gang would rebuild all 64 entries per pod).
+        # Keyed on the placements' identity; code that edits a placement in place clears it.
+        self.bind_members: tuple[Any, Any, tuple[api.AffinityGroupMemberBindInfo, ...]] | None = None
+
+    def __repr__(self) -> str:
+        return f"AffinityGroup({self.name!r}, vc={self.vc!r}, priority={self.priority}, state={self.state!r})"
 
     def allocated(self) -> list[str]:
         return [p for n in sorted(self.allocated_pods) for p in self.allocated_pods[n] if p is not None]
@@ -118,15 +136,17 @@ def collect_victims(physical: Placement) -> tuple[dict[str, set[str]], dict[str,
     """Pods to preempt per node (whole gangs), and preempting groups whose leaves overlap."""
     victims: dict[str, set[str]] = {}
     overlapping: dict[str, AffinityGroup] = {}
-    for _, _, _, cell in placement_leaves(physical):
-        if cell is None:
-            continue
-        if cell.state in ("used", "reserving"):
-            g = cell.using_group
-            for pod in g.allocated():
-                victims.setdefault(g.pod_nodes[pod], set()).add(pod)
-        if cell.state in ("reserving", "reserved"):
-            overlapping[cell.reserving_group.name] = cell.reserving_group
+    for n in sorted(physical):
+        for pod in physical[n]:
+            for cell in pod:
+                if cell is None or cell.state == "free":  # (most leaves of a new placement)
+                    continue
+                if cell.state in ("used", "reserving"):
+                    g = cell.using_group
+                    for name in g.allocated():
+                        victims.setdefault(g.pod_nodes[name], set()).add(name)
+                if cell.state in ("reserving", "reserved"):
+                    overlapping[cell.reserving_group.name] = cell.reserving_group
     return victims, overlapping
 
 
@@ -165,17 +185,13 @@ def make_bind_info(
     for n in sorted(physical):
         pods = []
         for i, pod in enumerate(physical[n]):
-            if any(c is None for c in pod):
+            if None in pod:
                 complete = False
                 placement = _retrieve_missing(group, n, i)
             else:
-                types = tuple(
-                    type_name(v.chain, v.preassigned.level)
-                    if virtual is not None and (v := virtual[n][i][j]) is not None
-                    else ""
-                    for j in range(n)
+                placement = api.PodPlacementInfo(
+                    pod[0].nodes[0], tuple([c.leaf_index for c in pod]), _preassigned_types(virtual, n, i, type_name)
                 )
-                placement = api.PodPlacementInfo(pod[0].nodes[0], tuple(c.leaf_index for c in pod), types)
             pods.append(placement)
             if n == leaf_number and i == pod_index:
                 selected = placement
@@ -189,6 +205,23 @@ def make_bind_info(
     if group is not None and complete and group.physical is physical and group.virtual is virtual:
         group.bind_members = (physical, virtual, info.affinity_group_bind_info)
     return info, selected.physical_leaf_cell_indices, selected.physical_node
+
+
+def _preassigned_types(virtual: Placement | None, n: int, i: int, type_name) -> tuple[str, ...]:
+    """Per leaf of pod ``(n, i)``, its preassigned cell's type name ("" without a virtual leaf)."""
+    if virtual is None:
+        return ("",) * n
+    names = []
+    last, name = None, ""  # a pod's leaves mostly share their preassigned cell
+    for v in virtual[n][i][:n]:
+        if v is None:
+            names.append("")
+            continue
+        if v.preassigned is not last:
+            last = v.preassigned
+            name = type_name(v.chain, last.level)
+        names.append(name)
+    return tuple(names)
 
 
 def _recorded(group: AffinityGroup, leaf_number: int, pod_index: int) -> api.PodPlacementInfo | None:

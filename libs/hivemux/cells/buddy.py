@@ -33,7 +33,7 @@ switch 1 and GPU 1. Releasing GPU 0 merges everything back into the rack.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hivemux.cells.api import OPPORTUNISTIC_PRIORITY, SuggestedNodes
 from hivemux.cells.cell import PhysicalCell, VirtualCell
@@ -127,12 +127,17 @@ class FreeList:
         return {lv: tuple(c.address for c in cells) for lv, cells in self.levels.items()}
 
 
-@dataclass
 class BindingPath:
     """A virtual cell to bind, with the children that must be bound below it."""
 
-    cell: VirtualCell
-    children: list[BindingPath] = field(default_factory=list)
+    __slots__ = ("cell", "children")
+
+    def __init__(self, cell: VirtualCell, children: list[BindingPath] | None = None):
+        self.cell = cell
+        self.children: list[BindingPath] = [] if children is None else children
+
+    def __repr__(self) -> str:
+        return f"BindingPath({self.cell!r}, {self.children!r})"
 
 
 @dataclass(frozen=True)
@@ -170,7 +175,7 @@ def _usable_in_order(candidates: list[PhysicalCell], req: Request) -> Iterator[P
     usually takes the first one of a free list holding thousands); the rest follow, sorted."""
     rest: list[tuple[int, PhysicalCell]] = []
     for c in candidates:
-        if _usable(c, req):
+        if c.virtual_cell is None and _usable(c, req):  # (bound cells, the most, skipped without a call)
             k = c.used_at_priority.get(OPPORTUNISTIC_PRIORITY, 0)
             if k == 0:
                 yield c
@@ -193,53 +198,56 @@ def map_virtual_cells(
             if map_virtual_cells(cells[0].children, cand.children, req, bindings) is not None:
                 return [cand]
         return None
+    if candidates and candidates[0].level == 1:
+        # leaves always map, so the search below pairs cell i with the i-th usable leaf
+        picked: list[PhysicalCell] = []
+        for path, cand in zip(cells, _usable_in_order(candidates, req)):
+            bindings[path.cell.address] = cand
+            picked.append(cand)
+        return picked if len(picked) == len(cells) else None
     # ``usable_cells``' list, pulled lazily: placing a few nodes in a bound rack usually takes its
     # first usable nodes, not a sorted list of a thousand. The first time a search reaches the end,
     # all candidates are known; too few of them ends the search as ``usable_cells`` would.
     pending = _usable_in_order(candidates, req)
     usable: list[PhysicalCell] = []
     exhausted = False
-
-    def has(j: int) -> bool:
-        nonlocal exhausted
-        while len(usable) <= j and not exhausted:
-            nxt = next(pending, None)
-            if nxt is None:
-                exhausted = True
-            else:
-                usable.append(nxt)
-        return j < len(usable)
-
-    picked: list[int] = []
     taken: set[int] = set()
+    chosen: list[int] = []
     start = 0
     while True:
-        i = len(picked)
+        i = len(chosen)
         found = False
-        j = start - 1
-        while has(j + 1):
+        j = start
+        while True:
+            if j == len(usable):  # pull the next usable candidate
+                if exhausted:
+                    break
+                nxt = next(pending, None)
+                if nxt is None:
+                    exhausted = True
+                    break
+                usable.append(nxt)
+            if j not in taken:
+                cand = usable[j]
+                if cand.level == 1:
+                    bindings[cells[i].cell.address] = cand
+                    ok = True
+                else:
+                    ok = map_virtual_cells(cells[i].children, cand.children, req, bindings) is not None
+                if ok:
+                    chosen.append(j)
+                    taken.add(j)
+                    found = True
+                    break
             j += 1
-            if j in taken:
-                continue
-            cand = usable[j]
-            if cand.level == 1:
-                bindings[cells[i].cell.address] = cand
-                ok = True
-            else:
-                ok = map_virtual_cells(cells[i].children, cand.children, req, bindings) is not None
-            if ok:
-                picked.append(j)
-                taken.add(j)
-                found = True
-                break
         if found:
-            if len(picked) == len(cells):
-                return [usable[j] for j in picked]
+            if len(chosen) == len(cells):
+                return [usable[j] for j in chosen]
             start = 0
             continue
-        if not picked or len(usable) < len(cells):
+        if not chosen or len(usable) < len(cells):
             return None
-        last = picked.pop()
+        last = chosen.pop()
         taken.discard(last)
         start = last + 1
 
@@ -261,10 +269,9 @@ def _buddy_alloc(
         for c in picked:
             free.remove(c, level)
         return True
-    candidates = usable_cells(free[level], 1, req)
-    if candidates is None:
-        return False
-    for c in candidates:
+    # ``usable_cells``' order, pulled lazily: the first candidate usually splits well, and a
+    # node-level free list holds thousands
+    for c in _usable_in_order(free[level], req):
         free.append(level - 1, list(c.children))
         if _buddy_alloc(path, free, level - 1, req, bindings):
             free.remove(c, level)
@@ -345,32 +352,35 @@ def binding_paths(
     vertices: dict[str, BindingPath] = {}
     preassigned: list[BindingPath] = []
     others: list[list[BindingPath]] = []
-    for leaf in (leaf for n in sorted(virtual) for pod in virtual[n] for leaf in pod):
-        if leaf.physical_cell is not None:
-            bindings[leaf.address] = leaf.physical_cell
-            continue
-        path = []
-        c = leaf
-        while c is not None and c.physical_cell is None and c.address not in vertices:
-            path.append(c)
-            c = c.parent
-        root = BindingPath(path[-1])
-        vertices[root.cell.address] = root
-        parent = root.cell.parent
-        if parent is None:
-            preassigned.append(root)
-        elif parent.physical_cell is not None:
-            group = next((g for g in others if g[0].cell.parent is parent), None)
-            if group is None:
-                others.append([root])
-            else:
-                group.append(root)
-        else:
-            vertices[parent.address].children.append(root)
-        for c in reversed(path[:-1]):
-            vertex = BindingPath(c)
-            vertices[c.parent.address].children.append(vertex)
-            vertices[c.address] = vertex
+    for n in sorted(virtual):
+        for pod in virtual[n]:
+            for leaf in pod:
+                if leaf.physical_cell is not None:
+                    bindings[leaf.address] = leaf.physical_cell
+                    continue
+                path = []
+                c = leaf
+                while c is not None and c.physical_cell is None and c.address not in vertices:
+                    path.append(c)
+                    c = c.parent
+                top = path[-1]
+                root = vertices[top.address] = BindingPath(top)
+                parent = top.parent
+                if parent is None:
+                    preassigned.append(root)
+                elif parent.physical_cell is not None:
+                    group = next((g for g in others if g[0].cell.parent is parent), None)
+                    if group is None:
+                        others.append([root])
+                    else:
+                        group.append(root)
+                else:
+                    vertices[parent.address].children.append(root)
+                below = root
+                for c in reversed(path[:-1]):  # each below the previous one
+                    vertex = vertices[c.address] = BindingPath(c)
+                    below.children.append(vertex)
+                    below = vertex
     return preassigned, others
 
 

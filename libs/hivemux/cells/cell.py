@@ -107,7 +107,7 @@ class PhysicalCell(Cell):
 
 
 class VirtualCell(Cell):
-    __slots__ = ("vc", "preassigned", "_physical_cell", "pinned_id", "sibling_index", "siblings_bound")
+    __slots__ = ("vc", "preassigned", "physical_cell", "pinned_id", "sibling_index", "siblings_bound")
 
     def __init__(
         self,
@@ -122,7 +122,9 @@ class VirtualCell(Cell):
         super().__init__(chain, level, cell_type, address, at_or_higher_than_node, total_leaf_num)
         self.vc = vc
         self.preassigned: VirtualCell = self
-        self._physical_cell: PhysicalCell | None = None
+        # the binding: read directly (the hottest attribute), written by ``set_physical_cell`` (or
+        # ``bind_cell``, which inlines it)
+        self.physical_cell: PhysicalCell | None = None
         self.pinned_id = ""
         # position in its sibling list (its parent's children, or its VC's preassigned cells of a
         # chain and level) and a hint shared by that list: every cell before it is bound. It makes
@@ -130,16 +132,13 @@ class VirtualCell(Cell):
         self.sibling_index = 0
         self.siblings_bound: list[int] | None = None
 
-    @property
-    def physical_cell(self) -> PhysicalCell | None:
-        return self._physical_cell
 
-    @physical_cell.setter
-    def physical_cell(self, value: PhysicalCell | None) -> None:
-        self._physical_cell = value
-        if value is None and self.siblings_bound is not None and self.sibling_index < self.siblings_bound[0]:
-            self.siblings_bound[0] = self.sibling_index
-        notify(self)
+def set_physical_cell(v: VirtualCell, value: PhysicalCell | None) -> None:
+    """Bind (or unbind, with None) a virtual cell; keeps ``first_unbound``'s hint and tells watchers."""
+    v.physical_cell = value
+    if value is None and v.siblings_bound is not None and v.sibling_index < v.siblings_bound[0]:
+        v.siblings_bound[0] = v.sibling_index
+    notify(v)
 
 
 def _index_siblings(cells: list[VirtualCell]) -> None:
@@ -280,13 +279,14 @@ def set_cell_priority(c: Cell, p: int) -> None:
 def update_used_at_priority(c: Cell | None, p: int, increase: bool) -> None:
     delta = 1 if increase else -1
     while c is not None:
-        n = c.used_at_priority.get(p, 0) + delta
+        used = c.used_at_priority
+        n = used.get(p, 0) + delta
         if n:
-            c.used_at_priority[p] = n
+            used[p] = n
         else:
-            c.used_at_priority.pop(p, None)
-        if c.watchers:
-            notify(c)
+            used.pop(p, None)
+        for w in c.watchers:  # (``notify`` inlined: every allocated leaf walks to the top)
+            w.changed[w] = None
         c = c.parent
 
 
@@ -313,7 +313,9 @@ def bind_cell(pc: PhysicalCell, vc: VirtualCell) -> None:
     """Bind a virtual leaf to a physical leaf and unbound ancestors to ancestors."""
     while vc.physical_cell is None:
         pc.virtual_cell = vc
-        vc.physical_cell = pc
+        vc.physical_cell = pc  # (``set_physical_cell`` inlined: binding leaves its hint as it is)
+        for w in vc.watchers:
+            w.changed[w] = None
         if vc.parent is None:
             break
         vc = vc.parent
@@ -325,7 +327,7 @@ def unbind_cell(pc: PhysicalCell) -> None:
     bound = pc.virtual_cell
     while bound is not None and bound.physical_cell is not None and not bound.physical_cell.pinned_id:
         physical = bound.physical_cell
-        bound.physical_cell = None
+        set_physical_cell(bound, None)
         physical.virtual_cell = None
         if bound.parent is None or any(ch.physical_cell is not None for ch in bound.parent.children):
             return

@@ -44,6 +44,7 @@ from hivemux.cells.cell import (
     first_unbound,
     in_free_cell_list,
     set_cell_priority,
+    set_physical_cell,
     unbind_cell,
     update_used_at_priority,
     walk,
@@ -209,7 +210,8 @@ class CellView:
             # an ancestor is bound: bind c too so that the VC sees the failure
             v = first_unbound(c.parent.virtual_cell.children)
             if v is not None:
-                c.virtual_cell, v.physical_cell = v, c
+                c.virtual_cell = v
+                set_physical_cell(v, c)
 
     def _set_healthy_cell(self, c: PhysicalCell) -> None:
         if c.healthy:
@@ -221,7 +223,8 @@ class CellView:
             self._remove_bad_free_cell(c)
         elif (v := c.virtual_cell) is not None and not c.pinned_id and c.priority < MIN_GUARANTEED_PRIORITY:
             # bound only because it was bad: drop the binding
-            c.virtual_cell, v.physical_cell = None, None
+            c.virtual_cell = None
+            set_physical_cell(v, None)
             if v.parent is None:  # a doomed bad preassigned cell
                 _drop(self.vc_doomed[v.vc][c.chain][c.level], c)
                 self.all_vc_doomed[c.chain][c.level] -= 1
@@ -248,6 +251,8 @@ class CellView:
         self._try_unbind_doomed(c.chain, c.level)
 
     def _try_bind_doomed(self, chain: str, level: int) -> None:
+        if not self.bad_free[chain][level]:  # (usual) no bad free cell to doom
+            return
         for vc, counts in self.vc_free_num.items():
             if chain not in counts:
                 continue
@@ -258,7 +263,8 @@ class CellView:
                 pc = next((c for c in self.bad_free[chain][level] if self._safe_to_take(c)), None)
                 if pc is None:
                     break
-                pc.virtual_cell, v.physical_cell = v, pc
+                pc.virtual_cell = v
+                set_physical_cell(v, pc)
                 self.vc_doomed[vc][chain][level].append(pc)
                 self.all_vc_doomed[chain][level] += 1
                 self.allocate_preassigned_cell(pc, vc, True)
@@ -284,7 +290,7 @@ class CellView:
                 if pc is None:
                     break
                 assert pc.virtual_cell is not None
-                pc.virtual_cell.physical_cell = None
+                set_physical_cell(pc.virtual_cell, None)
                 pc.virtual_cell = None
                 _drop(doomed, pc)
                 self.all_vc_doomed[chain][level] -= 1
@@ -335,7 +341,8 @@ class CellView:
         if c.virtual_cell is None and c.parent is not None and c.parent.virtual_cell is not None:
             v = first_unbound(c.parent.virtual_cell.children)
             if v is not None:
-                c.virtual_cell, v.physical_cell = v, c
+                c.virtual_cell = v
+                set_physical_cell(v, c)
         for ch in c.children:
             if not ch.healthy:
                 self._allocate_bad_cell(ch)
@@ -370,7 +377,8 @@ class CellView:
     def _release_bad_cell(self, c: PhysicalCell) -> None:
         self.bad_free[c.chain][c.level].append(c)
         if (v := c.virtual_cell) is not None:
-            c.virtual_cell, v.physical_cell = None, None
+            c.virtual_cell = None
+            set_physical_cell(v, None)
         for ch in c.children:
             if not ch.healthy:
                 self._release_bad_cell(ch)
@@ -384,7 +392,8 @@ class CellView:
             set_cell_priority(p_leaf, OPPORTUNISTIC_PRIORITY)
             update_used_at_priority(p_leaf, OPPORTUNISTIC_PRIORITY, True)
             return True, ""
-        if v_leaf.physical_cell not in (None, p_leaf) and v_leaf.preassigned.physical_cell is not None:
+        physical = v_leaf.physical_cell
+        if physical is not None and physical is not p_leaf and v_leaf.preassigned.physical_cell is not None:
             self._move_bad_placeholders(p_leaf, v_leaf)
         set_cell_priority(v_leaf, priority)
         update_used_at_priority(v_leaf, priority, True)
@@ -409,7 +418,8 @@ class CellView:
         for c in walk(root):
             v = c.virtual_cell
             if c is not root and v is not None and not c.healthy and v.priority == FREE_PRIORITY:
-                c.virtual_cell, v.physical_cell = None, None
+                c.virtual_cell = None
+                set_physical_cell(v, None)
         bind_cell(p_leaf, v_leaf)
         self._bind_bad_children(root)
 
@@ -419,7 +429,8 @@ class CellView:
                 if ch.virtual_cell is None and c.virtual_cell is not None:
                     v = first_unbound(c.virtual_cell.children)
                     if v is not None:
-                        ch.virtual_cell, v.physical_cell = v, ch
+                        ch.virtual_cell = v
+                        set_physical_cell(v, ch)
                 self._bind_bad_children(ch)
 
     def release_leaf_cell(self, p_leaf: PhysicalCell, vc: str) -> None:

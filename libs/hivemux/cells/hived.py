@@ -56,7 +56,6 @@ from hivemux.cells.affinity_group import (
     placement_leaves,
 )
 from hivemux.cells.buddy import (
-    FreeList,
     Request,
     allocate_cell,
     binding_paths,
@@ -74,7 +73,7 @@ from hivemux.cells.cell import (
 )
 from hivemux.cells.cell_view import MIN_GUARANTEED_PRIORITY, CellView
 from hivemux.cells.config import HivedConfig, parse_config
-from hivemux.cells.recovery import find_physical_leaf, find_virtual_leaf
+from hivemux.cells.recovery import find_physical_leaf, physical_to_virtual, virtual_lists
 from hivemux.cells.topology import TopologyAwareScheduler
 from hivemux.errors import ConfigurationError, InvalidEvent
 
@@ -109,6 +108,7 @@ class HivedScheduler:
             c: TopologyAwareScheduler(self.view.full[c], cfg.level_leaf_numbers(c), False) for c in cfg.chains
         }
         self.groups: dict[str, AffinityGroup] = {}
+        self._all_nodes_requests = {flag: Request(api.ALL_NODES, flag) for flag in (False, True)}
         self._type_names: dict[tuple[str, int], str] = {}
         self._largest_node: dict[tuple[str, ...], int] = {}  # chains -> leaves of their largest node
         self.pod_slots: dict[str, tuple[str, int, int]] = {}  # allocated pod -> (group, leaf number, index)
@@ -183,9 +183,14 @@ class HivedScheduler:
             return f"VC {s.virtual_cluster} does not exists!"
         if not api.OPPORTUNISTIC_PRIORITY <= s.priority <= api.MAX_GUARANTEED_PRIORITY:
             return f"priority {s.priority} is outside [{api.OPPORTUNISTIC_PRIORITY}, {api.MAX_GUARANTEED_PRIORITY}]"
-        if s.leaf_cell_number <= 0 or any(m.leaf_cell_number <= 0 or m.pod_number <= 0 for m in spec.members):
+        biggest, positive, member_found = 0, s.leaf_cell_number > 0, False  # one pass over the members
+        for m in spec.members:
+            positive = positive and m.leaf_cell_number > 0 and m.pod_number > 0
+            member_found = member_found or m.leaf_cell_number == s.leaf_cell_number
+            biggest = max(biggest, m.leaf_cell_number)
+        if not positive:
             return f"affinity group {spec.name} needs positive pod and leaf cell numbers"
-        if not any(m.leaf_cell_number == s.leaf_cell_number for m in spec.members):
+        if not member_found:
             return f"affinity group {spec.name} has no member with leafCellNumber {s.leaf_cell_number}"
         if s.pinned_cell_id:
             if s.pinned_cell_id not in cells.pinned:
@@ -206,7 +211,6 @@ class HivedScheduler:
             largest = self._largest_node[chains] = max(
                 t.leaf_cell_number for c in chains for t in self.config.chain_types(c).values() if t.is_node_level
             )
-        biggest = max(m.leaf_cell_number for m in spec.members)
         if biggest > largest:
             return f"a pod of affinity group {spec.name} requests {biggest} leaf cells, more than any node holds ({largest})"
         return ""
@@ -221,11 +225,14 @@ class HivedScheduler:
         self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, suggested: api.SuggestedNodes
     ) -> tuple[Placement | None, Placement | None, str]:
         pods = group_pod_numbers(spec)
-        req = Request(suggested, s.ignore_k8s_suggested_nodes)
+        if suggested is api.ALL_NODES:  # (usual) one shared request per flag
+            req = self._all_nodes_requests[s.ignore_k8s_suggested_nodes]
+        else:
+            req = Request(suggested, s.ignore_k8s_suggested_nodes)
         if s.pinned_cell_id:
             chain = self.config.pinned_cells[s.pinned_cell_id].chain
             return self._schedule_in_chain(s, spec.name, pods, chain, req)
-        leaf_types = [s.leaf_cell_type] if s.leaf_cell_type else list(self.chain_order)
+        leaf_types = (s.leaf_cell_type,) if s.leaf_cell_type else self.chain_order
         reason = ""
         for leaf_type in leaf_types:
             for chain in self.chain_order[leaf_type]:
@@ -240,12 +247,11 @@ class HivedScheduler:
     def _schedule_in_chain(
         self, s: api.PodSchedulingSpec, name: str, pods: dict[int, int], chain: str, req: Request
     ) -> tuple[Placement | None, Placement | None, str]:
-        where = f"pinned cell {s.pinned_cell_id}" if s.pinned_cell_id else f"chain {chain}"
         if s.priority < MIN_GUARANTEED_PRIORITY:
             placement, why = self.opportunistic_schedulers[chain].schedule(
                 pods, api.OPPORTUNISTIC_PRIORITY, req.suggested, req.ignore_suggested
             )
-            return placement, None, "" if placement else f"{why} when scheduling in physical cluster ({where})"
+            return placement, None, "" if placement else f"{why} when scheduling in physical cluster ({self._where(s, chain)})"
         scheduler = (
             self.pinned_schedulers[s.virtual_cluster][s.pinned_cell_id]
             if s.pinned_cell_id
@@ -253,13 +259,11 @@ class HivedScheduler:
         )
         virtual, why = scheduler.schedule(pods, s.priority, req.suggested, req.ignore_suggested)
         if virtual is None:
-            return None, None, f"{why} when scheduling in VC {s.virtual_cluster} ({where})"
+            return None, None, f"{why} when scheduling in VC {s.virtual_cluster} ({self._where(s, chain)})"
         lazy = self._try_lazy_preempt(virtual, name)
         bindings: dict[str, PhysicalCell] = {}
         preassigned, others = binding_paths(virtual, bindings)
-        free = self.view.free[chain].copy()
-        free_num = dict(self.view.all_vc_free_num[chain])
-        if self._map_to_physical(preassigned, others, free, free_num, chain, req, bindings):
+        if self._map_to_physical(preassigned, others, chain, req, bindings):
             return (
                 {n: [[bindings[v.address] for v in pod] for pod in pods_] for n, pods_ in virtual.items()},
                 virtual,
@@ -268,17 +272,22 @@ class HivedScheduler:
         for group_name, original in lazy.items():
             self._revert_lazy_preempt(self.groups[group_name], original)
         kind = "bad" if req.ignore_suggested else "bad or non-suggested"
-        return None, None, f"Mapping the virtual placement would need to use at least one {kind} node ({where})"
+        return None, None, f"Mapping the virtual placement would need to use at least one {kind} node ({self._where(s, chain)})"
 
-    def _map_to_physical(
-        self, preassigned, others, free: FreeList, free_num: dict[int, int], chain: str, req: Request, bindings
-    ) -> bool:
-        for path in preassigned:
-            if not allocate_cell(path, free, req, bindings) and not safe_relaxed_allocate(
-                path, free, free_num, self.view.child_numbers[chain], req, bindings
-            ):
-                return False
-            free_num[path.cell.level] -= 1  # (the reference forgets this after a relaxed split)
+    @staticmethod
+    def _where(s: api.PodSchedulingSpec, chain: str) -> str:
+        return f"pinned cell {s.pinned_cell_id}" if s.pinned_cell_id else f"chain {chain}"
+
+    def _map_to_physical(self, preassigned, others, chain: str, req: Request, bindings) -> bool:
+        if preassigned:  # buddy allocation searches a copy of the free list (most placements need none)
+            free = self.view.free[chain].copy()
+            free_num = dict(self.view.all_vc_free_num[chain])
+            for path in preassigned:
+                if not allocate_cell(path, free, req, bindings) and not safe_relaxed_allocate(
+                    path, free, free_num, self.view.child_numbers[chain], req, bindings
+                ):
+                    return False
+                free_num[path.cell.level] -= 1  # (the reference forgets this after a relaxed split)
         for paths in others:
             if map_virtual_cells(paths, paths[0].cell.parent.physical_cell.children, req, bindings) is None:
                 return False
@@ -294,15 +303,17 @@ class HivedScheduler:
     # --- preemption -----------------------------------------------------------------------------
     def _try_lazy_preempt(self, virtual: Placement, preemptor: str) -> dict[str, Placement]:
         preempted: dict[str, Placement] = {}
-        for _, _, _, v in placement_leaves(virtual):
-            p = v.physical_cell
-            if (
-                p is not None
-                and p.state == "used"
-                and p.using_group.lazy_preemption_enable
-                and p.using_group.virtual is not None
-            ):
-                preempted[p.using_group.name] = self._lazy_preempt_group(p.using_group, preemptor)
+        for n in sorted(virtual):
+            for pod in virtual[n]:
+                for v in pod:
+                    p = v.physical_cell
+                    if (
+                        p is not None
+                        and p.state == "used"
+                        and p.using_group.lazy_preemption_enable
+                        and p.using_group.virtual is not None
+                    ):
+                        preempted[p.using_group.name] = self._lazy_preempt_group(p.using_group, preemptor)
         return preempted
 
     def _lazy_preempt_group(self, victim: AffinityGroup, preemptor: str) -> Placement:
@@ -395,24 +406,38 @@ class HivedScheduler:
         g = self._new_group(s, spec, "allocated")
         self.groups[g.name] = g
         lazy = False
+        view = self.view
+        leaf_by_index = view.leaf_by_index
+        chain = info.cell_chain
+        lookups: dict[tuple[str, str | None], tuple[Any, int, str]] = {}
         for member in info.affinity_group_bind_info:
-            if not member.pod_placements:
+            placements = member.pod_placements
+            if not placements:
                 continue
-            n = len(member.pod_placements[0].physical_leaf_cell_indices)
-            if n not in g.physical:
+            n = len(placements[0].physical_leaf_cell_indices)
+            pods = g.physical.get(n)
+            if pods is None:
                 continue
-            for i, placement in enumerate(member.pod_placements[: len(g.physical[n])]):
+            for i, placement in enumerate(placements[: len(pods)]):
+                node = placement.physical_node
+                types = placement.preassigned_cell_types
                 for j, index in enumerate(placement.physical_leaf_cell_indices[:n]):
-                    p = find_physical_leaf(self.view, info.cell_chain, placement.physical_node, index)
+                    p = leaf_by_index.get((chain, node, index)) or find_physical_leaf(view, chain, node, index)
                     if p is None or p.using_group is not None or p.reserving_group is not None:
                         continue  # no longer in the configuration (or taken): the pod keeps running
-                    types = placement.preassigned_cell_types
-                    v, why = (
-                        (None, "")
-                        if g.virtual is None or lazy
-                        else find_virtual_leaf(self.view, p, types[j] if j < len(types) else None, s)
-                    )
-                    g.physical[n][i][j] = p
+                    if g.virtual is None or lazy:
+                        v, why = None, ""
+                    else:  # ``find_virtual_leaf``, its lookups shared by the group's leaves
+                        t = types[j] if j < len(types) else None
+                        found = lookups.get((p.chain, t))
+                        if found is None:
+                            found = lookups[p.chain, t] = virtual_lists(view, p.chain, t, s)
+                        lists, level, why = found
+                        if lists is not None:
+                            v, why = physical_to_virtual(p, lists, level, s.priority, s.virtual_cluster)
+                        else:
+                            v = None
+                    pods[i][j] = p
                     if why == "opportunistic":
                         g.virtual = None
                     elif v is not None and g.virtual is not None:
@@ -422,9 +447,11 @@ class HivedScheduler:
                             self._lazy_preempt_cell(pac, g.name)
                     elif why:
                         lazy = True
-                    ok, _ = self.view.allocate_leaf_cell(p, v, s.priority, s.virtual_cluster)
+                    ok, _ = view.allocate_leaf_cell(p, v, s.priority, s.virtual_cluster)
                     p.using_group = g
-                    set_cell_state(p, "used")
+                    p.state = "used"  # ``set_cell_state``, up to the first used ancestor
+                    if p.parent is not None and p.parent.state != "used":
+                        set_cell_state(p.parent, "used")
                     lazy = lazy or not ok
         if lazy and g.virtual is not None:
             self._lazy_preempt_group(g, g.name)

@@ -45,20 +45,31 @@ def find_virtual_leaf(
     view: CellView, p: PhysicalCell, preassigned_type: str | None, s: api.PodSchedulingSpec
 ) -> tuple[VirtualCell | None, str]:
     """The virtual leaf a recovered physical leaf maps to; ``why`` says why there is none."""
+    lists, level, why = virtual_lists(view, p.chain, preassigned_type, s)
+    if lists is None:
+        return None, why
+    return physical_to_virtual(p, lists, level, s.priority, s.virtual_cluster)
+
+
+def virtual_lists(
+    view: CellView, chain: str, preassigned_type: str | None, s: api.PodSchedulingSpec
+) -> tuple[dict[int, list[VirtualCell]] | None, int, str]:
+    """``find_virtual_leaf``'s lookups that depend only on the chain, the recorded type and the pod
+    spec (a group's leaves share them): the VC's cell lists and the preassigned level, or why not."""
     if preassigned_type is None:
-        return None, "preassigned cell not found in pod bind info"
+        return None, 0, "preassigned cell not found in pod bind info"
     if preassigned_type == "":
-        return None, "opportunistic"
-    levels = _levels_named(view, p.chain, preassigned_type)
+        return None, 0, "opportunistic"
+    levels = _levels_named(view, chain, preassigned_type)
     cells = view.vcs.get(s.virtual_cluster)
     if not levels:
-        return None, f"Preassigned cell type {preassigned_type} not found in chain {p.chain}"
+        return None, 0, f"Preassigned cell type {preassigned_type} not found in chain {chain}"
     if cells is None:
-        return None, f"VC {s.virtual_cluster} not found"
-    lists = cells.pinned.get(s.pinned_cell_id) if s.pinned_cell_id else cells.preassigned.get(p.chain)
+        return None, 0, f"VC {s.virtual_cluster} not found"
+    lists = cells.pinned.get(s.pinned_cell_id) if s.pinned_cell_id else cells.preassigned.get(chain)
     if lists is None:
-        return None, f"VC {s.virtual_cluster} has no cell for {s.pinned_cell_id or p.chain}"
-    return physical_to_virtual(p, lists, levels[-1], s.priority, s.virtual_cluster)
+        return None, 0, f"VC {s.virtual_cluster} has no cell for {s.pinned_cell_id or chain}"
+    return lists, levels[-1], ""
 
 
 def _levels_named(view: CellView, chain: str, type_name: str) -> list[int]:

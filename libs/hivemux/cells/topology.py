@@ -22,10 +22,12 @@ Algorithm (the reference's):
 Worked example: an 8-GPU node (2 GPUs per switch) with GPU 0 used; a 2-GPU pod gets GPUs 2 and 3
 (a whole switch), not 1 and 2; a 1-GPU pod gets GPU 1 (the first free leaf), packing the node.
 
-Departure in implementation only (same placements and tie-breaks): the reference re-reads and
+Departures in implementation only (same placements and tie-breaks): the reference re-reads and
 re-sorts every node per call, O(N log N) for 8,192 nodes; here the order is maintained
 incrementally (``TopologyAwareScheduler``'s docstring), so a call costs about the nodes that
-changed since the previous one (``benchmarks/cells.py``).
+changed since the previous one (``benchmarks/cells.py``). Step 4's combinatorial search is
+computed in one pass from per-cell leaf lists (``_leaves_in_node``; checked against the search in
+``tests/unit/cells/test_topology_leaves.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ _INF = 1 << 30
 class _Node:
     __slots__ = (
         "cell", "free_at_priority", "read_p", "used_all", "lowest_used", "used_same", "used_higher", "healthy",
-        "suggested", "address", "key", "changed", "prev", "next", "rank", "leaves",
+        "suggested", "address", "key", "changed", "prev", "next", "rank", "leaves", "virtual",
     )
 
     def __init__(self, cell: Any, changed: dict):
@@ -60,6 +62,7 @@ class _Node:
         self.prev: _Node | None = None  # neighbours and rank in the node's block (``_Block``)
         self.next: _Node | None = None
         self.rank = 0
+        self.virtual = hasattr(cell, "physical_cell")  # a virtual cell shows its physical cell's health
         self.leaves = _depth_first_leaves(cell)  # the cell's leaves, depth first (the tree is fixed)
 
 
@@ -111,10 +114,6 @@ class _Block:
         n.prev = n.next = None
 
 
-def _physical_of(cell: Any) -> Any:
-    return cell.physical_cell if hasattr(cell, "physical_cell") else cell
-
-
 class TopologyAwareScheduler:
     """Step 3's node order is kept between calls (the reference sorts its cluster view in place, so
     ties keep the previous call's order) as *blocks*: one ``_Block`` per sort key, in order. A call
@@ -144,6 +143,7 @@ class TopologyAwareScheduler:
                     c.watchers = (*c.watchers, node)
                     self._order.append(node)
         self._blocks: dict[tuple, _Block] | None = None  # None: never sorted
+        self._sorted_keys: list[tuple] | None = None  # sorted(self._blocks), None after keys change
         self._read_as: tuple | None = None  # (priority if it matters to the key, suggested) of the last read
         self._uniform = len({n.cell.total_leaf_num for n in self._order}) <= 1
         # per block, a lower bound of its nodes' lowest used priority (exact after a full scan):
@@ -158,29 +158,38 @@ class TopologyAwareScheduler:
         return [n for k in sorted(self._blocks) for n in self._blocks[k]]
 
     def _read(self, n: _Node, p: int, suggested: SuggestedNodes | None) -> None:
-        used = n.cell.used_at_priority
-        n.used_same = used.get(p, 0)
-        n.used_higher = 0
-        n.free_at_priority = n.cell.total_leaf_num
+        cell = n.cell
+        used = cell.used_at_priority
         n.read_p = p
-        n.used_all = sum(used.values())
-        n.lowest_used = min(used, default=_INF)
-        for priority, num in used.items():
-            if self.cross_priority_pack:
-                if priority != p:
-                    n.used_same += num
-            elif priority > p:
-                n.used_higher += num
-            if priority >= p:
-                n.free_at_priority -= num
-        physical = _physical_of(n.cell)
+        if not used:  # (many changed nodes were just emptied)
+            n.used_all = same = higher = 0
+            n.lowest_used = _INF
+            n.free_at_priority = cell.total_leaf_num
+        else:
+            used_all = sum(used.values())
+            lowest = min(used)
+            n.used_all = used_all
+            n.lowest_used = lowest
+            same = used.get(p, 0)
+            if lowest >= p:  # (usual) every used leaf is at p or above
+                higher = used_all - same
+                n.free_at_priority = cell.total_leaf_num - used_all
+            else:
+                higher = sum([num for priority, num in used.items() if priority > p])
+                n.free_at_priority = cell.total_leaf_num - sum([num for priority, num in used.items() if priority >= p])
+            if self.cross_priority_pack:  # packing counts leaves used at every priority
+                same, higher = used_all, 0
+        n.used_same = same
+        n.used_higher = higher
+        physical = cell.physical_cell if n.virtual else cell
         if physical is None:
             n.healthy, n.suggested, n.address = True, True, ""
+            n.key = (False, False, -same, higher)
         else:
-            n.healthy = physical.healthy
-            n.suggested = suggested is None or suggested.allows(physical.nodes[0])
+            healthy = n.healthy = physical._healthy
+            allowed = n.suggested = suggested is None or suggested.allows(physical.nodes[0])
             n.address = physical.address
-        n.key = (not n.healthy, not n.suggested, -n.used_same, n.used_higher)
+            n.key = (not healthy, not allowed, -same, higher)
 
     def _update(self, p: int, suggested: SuggestedNodes, ignore_suggested: bool) -> None:
         """Re-read changed nodes for priority ``p`` and restore the stably sorted order."""
@@ -192,16 +201,21 @@ class TopologyAwareScheduler:
         if not self._changed:
             return
         sugg = None if allows_all else suggested
-        old_keys = {n: n.key for n in self._changed}
-        for n in self._changed:
-            self._read(n, p, sugg)
-        moved = [n for n in self._changed if n.key != old_keys[n]]
+        old_keys: dict[_Node, tuple] = {}
+        moved: list[_Node] = []
         low = self._low
         for n in self._changed:
-            if n.key in low and n.lowest_used < low[n.key]:
-                low[n.key] = n.lowest_used
+            old = n.key
+            self._read(n, p, sugg)
+            key = n.key
+            if key != old:
+                old_keys[n] = old
+                moved.append(n)
+            if key in low and n.lowest_used < low[key]:
+                low[key] = n.lowest_used
         self._changed.clear()
         if self._blocks is None or len(moved) * 8 > len(self._order):
+            self._sorted_keys = None
             order = self.view
             order.sort(key=lambda n: n.key)  # stable: ties keep the previous order
             self._blocks = {}
@@ -210,20 +224,29 @@ class TopologyAwareScheduler:
                 self._block(n.key).append(n)
             return
         blocks = self._blocks
-        moved.sort(key=lambda n: (old_keys[n], n.rank))  # previous order
+        if len(moved) > 1:
+            moved.sort(key=lambda n: (old_keys[n], n.rank))  # previous order
         for n in moved:
             block = blocks[old_keys[n]]
             block.unlink(n)
-            if not block:
+            if block.head is None:
                 del blocks[old_keys[n]]
+                self._sorted_keys = None
         fronts: dict[tuple, list[_Node]] = {}
         for n in moved:
             if n.key < old_keys[n]:
-                self._block(n.key).append(n)
+                block = blocks.get(n.key)
+                if block is None:
+                    block = blocks[n.key] = _Block()
+                    self._sorted_keys = None
+                block.append(n)
             else:
                 fronts.setdefault(n.key, []).append(n)
         for key, nodes in fronts.items():
-            block = self._block(key)
+            block = blocks.get(key)
+            if block is None:
+                block = blocks[key] = _Block()
+                self._sorted_keys = None
             for n in reversed(nodes):
                 block.prepend(n)
 
@@ -250,7 +273,10 @@ class TopologyAwareScheduler:
         # count (at the lowest priority, or at p when no node uses a leaf below p): total -
         # used_same (- used_higher without cross-priority packing).
         size = self._order[0].cell.total_leaf_num if self._uniform and self._order else None
-        for key in sorted(self._blocks):
+        keys = self._sorted_keys
+        if keys is None:
+            keys = self._sorted_keys = sorted(self._blocks)
+        for key in keys:
             need = leaf_numbers[len(picked)]
             if (
                 size is not None
@@ -259,7 +285,9 @@ class TopologyAwareScheduler:
             ):
                 continue
             low = _INF
-            for n in self._blocks[key]:
+            following = self._blocks[key].head
+            while following is not None:  # the block's nodes in order (its list, without a generator)
+                n, following = following, following.next
                 if n.lowest_used < low:
                     low = n.lowest_used
                 # (``_free`` inlined: a failed guaranteed pass scans every node of the VC)
@@ -289,7 +317,9 @@ class TopologyAwareScheduler:
         self, pod_leaf_numbers: Mapping[int, int], priority: int, suggested: SuggestedNodes, ignore_suggested: bool
     ) -> tuple[dict[int, list[list[Any]]] | None, str]:
         """Leaf cells for every pod (leaf number -> pods -> leaves), or None and the reason."""
-        leaf_numbers = sorted(n for n, pods in pod_leaf_numbers.items() for _ in range(pods))
+        leaf_numbers: list[int] = []  # one entry per pod, ascending
+        for n in sorted(pod_leaf_numbers):
+            leaf_numbers += [n] * pod_leaf_numbers[n]
         p = OPPORTUNISTIC_PRIORITY
         self._update(p, suggested, ignore_suggested)
         nodes, reason = self._find_nodes(leaf_numbers, p)
