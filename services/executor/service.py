@@ -1,12 +1,29 @@
 """The executor shell: commands for this instance's nodes in; reports, lifecycle events and
 sharing observations out. The executor is a source of observations, like the ingester: its
-progress is measured on the wall clock of the node it runs on."""
+progress is measured on the wall clock of the node it runs on.
+
+Two backends (``HIVEMUX_EXECUTOR_BACKEND``):
+
+- ``simulated`` (default; `hivemux up`, the demo and the end-to-end tests): one instance plays
+  every node of the simulated fleet as a consumer-group member (`hivemux.sim.node_agent`);
+- ``process``: the node agent of one real node (``HIVEMUX_EXECUTOR_NODE_ID``), run as a
+  DaemonSet. It runs workloads as real processes under MPS and xCUDA
+  (`hivemux.executor.node.ProcessNode`) and receives exactly its node's commands: it pins
+  itself to the partition its node key hashes to (`Service.pinned`; aiokafka's murmur2
+  partitioner over the JSON-encoded key, as producers place the records), skips the other
+  nodes' records on that partition and commits under its own group ``<group>.executor.<node>``.
+  A consumer group would instead hand a node's partition to whichever agent the coordinator
+  picks, and the commands would reach a node that cannot run them.
+"""
 
 from __future__ import annotations
 
+import tempfile
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
@@ -23,6 +40,7 @@ from hivemux.events import (
     SharingObservation,
     derived_id,
 )
+from hivemux.executor.node import NodeConfig, ProcessNode
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.sim.catalog import solo_profile
@@ -39,6 +57,53 @@ class ExecutorSettings(ServiceSettings):
 
     report_interval_s: float = Field(default=1.0, ge=0.1, description="How often workloads advance and report")
     default_gpu_type: str = "T4"
+    backend: Literal["simulated", "process"] = "simulated"
+    # -- the process backend (one real node) ---------------------------------------------------
+    node_id: str | None = Field(default=None, description="This node's id (the executor.commands key); process backend")
+    work_dir: Path = Field(default=Path(tempfile.gettempdir()) / "hivemux-executor",
+                           description="Workload files (checkpoints, progress, logs, xCUDA files) and MPS directories")
+    tick_interval_s: float = Field(default=0.25, ge=0.05, description="How often process exits and progress are read")
+    feed_hz: float = Field(default=10.0, ge=10.0, description="xCUDA control-block samples per second (≥ 10)")
+    grace_s: float = Field(default=10.0, ge=0.0, description="SIGTERM → SIGKILL grace period")
+    checkpoint_every: int = Field(default=20, ge=1, description="Iterations between checkpoints of the built-in training loop")
+    train_args: list[str] = Field(default_factory=list, description="Extra arguments of hivemux.workloads.train")
+    mps_binary: str = "nvidia-cuda-mps-control"
+    mps_timeout_s: float = Field(default=2.0, gt=0.0, description="An MPS command unanswered this long means a hung daemon")
+    mps_check_interval_s: float = Field(default=1.0, gt=0.0)
+    memory_quota_fraction: float = Field(default=0.4, gt=0.0, le=1.0, description="xCUDA quota when the command has none")
+    gpu_memory_mib: float = Field(default=16384.0, gt=0.0, description="GPU memory until telemetry reports it")
+    xcuda: bool = Field(default=True, description="Preload libxcuda.so into offline workloads")
+    real_libcuda: str | None = Field(default=None, description="XCUDA_REAL_LIBCUDA for the workloads")
+    cgroup_root: Path | None = Field(default=Path("/sys/fs/cgroup"), description="cgroup v2 root for the cpusets")
+    online_cpu_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+    min_available_memory_fraction: float = Field(default=0.05, ge=0.0, lt=1.0,
+                                                 description="Below this MemAvailable/MemTotal offline work is evicted")
+    online_services: dict[str, str] = Field(default_factory=dict, description="GPU id -> online service run beside offline work")
+    online_args: list[str] = Field(default_factory=list, description="Extra arguments of hivemux.workloads.online")
+    observation_window_s: float = Field(default=5.0, gt=0.0)
+    gpu_sampler: Literal["telemetry", "nvml"] = Field(
+        default="telemetry", description="Where the xCUDA feed reads SM activity and clock: folded telemetry.gpu, or NVML here")
+    nvml_library: str | None = Field(default=None, description="A specific libnvidia-ml.so.1 for the NVML sampler")
+
+    @model_validator(mode="after")
+    def _process_needs_a_node(self) -> "ExecutorSettings":
+        if self.backend == "process" and not self.node_id:
+            raise ValueError("HIVEMUX_EXECUTOR_BACKEND=process needs HIVEMUX_EXECUTOR_NODE_ID")
+        return self
+
+    def node_config(self) -> NodeConfig:
+        assert self.node_id is not None
+        return NodeConfig(
+            node_id=self.node_id, work_dir=self.work_dir / self.node_id, mps_binary=self.mps_binary,
+            mps_timeout_s=self.mps_timeout_s, mps_check_interval_s=self.mps_check_interval_s, grace_s=self.grace_s,
+            checkpoint_every=self.checkpoint_every, train_extra_args=tuple(self.train_args),
+            memory_quota_fraction=self.memory_quota_fraction, gpu_memory_mib=self.gpu_memory_mib,
+            default_gpu_type=self.default_gpu_type, xcuda=self.xcuda, real_libcuda=self.real_libcuda,
+            cgroup_root=self.cgroup_root, online_cpu_fraction=self.online_cpu_fraction,
+            min_available_memory_fraction=self.min_available_memory_fraction,
+            online_services=dict(self.online_services), online_args=tuple(self.online_args),
+            observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
+        )
 
 
 class Executor:
@@ -195,7 +260,46 @@ class Executor:
         )
 
 
+def build_process(settings: ExecutorSettings) -> Service:
+    """The node agent of one real node (see the module docstring)."""
+    if settings.xcuda:
+        from hivemux.xcuda import library_path
+
+        library_path()  # bad configuration fails at startup: the shim must be built
+    sampler = None
+    if settings.gpu_sampler == "nvml":
+        from hivemux.telemetry.nvml import NvmlBackend
+
+        sampler = NvmlBackend(settings.node_id or "", library=settings.nvml_library, watch_xid=False)
+    node = ProcessNode(settings.node_config(), source=f"{NAME}/{settings.instance}", sampler=sampler)
+    service = Service(NAME, settings)
+
+    def on_batch(batch: GpuTelemetryBatch, _: RecordContext) -> None:
+        for sample in batch.samples:
+            node.on_sample(sample)
+
+    async def on_command(command: ExecutorCommand, _: RecordContext) -> list[Event]:
+        return await node.on_command(command)
+
+    def feed() -> None:
+        node.feed()
+
+    service.on_start(node.start)
+    service.fold(GPU_TELEMETRY, on_batch)
+    service.pinned(EXECUTOR_COMMANDS, on_command, key=settings.node_id or "")
+    service.every(settings.tick_interval_s, node.tick)
+    service.every(1.0 / settings.feed_hz, feed)
+    async def stop() -> None:
+        # stop hooks run while the publisher is still up: the ended workloads are reported
+        await service.publisher.publish_all(await node.stop())  # type: ignore[union-attr]
+
+    service.on_stop(stop)
+    return service
+
+
 def build(settings: ExecutorSettings) -> Service:
+    if settings.backend == "process":
+        return build_process(settings)
     executor = Executor(settings)
     service = Service(NAME, settings)
     service.fold(GPU_TELEMETRY, executor.on_batch)

@@ -10,6 +10,13 @@ A service registers three kinds of work:
   (event-sourced read models). While an instance catches up, whatever the handler returns is
   dropped: those decisions were already published by the run that made them.
 - `every(seconds, ticker)`: periodic work (sampling, progress reports).
+- `pinned(topic, handler, key=...)`: the records of one key only, for per-node agents (a
+  DaemonSet's executor must receive its own node's commands, whichever instances run). The
+  instance assigns itself the one partition the key hashes to — aiokafka's default
+  partitioner, murmur2 of the JSON-encoded key, exactly as producers place it — commits its
+  offsets under the group `<group>.<key>` (so a restarted agent resumes where it stopped), and
+  skips records of other keys sharing that partition. No group membership, so no rebalance
+  ever takes a node's commands to another node.
 
 A record that fails validation, or whose handler raises, goes to the topic's dead-letter
 topic with the reason, a counter is bumped, and consumption goes on. `TransientError` is
@@ -32,6 +39,7 @@ from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.partitioner import DefaultPartitioner
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..errors import InvalidEvent, InvariantViolation, TransientError
@@ -40,7 +48,7 @@ from ..settings import ServiceSettings
 from ..topics import ALL_TOPICS, Topic
 from . import metrics
 from .admin import ensure_topics
-from .codec import decode_key, decode_value
+from .codec import decode_key, decode_value, encode_key
 from .publisher import Publisher
 from .replay import assign_from_beginning, drain
 
@@ -68,6 +76,20 @@ class _Subscription:
     topic: Topic
     handler: Handler
     dedupe: bool
+
+
+@dataclass
+class _Pinned:
+    topic: Topic
+    handler: Handler
+    key: str
+    dedupe: bool
+
+
+def partition_for_key(key: str, partitions: Iterable[int]) -> int:
+    """The partition a producer with aiokafka's default partitioner sends `key` to."""
+    ordered = sorted(partitions)
+    return DefaultPartitioner()(encode_key(key), ordered, ordered)
 
 
 @dataclass
@@ -112,6 +134,7 @@ class Service:
     ready_hooks: list[Hook] = field(default_factory=list)
     stop_hooks: list[Hook] = field(default_factory=list)
     assignment_hooks: list[AssignmentHook] = field(default_factory=list)
+    pins: list[_Pinned] = field(default_factory=list)
     publisher: Publisher | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -132,6 +155,11 @@ class Service:
 
     def fold(self, topic: Topic, handler: Handler, *, dedupe: bool = True) -> None:
         self.folds[topic.name] = _Subscription(topic, handler, dedupe)
+
+    def pinned(self, topic: Topic, handler: Handler, *, key: str, dedupe: bool = True) -> None:
+        """Handle only `key`'s records of `topic`, from the partition it hashes to (see the
+        module docstring); offsets are committed under the group `<group>.<key>`."""
+        self.pins.append(_Pinned(topic, handler, key, dedupe))
 
     def every(self, seconds: float, ticker: Ticker) -> None:
         if seconds <= 0:
@@ -177,6 +205,7 @@ class Service:
                 tasks.append(asyncio.create_task(self._fold_loop(fold_consumer), name=f"{self.name}-fold"))
             if self.subscriptions:
                 tasks.append(asyncio.create_task(self._group_loop(), name=f"{self.name}-group"))
+            tasks += [asyncio.create_task(self._pinned_loop(p), name=f"{self.name}-pinned") for p in self.pins]
             tasks += [asyncio.create_task(self._tick_loop(t), name=f"{self.name}-tick") for t in self.tickers]
             for hook in self.ready_hooks:
                 await _call_hook(hook)
@@ -206,7 +235,7 @@ class Service:
 
     def _topics(self) -> list[Topic]:
         """The registry's topics plus any this service subscribes to, with their dead letters."""
-        own = [s.topic for s in (*self.subscriptions.values(), *self.folds.values())]
+        own = [s.topic for s in (*self.subscriptions.values(), *self.folds.values(), *self.pins)]
         return list({t.name: t for t in (*ALL_TOPICS, *own, *(t.dead_letter for t in own))}.values())
 
     def _consumer(self, *topics: str, group: bool) -> AIOKafkaConsumer:
@@ -246,6 +275,48 @@ class Service:
                 except CommitFailedError as error:
                     # A rebalance took the partitions: the next owner re-receives the batch.
                     log.warning("commit failed after rebalance, records will be redelivered: %s", error)
+        finally:
+            await consumer.stop()
+
+    async def _pinned_loop(self, pin: _Pinned) -> None:
+        bus = self.settings
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bus.kafka_bootstrap_servers,
+            group_id=f"{self.group_id}.{pin.key}",
+            client_id=self.source,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=bus.max_poll_records,
+            fetch_max_wait_ms=bus.fetch_max_wait_ms,
+        )
+        await consumer.start()
+        try:
+            found: set[int] | None = None
+            for _ in range(50):
+                found = consumer.partitions_for_topic(pin.topic.name)
+                if found:
+                    break
+                await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh in aiokafka
+                await asyncio.sleep(0.1)
+            if not found:
+                raise RuntimeError(f"topic {pin.topic.name!r} has no partitions on the broker")
+            tp = TopicPartition(pin.topic.name, partition_for_key(pin.key, found))
+            consumer.assign([tp])
+            log.info("service %s pinned to %s[%d] for key %r", self.source, tp.topic, tp.partition, pin.key)
+            sub = _Subscription(pin.topic, pin.handler, pin.dedupe)
+            while not self._stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200, max_records=bus.max_poll_records)
+                if not batch:
+                    continue
+                outputs: list[Event] = []
+                for records in batch.values():
+                    for record in records:
+                        if decode_key(record.key) != pin.key:
+                            continue  # another key hashed to the same partition
+                        outputs += await self._handle(sub, record, self._seen, replaying=False)
+                await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+                metrics.PUBLISHED.labels(self.name).inc(len(outputs))
+                await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
         finally:
             await consumer.stop()
 

@@ -67,6 +67,16 @@ class ExecutorReport(Event):
     detail: str = Field(default="", max_length=2000)
     cuda_error: int | None = Field(default=None, description="A CUDA driver error the workload hit (e.g. 700, 805-810)")
     mps_server: Literal["running", "crashed", "hung"] | None = Field(default=None, description="The MPS server's state as the executor saw it")
+    step: str | None = Field(
+        default=None, max_length=64,
+        description="The lifecycle step this report records (process executor): launched, frozen, sigterm, exited, "
+        "killed, mps_checked, restarting, relaunched, mps_restarted, cpuset, memory_pressure",
+    )
+    pid: int | None = Field(default=None, ge=1, description="The workload's process (group leader) id, when it has one")
+    exit_code: int | None = Field(default=None, description="Exit code, or -signal number, of the workload process")
+    checkpoint_iteration: int | None = Field(default=None, ge=0, description="Iteration of the last checkpoint the workload wrote")
+    host_memory_mib: float | None = Field(default=None, ge=0, description="Resident memory of the workload's processes (process executor)")
+    gpu_memory_mib: float | None = Field(default=None, ge=0, description="GPU memory the workload holds, as xCUDA accounts it")
 
 
 class DeadLetter(Event):

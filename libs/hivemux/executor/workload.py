@@ -1,0 +1,125 @@
+"""One workload as the process executor tracks it, and the events that describe it.
+
+`Workload` holds a job's process, files and what its progress lines said (`absorb`: the
+protocol of `hivemux.workloads.progress`); `report` and `lifecycle` build its
+`executor.reports` and `jobs.lifecycle` records. Ids derive from the cause (the command, or
+the fault, that made the step happen), the job, the state, the step and the launch number, so
+re-handling the same cause yields the same ids; periodic progress reports add their time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from hivemux.events import ExecutorCommand, ExecutorReport, JobLifecycleEvent, JobState, ReportState, derived_id
+from hivemux.executor.launch import WorkloadFiles
+from hivemux.executor.observations import ProgressPoint
+from hivemux.executor.supervisor import Exit, Supervised
+from hivemux.workloads.progress import ProgressReader
+from hivemux.xcuda import ControlBlock, StateFile
+
+
+@dataclass
+class Workload:
+    job_id: str
+    kind: str  # offline | training | online
+    gpu_ids: tuple[str, ...]
+    files: WorkloadFiles
+    command: ExecutorCommand | None  # the start command (None for online services)
+    sm_share: float | None = None
+    memory_quota_mib: float | None = None
+    proc: Supervised | None = None
+    reader: ProgressReader | None = None
+    control: ControlBlock | None = None
+    state: StateFile | None = None
+    iteration: int = 0
+    total: int = 0
+    checkpoint: int | None = None
+    done: bool = False
+    cuda_error: int | None = None
+    launches: int = 0
+    busy: bool = False  # an eviction / restart owns the process right now
+    points: deque[ProgressPoint] = field(default_factory=lambda: deque(maxlen=4096))
+    latencies: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))
+    solo_latency_ms: float | None = None
+    observed_until: float = 0.0
+    reported_at: float = 0.0
+
+    @property
+    def gpu(self) -> str:
+        return self.gpu_ids[0]
+
+    def throughput(self) -> float:
+        """Iterations per second since the process (re)started."""
+        first, last = (self.points[0], self.points[-1]) if self.points else (None, None)
+        if first is None or last is None or last.at <= first.at:
+            return 0.0
+        return max(0.0, (last.iteration - first.iteration) / (last.at - first.at))
+
+    def absorb(self, lines: Iterable[dict[str, Any]], *, now: float, gpu_alone: bool) -> None:
+        """Take in progress lines; ``gpu_alone``: no offline work shares this (online) GPU now."""
+        for line in lines:
+            event, at = line.get("event"), float(line.get("t", now))
+            if event in ("start", "progress", "done", "exit") and "iteration" in line:
+                self.iteration = int(line["iteration"])
+                if event == "start":
+                    self.points.clear()  # a relaunch: its first window starts here
+                self.points.append(ProgressPoint(at, self.iteration))
+            if event == "done":
+                self.done = True
+            if event == "checkpoint":
+                self.checkpoint = int(line["iteration"])
+            if event == "cuda_error" and isinstance(line.get("code"), int):
+                self.cuda_error = line["code"]
+            if event == "latency" and line.get("requests"):
+                self.latencies.append((at, float(line["mean_ms"])))
+                if self.solo_latency_ms is None and gpu_alone:
+                    self.solo_latency_ms = float(line["mean_ms"])  # measured while nothing shares the GPU
+
+    def close_files(self) -> None:
+        for f in (self.control, self.state):
+            if f is not None:
+                f.close()
+        self.control = self.state = None
+
+
+def report(w: Workload, *, node_id: str, source: str, cause: UUID, state: ReportState, at: datetime,
+           step: str | None = None, detail: str = "", exit_: Exit | None = None,
+           mps_server: str | None = None) -> ExecutorReport:
+    assert w.command is not None
+    periodic = at.isoformat() if step is None and state is ReportState.RUNNING else ""
+    return ExecutorReport(
+        event_id=derived_id("report", cause, w.job_id, state.value, step or "", w.launches, periodic),
+        occurred_at=at,
+        source=source,
+        node_id=node_id,
+        job_id=w.job_id,
+        command_id=str(w.command.event_id),
+        state=state,
+        gpu_ids=w.gpu_ids,
+        iterations_done=min(w.iteration, w.total) if w.total else w.iteration,
+        iterations_total=w.total,
+        throughput_it_s=w.throughput(),
+        sm_share=w.sm_share,
+        detail=detail[:2000],
+        cuda_error=w.cuda_error,
+        mps_server=mps_server,  # type: ignore[arg-type]
+        step=step,
+        pid=w.proc.pid if w.proc is not None else None,
+        exit_code=(exit_.code if exit_.code is not None else -(exit_.signal or 0)) if exit_ is not None else None,
+        checkpoint_iteration=w.checkpoint,
+    )
+
+
+def lifecycle(w: Workload, *, node_id: str, source: str, cause: UUID, state: JobState, at: datetime,
+              reason: str) -> JobLifecycleEvent:
+    return JobLifecycleEvent(
+        event_id=derived_id("lifecycle", cause, w.job_id, state.value),
+        occurred_at=at, source=source, job_id=w.job_id, state=state, reason=reason[:2000],
+        node_id=node_id, gpu_ids=w.gpu_ids,
+    )
