@@ -253,6 +253,54 @@ def health_drain(gpu_id: str, reason: str, undo: bool) -> None:
     click.echo(f"{control.action} of {gpu_id} published")
 
 
+@cli.group(name="sim")
+def sim_group() -> None:
+    """Trace-driven cluster simulator: the papers' experiments with the library's real algorithms."""
+
+
+@sim_group.command("list")
+def sim_list() -> None:
+    """The named scenarios, with their paper experiment and full/small parameters."""
+    from ..sim.scenarios import SCENARIOS
+
+    for s in SCENARIOS.values():
+        click.echo(f"{s.name}  [{s.paper}]\n  {s.description}")
+        for scale, params in (("full", s.full), ("small", s.small)):
+            click.echo(f"  {scale}: " + "; ".join(w.label() for w in params.workloads))
+
+
+@sim_group.command("run")
+@click.option("--scenario", "name", required=True, help="Scenario name (see `hivemux sim list`).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload generator and the engine.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Output folder (default: sim-out/<scenario>-<scale>-seed<N>).")
+@click.option("--scale", type=click.Choice(["full", "small"]), default="full", show_default=True)
+@click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
+              help="YAML with your own workloads (cluster and trace), overriding the scenario's.")
+def sim_run(name: str, seed: int, out_dir: Path | None, scale: str, config_path: Path | None) -> None:
+    """Run one scenario; write results.json, PNG figures and report.md."""
+    import time
+
+    from ..errors import ConfigurationError
+    from ..sim.report import write_outputs
+    from ..sim.scenarios import load_user_config, run_scenario, runs_per_workload, scenario_params, total_jobs
+
+    try:
+        params = scenario_params(name, scale)
+        if config_path is not None:
+            params = load_user_config(config_path, params)
+        length = total_jobs(params, seed, runs_per_workload(name, params, seed))
+    except ConfigurationError as error:
+        raise click.ClickException(str(error)) from error
+    out = out_dir or Path("sim-out") / f"{name}-{scale}-seed{seed}"
+    started = time.perf_counter()  # wall time of the run, reported beside the figures (not an input)
+    with click.progressbar(length=length, label=f"{name} ({scale}, seed {seed})", file=sys.stderr) as bar:
+        result = run_scenario(name, params, seed, progress=bar.update)
+    files = write_outputs(result, out, wall_s=time.perf_counter() - started)
+    for f in files:
+        click.echo(str(f))
+
+
 def _run_on_bus(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a CLI's bus work; an unreachable broker is a clear error, not a traceback."""
     try:
