@@ -1,8 +1,7 @@
-"""predictor: publishes the speed predictor per GPU type (MuxFlow §5.2).
+"""predictor: the speed predictor per GPU type (MuxFlow §5.2, §6, §7.4).
 
-This first version publishes an analytic estimate of an offline job's normalized throughput
-and of the online slowdown (`hivemux.prediction.analytic`) for every configured GPU type,
-once (versions already on the models topic are not re-published), and counts the sharing
-observations it will train the MLP on. The MLP, its training and retraining come with the
-prediction issue.
+Publishes an analytic estimate as version 1 at once, bootstraps a 4-layer, 64-wide MLP
+(momentum SGD, torch) from simulator-generated pairs, retrains it when enough sharing
+observations arrived, records every version in PostgreSQL and publishes a new one (weights and
+metadata on `predictor.models`) only if its held-out error is not worse.
 """

@@ -1,7 +1,10 @@
-"""profiler: measures each offline job's solo execution features (MuxFlow §5).
+"""profiler: measures each offline job's solo execution features (MuxFlow §3, §5, §6).
 
-This first version takes the features from the simulator's calibrated catalog
-(`hivemux.sim.catalog`), records the profile in PostgreSQL (asyncpg, versioned migrations),
-reuses the profile of an identical workload signature, and publishes it. The torch workload
-runner comes with the matching issue.
+When an offline job is submitted it records the job's solo profile (iteration time, GPU
+utilization, SM activity, SM occupancy, memory peak and persistent memory) in PostgreSQL
+(asyncpg, versioned migrations), reuses the profile of an identical workload signature, and
+publishes it on `jobs.profiled`. `HIVEMUX_PROFILER_METHOD=simulated` (default) takes the
+features from the simulator's calibrated catalog; `torch` dry-runs a real torch model of the
+job's family (`hivemux.profiling`) on `cuda` when present, else the CPU, sampling NVML where a
+GPU exists.
 """

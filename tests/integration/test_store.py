@@ -13,7 +13,16 @@ import pytest
 
 from hivemux.errors import TransientError
 from hivemux.infra import free_port
-from hivemux.store import MigrationConflict, ProfileRecord, ProfileStore, connect, load_migrations, migrate
+from hivemux.store import (
+    MigrationConflict,
+    ModelRecord,
+    ModelStore,
+    ProfileRecord,
+    ProfileStore,
+    connect,
+    load_migrations,
+    migrate,
+)
 from hivemux.store.migrate import MIGRATION_LOCK_KEY
 
 pytestmark = pytest.mark.integration
@@ -55,7 +64,7 @@ async def store(pg_dsn: str) -> AsyncIterator[ProfileStore]:
 
 def test_shipped_migrations_load_in_order() -> None:
     migrations = load_migrations()
-    assert [(m.version, m.name) for m in migrations][:1] == [(1, "profiles")]
+    assert [(m.version, m.name) for m in migrations][:2] == [(1, "profiles"), (2, "predictor_models")]
     assert [m.version for m in migrations] == sorted({m.version for m in migrations})
 
 
@@ -66,6 +75,7 @@ async def test_migrations_apply_once(conn: asyncpg.Connection) -> None:
     recorded = await conn.fetch("SELECT version, name FROM schema_migrations ORDER BY version")
     assert [(r["version"], r["name"]) for r in recorded] == [(m.version, m.name) for m in load_migrations()]
     assert await conn.fetchval("SELECT to_regclass('profiles') IS NOT NULL")
+    assert await conn.fetchval("SELECT to_regclass('predictor_models') IS NOT NULL")
 
 
 async def test_concurrent_migrations_apply_each_version_once(pg_dsn: str) -> None:
@@ -126,3 +136,37 @@ async def test_connect_gives_up_with_a_transient_error() -> None:
     nobody_listens = f"postgresql://postgres@127.0.0.1:{free_port()}/postgres"
     with pytest.raises(TransientError, match="unreachable"):
         await connect(nobody_listens, retry_for_s=0.3)
+
+
+def make_model(version: int, *, published: bool = True, error: float = 0.05) -> ModelRecord:
+    return ModelRecord(
+        gpu_type="T4",
+        version=version,
+        kind="mlp",
+        weights_b64="d2VpZ2h0cw==",
+        parameters={"heldout_throughput_mape": error, "layers": 4.0},
+        heldout_error=error,
+        trained_on=1600,
+        published=published,
+        event_id=uuid.uuid4(),
+        occurred_at=AT + timedelta(minutes=version),
+    )
+
+
+async def test_model_versions_are_recorded_once_and_the_latest_published_wins(pg_dsn: str) -> None:
+    pool = await connect(pg_dsn)
+    try:
+        await migrate(pool)
+        models = ModelStore(pool)
+        assert await models.latest_published("T4") is None and await models.newest_version("T4") == 0
+        assert await models.record(make_model(1)) is True
+        assert await models.record(make_model(2)) is True
+        assert await models.record(make_model(3, published=False, error=0.4)) is True  # refused: worse
+        assert await models.record(make_model(2, error=0.9)) is False  # a version is written once
+        latest = await models.latest_published("T4")
+        assert latest is not None and latest.version == 2 and latest.heldout_error == pytest.approx(0.05)
+        assert latest.parameters == {"heldout_throughput_mape": 0.05, "layers": 4.0}
+        assert await models.newest_version("T4") == 3
+        assert [(m.version, m.published) for m in await models.versions("T4")] == [(1, True), (2, True), (3, False)]
+    finally:
+        await pool.close()

@@ -4,6 +4,11 @@ A prediction is made for one (online workload, offline job, SM share) pair on on
 from the online workload's recent execution features and the offline job's solo profile.
 Every predictor (the first analytic estimate, the MLP) takes a batch of `PairFeatures` and
 returns one `SpeedPrediction` per pair, in order.
+
+Neither predictor reads ``online_gpu_util`` (see `speed_predictor`): a prediction is a function
+of (GPU type, online SM activity, the offline profile, SM share), which the matcher's classes
+rely on. ``offline_iteration_time_ms`` was added with the MLP; its default only serves callers
+of the analytic model, which ignores it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ class PairFeatures:
     offline_gpu_util: float  # % when running alone (profile)
     offline_sm_occupancy: float  # % when running alone (profile)
     sm_share: float  # % of SMs the offline job gets (dynamic SM allocation)
+    offline_iteration_time_ms: float = 100.0  # solo (profile); the MLP's "separate execution time"
 
     def as_row(self) -> tuple[float, ...]:
         return (

@@ -52,3 +52,15 @@ def offline_sm_share(online_sm_activity: float, *, floor: float = 10.0, ceiling:
     if not math.isfinite(online_sm_activity):
         return floor
     return min(ceiling, max(floor, 100.0 - online_sm_activity))
+
+
+def integer_sm_share(online_sm_activity: float, *, floor: float = 10.0, ceiling: float = 100.0) -> int:
+    """`offline_sm_share` rounded down to a whole percent, what the matcher assigns.
+
+    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` is set as a whole percentage in practice, and rounding
+    down never gives the offline job more than the online workload left idle. Whole shares
+    also make GPUs whose online workloads are equally busy interchangeable for the matcher
+    (`hivemux.matching.classes`). ``integer_sm_share(39.6) == 60``, ``integer_sm_share(40.2) == 59``.
+    """
+    share = offline_sm_share(online_sm_activity, floor=floor, ceiling=ceiling)
+    return max(math.ceil(floor), math.floor(share + 1e-9))

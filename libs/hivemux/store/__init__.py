@@ -1,4 +1,5 @@
-"""PostgreSQL access through asyncpg: connection pools, the schema migrator, the profile store.
+"""PostgreSQL access through asyncpg: connection pools, the schema migrator, the profile store
+and the speed-model store.
 
 A service owns its tables (services never share one, STYLE.md §3); it calls `connect(dsn)`
 and `migrate(pool)` at startup, then builds its store over the pool.
@@ -14,11 +15,14 @@ from tenacity import AsyncRetrying, RetryError, retry_if_exception_type, stop_af
 
 from hivemux.errors import TransientError
 from hivemux.store.migrate import Migration, MigrationConflict, load_migrations, migrate
+from hivemux.store.models import ModelRecord, ModelStore
 from hivemux.store.profiles import ProfileRecord, ProfileStore
 
 __all__ = [
     "Migration",
     "MigrationConflict",
+    "ModelRecord",
+    "ModelStore",
     "ProfileRecord",
     "ProfileStore",
     "connect",

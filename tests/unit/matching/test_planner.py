@@ -20,7 +20,7 @@ from hivemux.matching.planner import (
 )
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.prediction.features import PairFeatures, SpeedPrediction
-from hivemux.sharing.dynamic_sm import offline_sm_share
+from hivemux.sharing.dynamic_sm import integer_sm_share, offline_sm_share
 
 
 class TableModel:
@@ -222,7 +222,7 @@ def test_property_plans_are_valid_and_matching_beats_fcfs(seed: int) -> None:
             assert p.predicted_online_slowdown <= policy.slowdown_bound
             assert j.memory_peak_mib <= 0.4 * g.memory_total_mib
             assert j.memory_peak_mib <= g.memory_total_mib - g.memory_used_mib
-            assert p.sm_share == offline_sm_share(g.sm_activity)
+            assert p.sm_share == integer_sm_share(g.sm_activity)
             assert p.predicted_normalized_throughput > 0
         totals.append(sum(p.predicted_normalized_throughput for p in plan.placements))
         # Deterministic whatever the input order.
@@ -238,4 +238,4 @@ def test_inputs_not_mutated() -> None:
     before = (list(gpus), list(jobs))
     plan_matching(gpus, jobs, {"T4": TableModel(FIG9_TABLE)}, POLICY)
     assert (gpus, jobs) == before
-    assert replace(POLICY) == MatchingPolicy(0.2, 0.4, 10.0)
+    assert replace(POLICY) == MatchingPolicy(0.2, 0.4, 10.0, 0.1)

@@ -283,3 +283,60 @@ def test_no_second_eviction_command_for_a_job_sysmonitor_already_evicted() -> No
     out = matcher.on_health(turned, LIVE)
     assert [type(e) for e in out] == [Placement, JobLifecycleEvent]
     assert out[0].action == "evict" and "offline-a" not in matcher.running
+
+
+@pytest.mark.parametrize("state", [HealthState.UNHEALTHY, HealthState.OVERLIMIT, HealthState.DISABLED, HealthState.INIT])
+def test_only_healthy_gpus_receive_offline_work(state: HealthState) -> None:
+    matcher = ready({"offline-a": profile("offline-a")})
+    matcher.on_health(health(state, seconds=1), LIVE)
+    out = feed(matcher, FIRST_INTERVAL)
+    assert not [e for e in out if isinstance(e, (Placement, ExecutorCommand))]
+
+
+def test_an_mlp_model_version_replaces_the_analytic_one() -> None:
+    from hivemux.prediction.bootstrap import simulated_pairs
+    from hivemux.prediction.speed_predictor import TrainingSettings, fit
+
+    report = fit(simulated_pairs("T4", 300, seed=0), gpu_type="T4", version=2, seed=0, settings=TrainingSettings(epochs=3))
+    matcher = ready({"offline-a": profile("offline-a")})
+    mlp = PredictorModel(
+        occurred_at=T0, source="predictor/test", gpu_type="T4", version=2, kind="mlp", weights_b64=report.model.weights_b64(),
+    )  # fmt: skip
+    matcher.on_model(mlp, LIVE)
+    matcher.on_model(model_event(version=1), LIVE)  # an older version changes nothing
+    assert matcher.models["T4"].version == 2
+    [placement, *_] = [e for e in feed(matcher, FIRST_INTERVAL) if isinstance(e, Placement)] or [None]
+    if placement is not None:
+        assert placement.model_version == 2
+
+
+def test_a_running_job_moves_only_past_its_restart_cost_and_old_reports_do_not_free_it() -> None:
+    second = "node-01/gpu-0"
+    matcher = ready({"offline-a": profile("offline-a", sm_activity=90.0)}, restart_cost=0.05)
+    [first, *_] = feed(matcher, [(0, 70.0), (6, 70.0)])  # share 30 on the only GPU
+    matcher.on_placement(first, LIVE)
+    # a much idler GPU appears: share 95 instead of 30 is worth far more than the restart cost
+    matcher.on_health(health(HealthState.HEALTHY, gpu_id=second), LIVE)
+    idle = gpu_sample(7, 5.0, gpu_id=second).model_copy(update={"node_id": "node-01"})
+    matcher.on_sample(idle, LIVE)
+    out = feed(matcher, [(8, 70.0), (12, 70.0)])
+    kinds = [(type(e).__name__, getattr(e, "action", None)) for e in out]
+    assert kinds[:3] == [("Placement", "evict"), ("ExecutorCommand", CommandAction.STOP), ("JobLifecycleEvent", None)]
+    placed = [e for e in out if isinstance(e, Placement) and e.action == "place"]
+    assert [(p.job_id, p.gpu_id, p.inputs["moved_from"]) for p in placed] == [("offline-a", second, GPU)]
+    # the old node's STOPPED report does not free the job's new placement
+    matcher.on_report(report("offline-a", ReportState.STOPPED, seconds=13), LIVE)
+    assert matcher.running["offline-a"].gpu_id == second
+    # the next round keeps it there (no churn)
+    again = feed(matcher, [(14, 70.0), (18, 70.0)])
+    assert not [e for e in again if isinstance(e, (Placement, ExecutorCommand))]
+
+
+def test_offline_efficiency_from_reports() -> None:
+    matcher = ready({"offline-a": profile("offline-a")})  # solo 120 ms per iteration
+    for seconds, done in ((0, 0), (12, 50)):
+        r = report("offline-a", ReportState.RUNNING, seconds).model_copy(update={"iterations_done": done})
+        matcher.on_report(r, LIVE)
+    efficiency = matcher.efficiency()
+    assert efficiency.normalized_throughput["offline-a"] == pytest.approx(50 * 0.12 / 12)
+    assert efficiency.oversold_gpu == pytest.approx(0.5)

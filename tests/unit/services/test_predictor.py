@@ -1,5 +1,6 @@
 """The predictor shell (`hivemux.services.predictor.service.Predictor`): publishes version 1 of
-the analytic speed model per configured GPU type, once."""
+the analytic speed model per configured GPU type, once; bootstraps the MLP from simulator
+pairs; retrains on observations and publishes only a version that is not worse."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from datetime import UTC, datetime
 import pytest
 
 from hivemux.bus import RecordContext
-from hivemux.events import PredictorModel, SharingObservation, derived_id
+from hivemux.events import PredictorModel, Profile, SharingObservation, derived_id
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.services.predictor.service import Predictor, PredictorSettings
+from hivemux.sim.catalog import solo_profile
+from hivemux.sim.interference import shared_execution
 from hivemux.topics import PREDICTOR_MODELS, topic_for
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -82,3 +85,48 @@ def test_observations_are_counted_per_type() -> None:
         predictor.on_observation(observation, RecordContext("sharing.observations", 0, 0, None))
     assert predictor.observations == {"T4": 3}
     assert [m.trained_on for m in predictor.publish_missing()] == [0, 0, 0, 0]  # the analytic model is not fitted yet
+
+
+def _observation(job_id: str, online: float, share: float, throughput: float, slowdown: float, i: int) -> SharingObservation:
+    return SharingObservation(
+        occurred_at=T0, source="executor/test", gpu_id=f"node-00/gpu-{i % 4}", node_id="node-00", gpu_type="T4",
+        offline_job_id=job_id, sm_share=share, normalized_throughput=throughput, online_slowdown=slowdown,
+        window_start=T0, window_end=T0, gpu_metrics={"online_sm_activity": online},
+    )  # fmt: skip
+
+
+def _profile(job_id: str) -> Profile:
+    solo = solo_profile("resnet50", 32, "T4")
+    return Profile(
+        occurred_at=T0, source="profiler/test", job_id=job_id, signature="0123456789abcdef", gpu_type="T4",
+        method="simulated", iteration_time_ms=solo.iteration_time_ms, gpu_util=solo.gpu_util, sm_activity=solo.sm_activity,
+        sm_occupancy=solo.sm_occupancy, memory_peak_mib=solo.memory_peak_mib, persistent_memory_mib=solo.persistent_memory_mib,
+    )  # fmt: skip
+
+
+async def test_bootstraps_an_mlp_then_refuses_a_worse_retrained_one() -> None:
+    settings = PredictorSettings(gpu_types=("T4",), bootstrap_pairs=800, epochs=150, retrain_after=30)
+    predictor = Predictor(settings)
+    first = await predictor.publish_first() + await predictor.maintain()
+    assert [(m.kind, m.version) for m in first] == [("analytic", 1), ("mlp", 2)]
+    mlp = first[1]
+    assert mlp.weights_b64 and mlp.heldout_error is not None and mlp.heldout_error < 0.37
+    assert mlp.parameters["layers"] == 4.0 and mlp.parameters["hidden"] == 64.0
+    assert await predictor.maintain() == []  # nothing new to learn from
+
+    # observations arrive before their job's profile: they wait for it
+    solo = solo_profile("resnet50", 32, "T4")
+    for i in range(30):
+        online = 5.0 + 2.5 * i
+        effect = shared_execution(solo, sm_share=100.0 - online, online_sm_activity=online)
+        predictor.on_observation(_observation("job-a", online, 100.0 - online, effect.normalized_throughput, effect.online_slowdown, i), CTX)
+    assert predictor.observed("T4").rows.shape == (0, 6)
+    predictor.on_profile(_profile("job-a"), CTX)
+    assert predictor.observed("T4").rows.shape == (30, 6) and predictor.due("T4")
+
+    predictor.settings = settings.model_copy(update={"epochs": 1})  # a deliberately poor training run
+    assert await predictor.maintain() == []
+    refused = predictor.refused["T4"]
+    assert refused.report.model.version == 3 and not refused.publish
+    assert predictor.latest["T4"] == 2 and predictor.current["T4"].version == 2
+    assert not predictor.due("T4")

@@ -82,3 +82,15 @@ def test_property_share_complements_activity(seed: int) -> None:
         assert floor <= share <= 100.0
         # Online plus offline never exceeds 100 % unless the floor forces it.
         assert x + share <= 100.0 + 1e-9 or share == floor
+
+
+@pytest.mark.parametrize(
+    ("activity", "share"),
+    [(40.0, 60), (39.6, 60), (40.2, 59), (0.0, 100), (95.0, 10), (89.99, 10), (100.0, 10)],
+    ids=["whole", "rounds-share-down", "fraction-above", "idle", "floor", "just-under-floor", "busy"],
+)
+def test_integer_share_never_exceeds_the_idle_sms(activity: float, share: int) -> None:
+    from hivemux.sharing.dynamic_sm import integer_sm_share
+
+    assert integer_sm_share(activity) == share
+    assert integer_sm_share(activity) <= max(10.0, offline_sm_share(activity))
