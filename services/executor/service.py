@@ -81,6 +81,9 @@ class ExecutorSettings(ServiceSettings):
     online_services: dict[str, str] = Field(default_factory=dict, description="GPU id -> online service run beside offline work")
     online_args: list[str] = Field(default_factory=list, description="Extra arguments of hivemux.workloads.online")
     observation_window_s: float = Field(default=5.0, gt=0.0)
+    salus_policy: Literal["fifo", "pack", "srtf", "fair", "off"] = Field(
+        default="fifo", description="Iteration scheduling of the per-GPU Salus lane server; off: no lanes"
+    )
     gpu_sampler: Literal["telemetry", "nvml"] = Field(
         default="telemetry", description="Where the xCUDA feed reads SM activity and clock: folded telemetry.gpu, or NVML here")
     nvml_library: str | None = Field(default=None, description="A specific libnvidia-ml.so.1 for the NVML sampler")
@@ -103,6 +106,7 @@ class ExecutorSettings(ServiceSettings):
             min_available_memory_fraction=self.min_available_memory_fraction,
             online_services=dict(self.online_services), online_args=tuple(self.online_args),
             observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
+            salus_policy=None if self.salus_policy == "off" else self.salus_policy,
         )
 
 

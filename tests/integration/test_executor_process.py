@@ -331,3 +331,29 @@ async def test_process_exits_and_node_memory_pressure(tmp_path: Path, mps_on_pat
         assert [e.state for e in out if isinstance(e, JobLifecycleEvent)] == [JobState.EVICTED]
     finally:
         await node.stop()
+
+
+async def test_training_jobs_that_use_the_salus_adaptor_get_lanes(tmp_path: Path, mps_on_path: Path) -> None:
+    node = make_node(tmp_path, train_extra_args=("--iteration-delay-ms", "5", "--report-every", "5", "--lanes"))
+    await node.start()
+    try:
+        starts = [
+            ExecutorCommand(
+                occurred_at=T0, source="cell-allocator/test", node_id=NODE, action=CommandAction.START_TRAINING,
+                job_id=job, gpu_ids=("node-00/gpu-1",), workload=WorkloadSpec(model="bert", batch_size=8, iterations=30),
+            )
+            for job in ("lane-a", "lane-b")
+        ]  # fmt: skip
+        for start in starts:
+            await node.on_command(start)
+        assert environ(node.workloads["lane-a"].proc.pid)["HIVEMUX_SALUS_SOCKET"] == node.lanes[1].socket_path
+        await until(node, lambda: {"lane-a", "lane-b"} <= node.finished, timeout_s=90)
+        records = node.lanes[1].completed_iterations()
+        by_job = {job: [r for r in records if r.job == job] for job in ("lane-a", "lane-b")}
+        assert {job: len(rs) for job, rs in by_job.items()} == {"lane-a": 30, "lane-b": 30}
+        # within a lane, iterations never overlap (Salus: serialized in a lane, parallel across)
+        for lane in {r.lane_id for r in records}:
+            ordered = sorted((r for r in records if r.lane_id == lane), key=lambda r: r.granted_at)
+            assert all(a.done_at <= b.granted_at for a, b in zip(ordered, ordered[1:]))
+    finally:
+        await node.stop()

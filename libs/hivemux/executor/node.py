@@ -39,9 +39,11 @@ clock (``clock``), as the simulated backend's do.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import sys
+import tempfile
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
@@ -68,6 +70,8 @@ from hivemux.executor.mps_control import MpsCheck, MpsDaemon, MpsError
 from hivemux.executor.observations import GpuPoint, Window, observe
 from hivemux.executor.supervisor import Exit, group_rss_mib, launch
 from hivemux.executor.workload import Workload, lifecycle, report
+from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
+from hivemux.salus.server import LaneServer
 from hivemux.sim.catalog import solo_profile
 from hivemux.telemetry.backend import GpuBackend
 from hivemux.workloads.progress import ProgressReader
@@ -101,6 +105,9 @@ class NodeConfig:
     online_args: tuple[str, ...] = ()
     observation_window_s: float = 5.0
     report_interval_s: float = 1.0
+    # Salus lanes: one lane server per GPU that training and offline workloads can use through
+    # `hivemux.salus` (HIVEMUX_SALUS_SOCKET is set for them); None turns lanes off.
+    salus_policy: str | None = "fifo"
 
 
 class ProcessNode:
@@ -119,6 +126,7 @@ class ProcessNode:
         self.online: dict[str, Workload] = {}  # gpu_id -> online service
         self.finished: set[str] = set()
         self.mps: dict[int, MpsDaemon] = {}
+        self.lanes: dict[int, LaneServer] = {}  # gpu index -> its Salus lane server
         self.mps_state: dict[int, str] = {}
         self.mps_restarted_at: dict[int, float] = {}  # gpu index -> wall time of its last MPS restart
         self.gpu_samples: dict[str, deque[GpuPoint]] = {}
@@ -164,6 +172,9 @@ class ProcessNode:
             self.workloads.clear()
             for daemon in self.mps.values():
                 await daemon.quit()
+            for lanes in self.lanes.values():
+                await lanes.stop()
+            self.lanes.clear()
             if self.sampler is not None:
                 self.sampler.close()
         return out
@@ -323,6 +334,19 @@ class ProcessNode:
             self.mps_state[gpu] = "running"
         return daemon
 
+    async def _lanes(self, index: int) -> LaneServer:
+        """The GPU's Salus lane server, started on first use (capacity: the GPU's memory)."""
+        server = self.lanes.get(index)
+        if server is None:
+            socket = str(self.config.work_dir / f"salus-{index}.sock")
+            if len(socket) > 100:  # a Unix socket path holds at most 107 bytes
+                digest = hashlib.sha1(str(self.config.work_dir).encode()).hexdigest()[:12]
+                socket = os.path.join(tempfile.gettempdir(), f"hivemux-salus-{digest}-{index}.sock")
+            server = LaneServer(socket, capacity_mib=self.config.gpu_memory_mib, policy=self.config.salus_policy or "fifo")
+            await server.start()
+            self.lanes[index] = server
+        return server
+
     async def _launch(self, w: Workload) -> None:
         """Start (or restart, from its checkpoint) the process of ``w``."""
         indices = [gpu_index(g) for g in w.gpu_ids]
@@ -337,6 +361,9 @@ class ProcessNode:
         env = workload_env(self.base_env, w.files, gpu_indices=indices, mps=mps_env,
                            sm_share=w.sm_share if w.kind == "offline" else None,
                            xcuda=w.control is not None, real_libcuda=self.config.real_libcuda)
+        if w.kind != "online" and self.config.salus_policy is not None:
+            env[SALUS_SOCKET_ENV] = (await self._lanes(indices[0])).socket_path
+            env["HIVEMUX_JOB_ID"] = w.job_id
         if w.kind == "online":
             argv = [sys.executable, "-m", "hivemux.workloads.online", *self.config.online_args]
         else:

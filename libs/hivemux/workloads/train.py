@@ -21,9 +21,12 @@ import signal
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from hivemux.workloads.progress import CHECKPOINT_DIR_ENV, PROGRESS_FILE_ENV, ProgressWriter
+
+MIB = 1024 * 1024
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -39,6 +42,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--iteration-delay-ms", type=float, default=0.0, help="extra time per iteration (pacing)")
     p.add_argument("--ignore-sigterm", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lanes", action="store_true",
+                   help="Ask the executor's Salus gate before each iteration (HIVEMUX_SALUS_SOCKET)")
     return p.parse_args(argv)
 
 
@@ -85,7 +90,22 @@ def main(argv: list[str] | None = None) -> int:
     progress.write("start", iteration=start, total=args.iterations, resumed_from=resumed_from,
                    sm_share=float(share) if share else None, pid=os.getpid())
     iteration = start
-    while iteration < args.iterations:
+
+    def steps() -> Iterator[int]:
+        """The remaining iterations, each granted by the Salus gate when the job uses lanes."""
+        if not args.lanes:
+            yield from range(args.iterations - start)
+            return
+        from hivemux import salus
+
+        params = sum(p.numel() for p in model.parameters())
+        persistent = max(1.0, 3 * 4 * params / MIB)  # weights, gradients, optimizer state (fp32)
+        ephemeral = max(1.0, 4 * args.batch_size * (features + hidden + 1) * 2 / MIB)  # activations, fwd+bwd
+        name = os.environ.get("HIVEMUX_JOB_ID", f"train-{os.getpid()}")
+        with salus.job(name, persistent_mib=persistent, ephemeral_mib=ephemeral, iterations=args.iterations - start) as gate:
+            yield from gate.iterations()
+
+    for _ in steps():
         if stop["signal"]:
             checkpoint(iteration)
             progress.write("exit", iteration=iteration, signal=stop["signal"])
