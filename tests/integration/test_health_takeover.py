@@ -132,7 +132,7 @@ async def _reached(infra: Endpoints, gpu_id: str, state: HealthState) -> bool:
 
 
 async def _moved(infra: Endpoints, gpu_id: str, state: HealthState) -> list[HealthTransition]:
-    return [t for t in await transitions(infra, gpu_id) if t.to_state is state]
+    return [t for t in await transitions(infra, gpu_id) if t.to_state is state and t.from_state is HealthState.HEALTHY]
 
 
 async def _waiting(infra: Endpoints, gpu_id: str) -> bool:

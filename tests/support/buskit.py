@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from hivemux.bus.codec import decode_value
+from hivemux.errors import InvalidEvent
 from hivemux.bus.replay import assign_from_beginning, drain
 from hivemux.events import Event, JobLifecycleEvent, JobState
 from hivemux.topics import Topic
@@ -34,8 +35,9 @@ async def produce_raw(bootstrap: str, topic: str, key: bytes | None, value: byte
         await producer.stop()
 
 
-async def read_all(bootstrap: str, topic: Topic) -> list[tuple[int, Event]]:
-    """(partition, event) for every record on the topic now."""
+async def read_all(bootstrap: str, topic: Topic, *, skip_invalid: bool = False) -> list[tuple[int, Event]]:
+    """(partition, event) for every record on the topic now. Tests share the session's broker:
+    on a topic another test fed a deliberately invalid record, pass ``skip_invalid``."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
     await consumer.start()
     found: list[tuple[int, Event]] = []
@@ -43,7 +45,11 @@ async def read_all(bootstrap: str, topic: Topic) -> list[tuple[int, Event]]:
         await assign_from_beginning(consumer, [topic.name])
 
         async def keep(record) -> None:  # type: ignore[no-untyped-def]
-            found.append((record.partition, decode_value(topic, record.value)))
+            try:
+                found.append((record.partition, decode_value(topic, record.value)))
+            except InvalidEvent:
+                if not skip_invalid:
+                    raise
 
         await drain(consumer, keep)
     finally:
