@@ -204,6 +204,10 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
         result = {**result, "wall_time_s": round(wall_s, 2)}
     files = [out / "results.json"]
     files[0].write_text(json.dumps(result, indent=1, default=str) + "\n")
+    if result["scenario"] == "salus-policies":  # one GPU, no cluster workloads: its own report
+        from hivemux.sim.salus_experiments import write_report
+
+        return files + write_report(result, out, wall_s)
     md = [f"# {result['scenario']} — {result['paper']}", "", result["description"] + ".", "",
           f"Seed {result['seed']}" + (f", wall time {wall_s:.1f} s" if wall_s is not None else "") + ". "
           f"Reproduce: `hivemux sim run --scenario {result['scenario']} --seed {result['seed']}` "

@@ -32,6 +32,7 @@ from hivemux.errors import ConfigurationError
 from hivemux.sim import traces
 from hivemux.sim.cluster_configs import cluster_config
 from hivemux.sim.hived_experiments import ClusterRun, run_cluster, tenant_comparison
+from hivemux.sim.salus_experiments import SalusParams, run_policies
 
 ProgressFn = Callable[[int], None]
 
@@ -60,6 +61,7 @@ class Workload:
 class Params:
     workloads: tuple[Workload, ...]
     safety_every: int = 1  # check HiveD's invariant (2) after every k-th event batch (0: never)
+    salus: SalusParams | None = None  # salus-policies: the one-GPU job mix (no cluster workloads)
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,11 @@ def run_binding(params: Params, seed: int, progress: ProgressFn | None = None) -
     return {"workloads": results}
 
 
+def run_salus(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Salus §5.1: FIFO, SRTF, PACK, FAIR on one GPU (``sim.salus_experiments``)."""
+    return run_policies(params.salus or SalusParams(), seed)
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -201,6 +208,14 @@ SCENARIOS: dict[str, Scenario] = {
             full=Params((Workload("table1", nodes=200, load=1.2, days=7.0), Workload("philly-week", node_scale=0.25, days=7.0))),
             small=Params((Workload("table1", nodes=30, load=1.4, days=1.0),)),
             runner=run_binding,
+        ),
+        Scenario(
+            "salus-policies",
+            "Salus (MLSys '20) §5.1, Table 2 and Figure 8",
+            "FIFO, SRTF, PACK and FAIR on one 16 GiB GPU driving the real LaneManager and IterationScheduler; JCT, makespan, queuing, lanes, fairness",
+            full=Params((), salus=SalusParams(jobs=100, mean_interarrival_s=180.0, iter_median=600.0)),
+            small=Params((), salus=SalusParams(jobs=16, mean_interarrival_s=60.0, iter_median=300.0, iter_max=3000)),
+            runner=run_salus,
         ),
     )
 }
