@@ -61,7 +61,7 @@ typedef struct xcuda_real {
 #undef XCUDA_PFN_MEMBER
 } xcuda_real;
 /* Each member starts as a lazy trampoline that loads the driver, then holds the driver's
- * function (or a stub returning CUDA_ERROR_NOT_FOUND when the driver lacks the symbol). */
+ * function (or a fallback that returns CUDA_ERROR_NOT_FOUND when the driver lacks the symbol). */
 extern xcuda_real xcuda_real_fns;
 #define REAL(name) (__atomic_load_n(&xcuda_real_fns.name, __ATOMIC_RELAXED))
 void xcuda_load_driver(void);
