@@ -261,12 +261,12 @@ def sim_group() -> None:
 @sim_group.command("list")
 def sim_list() -> None:
     """The named scenarios, with their paper experiment and full/small parameters."""
-    from ..sim.scenarios import SCENARIOS
+    from ..sim.scenarios import SCENARIOS, describe_params
 
     for s in SCENARIOS.values():
         click.echo(f"{s.name}  [{s.paper}]\n  {s.description}")
         for scale, params in (("full", s.full), ("small", s.small)):
-            click.echo(f"  {scale}: " + "; ".join(w.label() for w in params.workloads))
+            click.echo(f"  {scale}: " + describe_params(params))
 
 
 @sim_group.command("run")

@@ -128,6 +128,14 @@ class MatchingPolicy:
     memory_quota_fraction: float = 0.4
     sm_floor: float = 10.0
     restart_cost: float = 0.1  # normalized throughput a move or stop of a running job costs
+    # None: DynamicSM (100 - online SM activity). A number: every pair gets this share, the
+    # "without dynamic SM allocation" ablation (MuxFlow-S, preprint §7.4).
+    fixed_sm_share: float | None = None
+
+    def share_for(self, online_sm_activity: float) -> int:
+        if self.fixed_sm_share is not None:
+            return int(self.fixed_sm_share)
+        return integer_sm_share(online_sm_activity, floor=self.sm_floor)
 
 
 @dataclass(frozen=True)
@@ -259,7 +267,7 @@ def _build(gpus: Sequence[OnlineGpu], jobs: Sequence[PendingJob], models: Mappin
         job_rep[job_class[i]] = i
     class_size = np.bincount(gpu_class, minlength=n_classes)
     activity = np.array([k[1] for k in class_keys], dtype=float)
-    share = np.array([integer_sm_share(a, floor=policy.sm_floor) for a in activity], dtype=float)
+    share = np.array([policy.share_for(a) for a in activity], dtype=float)
     throughput = np.zeros((n_classes, n_profiles))
     slowdown = np.zeros((n_classes, n_profiles))
     has_model = np.zeros(n_classes, dtype=bool)
@@ -274,7 +282,7 @@ def _build(gpus: Sequence[OnlineGpu], jobs: Sequence[PendingJob], models: Mappin
             versions[i] = model.version
         # one batch per GPU type: distinct activities of the type x profile classes
         values, where = np.unique(activity[members], return_inverse=True)
-        t, s = _predict(model, values, profiles, np.array([integer_sm_share(v, floor=policy.sm_floor) for v in values], dtype=float))
+        t, s = _predict(model, values, profiles, np.array([policy.share_for(v) for v in values], dtype=float))
         throughput[members] = t[where]
         slowdown[members] = s[where]
     quota = np.array([policy.memory_quota_fraction * gpus[r].memory_total_mib for r in class_rep])

@@ -66,6 +66,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from .catalog import SoloProfile
 
 K_ON = 0.20
@@ -118,4 +120,35 @@ def shared_execution(solo: SoloProfile, *, sm_share: float, online_sm_activity: 
         online_slowdown=max(0.0, slowdown),
         combined_sm_activity=min(100.0, 100.0 * combined_sm),
         combined_gpu_util=min(100.0, 100.0 * combined_util),
+    )
+
+
+def shared_execution_arrays(
+    sm_activity: np.ndarray, gpu_util: np.ndarray, sm_share: np.ndarray, online_sm_activity: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """`shared_execution` over arrays of GPUs at once (all in %, same shapes), for the
+    cluster simulator's per-tick step. Same model, same formulas; a zero share means no
+    offline job on that GPU. Returns (normalized throughput, online slowdown, combined SM
+    activity %, combined GPU utilization %). Inputs are assumed already validated."""
+    s = sm_share / 100.0
+    o = online_sm_activity / 100.0
+    a = sm_activity / 100.0
+    u = gpu_util / 100.0
+    u_on = 1.0 - (1.0 - o) ** GAMMA
+    q = s * a
+    x = np.maximum(0.0, q + o - 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lost = np.where(x > 0.0, x / (2.0 * q), 0.0)
+        r = s * (1.0 - K_OFF * o) * (1.0 - lost)
+        throughput = np.where(r > 0.0, r / (u + (1.0 - u) * r), 0.0)
+        contention = np.where(o > 0.0, o / (o - x / 2.0), 1.0)
+    slowdown = (1.0 + K_ON * q) * contention - 1.0
+    alone = s == 0.0
+    combined_sm = np.where(alone, o, 1.0 - (1.0 - o) * (1.0 - q))
+    combined_util = np.where(alone, u_on, 1.0 - (1.0 - u_on) * (1.0 - u))
+    return (
+        np.where(alone, 0.0, np.clip(throughput, 0.0, 1.0)),
+        np.where(alone, 0.0, np.maximum(0.0, slowdown)),
+        np.minimum(100.0, 100.0 * combined_sm),
+        np.minimum(100.0, 100.0 * combined_util),
     )

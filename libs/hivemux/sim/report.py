@@ -208,6 +208,10 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
         from hivemux.sim.salus_experiments import write_report
 
         return files + write_report(result, out, wall_s)
+    if result["scenario"].startswith("muxflow-"):  # online GPUs shared with offline traces: its own report
+        from hivemux.sim.muxflow_report import write_report as write_muxflow_report
+
+        return files + write_muxflow_report(result, out, wall_s)
     md = [f"# {result['scenario']} — {result['paper']}", "", result["description"] + ".", "",
           f"Seed {result['seed']}" + (f", wall time {wall_s:.1f} s" if wall_s is not None else "") + ". "
           f"Reproduce: `hivemux sim run --scenario {result['scenario']} --seed {result['seed']}` "

@@ -32,6 +32,8 @@ from hivemux.errors import ConfigurationError
 from hivemux.sim import traces
 from hivemux.sim.cluster_configs import cluster_config
 from hivemux.sim.hived_experiments import ClusterRun, run_cluster, tenant_comparison
+from hivemux.sim.muxflow_experiments import POLICIES as MUXFLOW_POLICIES
+from hivemux.sim.muxflow_experiments import MuxflowParams, run_traces
 from hivemux.sim.salus_experiments import SalusParams, run_policies
 
 ProgressFn = Callable[[int], None]
@@ -62,6 +64,7 @@ class Params:
     workloads: tuple[Workload, ...]
     safety_every: int = 1  # check HiveD's invariant (2) after every k-th event batch (0: never)
     salus: SalusParams | None = None  # salus-policies: the one-GPU job mix (no cluster workloads)
+    muxflow: MuxflowParams | None = None  # muxflow-*: online GPUs shared with offline traces A-D
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,9 @@ def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> t
 
 
 def total_jobs(params: Params, seed: int, runs_per_workload: int) -> int:
+    if params.muxflow is not None:  # every placing policy finishes each job of each trace once
+        placing = sum(1 for p in params.muxflow.policies if MUXFLOW_POLICIES[p].placement != "none")
+        return sum(params.muxflow.job_counts()) * placing
     return sum(len(build_workload(w, seed).jobs) * runs_per_workload for w in params.workloads)
 
 
@@ -190,6 +196,15 @@ def run_salus(params: Params, seed: int, progress: ProgressFn | None = None) -> 
     return run_policies(params.salus or SalusParams(), seed)
 
 
+def run_muxflow(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """MuxFlow §7.2-7.4 (``sim.muxflow_experiments``)."""
+    return run_traces(params.muxflow or MuxflowParams(), seed, progress)
+
+
+_MUXFLOW_SMALL = dict(gpus={"T4": 64}, hours=6.0, horizon_h=18.0, predictor_pairs=600, predictor_epochs=25)
+RELATED_WORK = ("Online-only", "Time-sharing", "PB-time-sharing", "PB-multi-stream", "MuxFlow")
+ABLATION = ("Online-only", "MuxFlow", "MuxFlow-S", "MuxFlow-M", "MuxFlow-S-M")
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -217,8 +232,45 @@ SCENARIOS: dict[str, Scenario] = {
             small=Params((), salus=SalusParams(jobs=16, mean_interarrival_s=60.0, iter_median=300.0, iter_max=3000)),
             runner=run_salus,
         ),
+        Scenario(
+            "muxflow-testbed",
+            "MuxFlow (preprint §7.2, Figure 10; journal §7.2)",
+            "1,000 online GPUs shared with a 12-hour offline trace: online latency vs Online-only, offline normalized throughput, oversold GPU, evictions, GPU utilization, SM activity and memory",
+            full=Params((), muxflow=MuxflowParams(traces=("A",), jobs=(3000,), hours=12.0, horizon_h=36.0, policies=("Online-only", "MuxFlow"))),
+            small=Params((), muxflow=MuxflowParams(traces=("A",), jobs=(150,), policies=("Online-only", "MuxFlow"), **_MUXFLOW_SMALL)),
+            runner=run_muxflow,
+        ),
+        Scenario(
+            "muxflow-related-work",
+            "MuxFlow (preprint §7.3, Figure 11; journal §7.3, Figure 8)",
+            "MuxFlow vs Online-only, Time-sharing, PB-time-sharing and PB-multi-stream on traces A-D (1,000 GPUs, 24 h): normalized latency, average JCT, oversold GPU",
+            full=Params((), muxflow=MuxflowParams(policies=RELATED_WORK)),
+            small=Params((), muxflow=MuxflowParams(traces=("A", "B"), jobs=(100, 150), policies=RELATED_WORK, **_MUXFLOW_SMALL)),
+            runner=run_muxflow,
+        ),
+        Scenario(
+            "muxflow-ablation",
+            "MuxFlow (preprint §7.4, Figure 13)",
+            "MuxFlow vs MuxFlow-S (no dynamic SM), MuxFlow-M (FCFS, no matching) and MuxFlow-S-M on traces A-D (1,000 GPUs, 24 h)",
+            full=Params((), muxflow=MuxflowParams(policies=ABLATION)),
+            small=Params((), muxflow=MuxflowParams(traces=("A", "B"), jobs=(100, 150), policies=ABLATION, **_MUXFLOW_SMALL)),
+            runner=run_muxflow,
+        ),
     )
 }
+
+
+def describe_params(params: Params) -> str:
+    """One line for ``hivemux sim list``: the workloads a scale runs."""
+    if params.muxflow is not None:
+        m = params.muxflow
+        gpus = ", ".join(f"{n} {t}" for t, n in m.gpus.items())
+        traces = ", ".join(f"{t} ({n} jobs)" for t, n in zip(m.traces, m.job_counts(), strict=True))
+        return f"{gpus} online GPUs; traces {traces} over {m.hours:g} h; {', '.join(m.policies)}"
+    if params.salus is not None:
+        s = params.salus
+        return f"one 16 GiB GPU; {s.jobs} jobs, mean inter-arrival {s.mean_interarrival_s:g} s, median {s.iter_median:g} iterations"
+    return "; ".join(w.label() for w in params.workloads)
 
 
 def scenario_params(name: str, scale: str) -> Params:
@@ -232,14 +284,19 @@ def scenario_params(name: str, scale: str) -> Params:
 
 def load_user_config(path: Path, base: Params) -> Params:
     """A user's cluster and trace: YAML ``{workloads: [{kind, nodes, load, days, trace_file,
-    vc_nodes, ...}], safety_every}``; omitted keys keep the scenario's values. Validated here,
-    once."""
+    vc_nodes, ...}], safety_every}`` for the HiveD scenarios, ``{muxflow: {gpus: {T4: 500},
+    traces: [A, B], jobs: [2000, 4000], hours, load, trace_file, ...}}`` for the MuxFlow ones;
+    omitted keys keep the scenario's values. Validated here, once."""
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
         raise ConfigurationError(f"{path}: expected a mapping")
-    unknown = set(raw) - {"workloads", "safety_every"}
+    unknown = set(raw) - {"workloads", "safety_every", "muxflow"}
     if unknown:
         raise ConfigurationError(f"{path}: unknown keys {sorted(unknown)}")
+    if "muxflow" in raw:
+        if base.muxflow is None:
+            raise ConfigurationError(f"{path}: 'muxflow' applies only to the muxflow-* scenarios")
+        return replace(base, muxflow=_muxflow_config(path, raw["muxflow"], base.muxflow))
     workloads = base.workloads
     if "workloads" in raw:
         fields = set(Workload.__dataclass_fields__)
@@ -253,6 +310,31 @@ def load_user_config(path: Path, base: Params) -> Params:
             built.append(replace(Workload(), **w))
         workloads = tuple(built)
     return Params(workloads, int(raw.get("safety_every", base.safety_every)))
+
+
+def _muxflow_config(path: Path, raw: Any, base: MuxflowParams) -> MuxflowParams:
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path}: muxflow must be a mapping")
+    bad = set(raw) - set(MuxflowParams.__dataclass_fields__)
+    if bad:
+        raise ConfigurationError(f"{path}: muxflow has unknown keys {sorted(bad)}")
+    values = dict(raw)
+    for key in ("traces", "jobs", "policies"):
+        if key in values and values[key] is not None:
+            values[key] = tuple(values[key])
+    if values.get("trace_file"):
+        values["trace_file"] = str((path.parent / values["trace_file"]).resolve())
+    try:
+        params = replace(base, **values)
+        params.job_counts()
+        unknown = [p for p in params.policies if p not in MUXFLOW_POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; known: {', '.join(MUXFLOW_POLICIES)}")
+        if not params.gpus or any(not isinstance(n, int) or n < 1 for n in params.gpus.values()):
+            raise ValueError("gpus must map GPU types to positive counts")
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(f"{path}: muxflow: {error}") from error
+    return params
 
 
 def run_scenario(name: str, params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:

@@ -1,0 +1,554 @@
+"""MuxFlow's trace-driven cluster simulation (preprint §7.1-7.4, journal §7), driving the real
+mechanisms: the matcher's `plan_matching` / `plan_fcfs` (Kuhn-Munkres over classes, FCFS), the
+dynamic SM share (`MatchingPolicy.share_for` -> `integer_sm_share`), the MLP speed predictor
+trained the way the predictor service bootstraps it (`prediction.bootstrap` + `fit`), and one
+real `SysMonitor` per GPU with the default health configuration (placements only on Healthy
+GPUs, evictions on Overlimit and Disabled). The world they act on is simulated:
+`online_world` (online load, latency, power and clock), `sharing_modes` (what each system's
+sharing does, xCUDA's throttling at steady state) and `catalog` (offline solo profiles).
+
+Cluster and time: G GPUs (default 1,000 T4, 8 per node), each serving one online workload
+(MuxFlow shares GPUs of online services with offline jobs, at most one offline job per GPU);
+one-minute ticks; a scheduling round every ``round_s`` (5 min; the paper's deployment uses
+15 min because of image pulls, §7.2, which we charge as ``startup_s`` per start instead).
+
+Offline workloads (preprint §7.1): "we leverage the public trace from Microsoft and split the
+trace according to the virtual cluster ID. We use submission time and duration from the
+traces and randomly choose DL models from ... ResNet50, VGG16, DensNet201, and Inception-V3
+... We repeat the workloads to fit in 1,000 GPUs ... The numbers of offline workloads in these
+traces vary from 1,410 to 7,287. We set the batch size according to the memory quota limited
+by xCUDA." Trace A-D here: the jobs of the 1st-4th largest virtual cluster of the Philly week
+(`philly_week_2017-10-30.csv`), drawn with replacement (seeded) up to the trace's job count
+(evenly spaced over the paper's 1,410-7,287 unless given); the time of day of each submission
+is kept and mapped onto the window (``hours``), plus up to 10 minutes of jitter; durations are
+the trace's, capped at ``max_duration_h`` so the trace can finish in the window as the paper
+requires; a job of g GPUs becomes g independent one-GPU workers (it completes with its last
+worker). A trace duration is the job's solo run time on the cluster's GPU type. Model: one of
+the four, uniformly; batch size: the largest of b_ref x {1/4, 1/2, 1, 2, 4} whose peak memory
+fits the 40 % xCUDA quota.
+
+Profiler and predictor: the matcher sees each workload's profile as the profiler measured it:
+the catalog's solo profile with ``profiler_noise`` (3 %) relative error per signature (model,
+batch size), the same error for every job of the signature (the profiler reuses profiles by
+signature). The speed predictor is the real MLP, trained once per GPU type and seed on
+``predictor_pairs`` bootstrap pairs; its prediction error is measured against the simulated
+truth at each placement (``predictor_mape``).
+
+Systems compared (`POLICIES`): Online-only; MuxFlow (dynamic SM, matching, protection);
+MuxFlow-S (no dynamic SM: a fixed share, ``fixed_share`` = 50 %, an even split), MuxFlow-M (FCFS instead of matching),
+MuxFlow-S-M (both; "only the protection mechanisms"); Time-sharing, PB-time-sharing and
+PB-multi-stream, which place FCFS on any GPU with memory for the job and have neither
+SysMonitor, xCUDA nor a slowdown bound (they are other systems). Protection = SysMonitor
+gating and evictions, xCUDA throttling, and the matcher's 20 % predicted-slowdown bound.
+
+Departures (also in each report): the share of a running job is re-set at a round only when
+the dynamic share moved by ``reshare_points`` or more (each re-set restarts the job, charged
+``startup_s``, as the paper restarts to apply a share); an evicted job keeps its progress
+(xCUDA's graceful exit lets it checkpoint) and waits for the next round.
+
+Metrics (preprint §7.1): online average and p99 latency normalized to Online-only (the p99
+is the 99th percentile over every (GPU, minute) latency weighted by requests); average JCT and
+makespan; oversold GPU, eq. 3, computed as sum(T_sep) / sum(T_real) over finished workloads
+(the paper's text prints the fraction upside down; its stated range [0, 1], 1 = as if alone,
+fixes the orientation); time-averaged offline normalized throughput; GPU utilization, SM
+activity and memory usage averaged over GPUs and time, and their ratios to Online-only;
+eviction rate = evictions / executions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hivemux.events.telemetry import HealthState
+from hivemux.health.config import HealthConfig, load_config
+from hivemux.health.sysmonitor import SysMonitor, values_of
+from hivemux.matching.planner import MatchingPolicy, OnlineGpu, PendingJob, plan_fcfs, plan_matching
+from hivemux.prediction.bootstrap import simulated_pairs
+from hivemux.prediction.features import SpeedModel
+from hivemux.prediction.speed_predictor import TrainingSettings, fit
+
+from . import traces
+from .catalog import FAMILIES, SoloProfile, solo_profile
+from .online_world import OnlineWorld
+from .sharing_modes import XcudaSteadyState, clock_weight, share_gpu
+
+OFFLINE_MODELS = ("resnet50", "vgg16", "densenet201", "inceptionv3")
+BATCH_SCALES = (4.0, 2.0, 1.0, 0.5, 0.25)
+MEMORY_QUOTA = 0.4
+PAPER_JOB_RANGE = (1410, 7287)
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class MuxflowPolicy:
+    name: str
+    mode: str  # sharing_modes.MODES
+    placement: str  # matching | fcfs | none
+    dynamic_sm: bool = True
+    protection: bool = True
+
+
+POLICIES: dict[str, MuxflowPolicy] = {
+    p.name: p
+    for p in (
+        MuxflowPolicy("Online-only", "mps", "none"),
+        MuxflowPolicy("MuxFlow", "mps", "matching"),
+        MuxflowPolicy("MuxFlow-S", "mps", "matching", dynamic_sm=False),
+        MuxflowPolicy("MuxFlow-M", "mps", "fcfs"),
+        MuxflowPolicy("MuxFlow-S-M", "mps", "fcfs", dynamic_sm=False),
+        MuxflowPolicy("Time-sharing", "time-sharing", "fcfs", protection=False),
+        MuxflowPolicy("PB-time-sharing", "pb-time-sharing", "fcfs", protection=False),
+        MuxflowPolicy("PB-multi-stream", "pb-multi-stream", "fcfs", protection=False),
+    )
+}
+
+
+@dataclass(frozen=True)
+class MuxflowParams:
+    gpus: Mapping[str, int] = field(default_factory=lambda: {"T4": 1000})
+    traces: tuple[str, ...] = ("A", "B", "C", "D")
+    jobs: tuple[int, ...] | None = None  # per trace; None: evenly over the paper's 1,410-7,287
+    policies: tuple[str, ...] = ("Online-only", "MuxFlow")
+    hours: float = 24.0  # submission window
+    horizon_h: float = 48.0  # the run stops here; jobs not done are counted unfinished
+    tick_s: float = 60.0
+    round_s: float = 300.0
+    startup_s: float = 30.0
+    reshare_points: float = 5.0
+    fixed_share: float = 50.0  # MuxFlow-S / -S-M: the SM share (%) every offline job gets
+    max_duration_h: float = 6.0
+    load: float = 0.5  # offered solo GPU time / the cluster's GPU time over the window ("fit in 1,000 GPUs")
+    profiler_noise: float = 0.03
+    predictor_pairs: int = 2000
+    predictor_epochs: int = 80
+    series_every_s: float = 600.0
+    trace_file: str | None = None  # a Philly-format CSV of your own (default: the Philly week)
+
+    def job_counts(self) -> tuple[int, ...]:
+        if self.jobs is not None:
+            if len(self.jobs) != len(self.traces):
+                raise ValueError(f"jobs has {len(self.jobs)} counts for {len(self.traces)} traces")
+            return self.jobs
+        lo, hi = PAPER_JOB_RANGE
+        n = len(self.traces)
+        return tuple(round(lo + (hi - lo) * i / max(1, n - 1)) for i in range(n))
+
+
+# -- the offline trace ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class OfflineJob:
+    job_id: str
+    submit_s: float
+    duration_s: float  # solo, on the cluster's GPU type
+    workers: int
+    model: str
+    batch_size: int
+
+
+def batch_for(model: str, gpu_type: str) -> int:
+    """The largest catalog batch size whose peak memory fits the xCUDA quota on ``gpu_type``."""
+    from .gpu_types import GPU_TYPES
+
+    quota = MEMORY_QUOTA * GPU_TYPES[gpu_type].memory_mib
+    ref = FAMILIES[model].b_ref
+    for scale in BATCH_SCALES:
+        b = max(1, int(ref * scale))
+        if solo_profile(model, b, gpu_type).memory_peak_mib <= quota:
+            return b
+    return max(1, int(ref * BATCH_SCALES[-1]))
+
+
+def _duration_scale(durations: np.ndarray, workers: np.ndarray, target_s: float, cap_s: float) -> float:
+    """The factor f with sum(min(f d, cap) w) = target (bisection; the capped sum grows with f)."""
+    if float(np.sum(np.minimum(durations, cap_s) * workers)) >= target_s:
+        lo, hi = 0.0, 1.0
+    else:
+        lo, hi = 1.0, 2.0
+        while float(np.sum(np.minimum(durations * hi, cap_s) * workers)) < target_s and hi < 1e6:
+            lo, hi = hi, hi * 2.0
+    for _ in range(60):
+        mid = (lo + hi) / 2.0
+        if float(np.sum(np.minimum(durations * mid, cap_s) * workers)) < target_s:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def offline_trace(letter: str, count: int, *, seed: int, hours: float, max_duration_h: float, gpu_type: str,
+                  gpus: int, load: float, trace_file: str | None = None) -> tuple[OfflineJob, ...]:
+    """Trace ``letter`` (A = the largest virtual cluster of the Philly week, B the next...):
+    ``count`` jobs whose solo GPU time is ``load`` x the GPU time of ``gpus`` GPUs over the
+    window: the trace's durations times one factor, each capped at ``max_duration_h``."""
+    k = ord(letter) - ord("A")
+    week = traces.load_philly(Path(trace_file) if trace_file else traces.traces_dir() / traces.PHILLY_WEEK)
+    by_vc: dict[str, list[traces.TraceJob]] = {}
+    for j in week:
+        by_vc.setdefault(j.vc, []).append(j)
+    ranked = sorted(by_vc, key=lambda vc: (-len(by_vc[vc]), vc))
+    if not 0 <= k < len(ranked):
+        raise ValueError(f"trace {letter!r}: the Philly week has {len(ranked)} virtual clusters (A-{chr(ord('A') + len(ranked) - 1)})")
+    source = by_vc[ranked[k]]
+    rng = np.random.default_rng([seed, k, 0x7A])
+    picks = rng.integers(0, len(source), count)
+    jitter = rng.uniform(0.0, 600.0, count)
+    models = rng.integers(0, len(OFFLINE_MODELS), count)
+    window = hours * 3600.0
+    batches = {m: batch_for(m, gpu_type) for m in OFFLINE_MODELS}
+    cap = max_duration_h * 3600.0
+    durations = np.array([source[int(i)].duration_s for i in picks])
+    workers = np.array([min(source[int(i)].num_gpus, 8) for i in picks])
+    scale = _duration_scale(durations, workers, load * gpus * window, cap)
+    jobs = []
+    for i in range(count):
+        src = source[int(picks[i])]
+        submit = ((src.submit_s % 86400.0) / 86400.0 * window + jitter[i]) % window
+        model = OFFLINE_MODELS[int(models[i])]
+        jobs.append(OfflineJob(f"{letter}-{i:05d}", submit, max(1.0, min(src.duration_s * scale, cap)),
+                               int(workers[i]), model, batches[model]))
+    jobs.sort(key=lambda j: (j.submit_s, j.job_id))
+    return tuple(jobs)
+
+
+# -- the predictor --------------------------------------------------------------------------
+class MemoizedModel:
+    """The same MLP with its answers remembered per input row: the matcher asks about the same
+    (whole-percent activity, profile, share) rows every round, and inference is deterministic,
+    so this changes the simulation's wall time, never a prediction."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self.version = model.version
+        self.gpu_type = model.gpu_type
+        self._memo: dict[bytes, tuple[float, float]] = {}
+
+    def predict_arrays(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        keys = [r.tobytes() for r in rows]
+        missing = [i for i, key in enumerate(keys) if key not in self._memo]
+        if missing:
+            t, s = self._model.predict_arrays(rows[missing])
+            for j, i in enumerate(missing):
+                self._memo[keys[i]] = (float(t[j]), float(s[j]))
+        got = [self._memo[key] for key in keys]
+        return np.array([g[0] for g in got]), np.array([g[1] for g in got])
+
+    def predict(self, pairs: Sequence[Any]) -> list[Any]:
+        return self._model.predict(pairs)
+
+
+_MODELS: dict[tuple[str, int, int, int], SpeedModel] = {}
+
+
+def speed_models(gpu_types: Sequence[str], *, seed: int, pairs: int, epochs: int) -> dict[str, SpeedModel]:
+    """One MLP per GPU type, trained as the predictor service bootstraps it (cached per process)."""
+    out = {}
+    for t in gpu_types:
+        key = (t, seed, pairs, epochs)
+        if key not in _MODELS:
+            data = simulated_pairs(t, pairs, seed=seed)
+            _MODELS[key] = MemoizedModel(fit(data, gpu_type=t, version=1, seed=seed, settings=TrainingSettings(epochs=epochs)).model)
+        out[t] = _MODELS[key]
+    return out
+
+
+# -- one run --------------------------------------------------------------------------------
+@dataclass
+class _Workers:
+    """Per worker (one GPU of one job), arrays of length W."""
+
+    job: np.ndarray  # index into jobs
+    submit: np.ndarray
+    iterations: np.ndarray  # total
+    done: np.ndarray  # iterations done
+    profile: np.ndarray  # index into the profile table
+    state: np.ndarray  # 0 pending (once submitted), 1 running, 2 finished
+    gpu: np.ndarray
+    finish: np.ndarray
+    real_s: np.ndarray
+    sep_s: np.ndarray
+
+
+def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, q * cum[-1])])
+
+
+def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: MuxflowParams, *, seed: int,
+               models: Mapping[str, SpeedModel] | None = None, health: HealthConfig | None = None,
+               progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Simulate ``jobs`` on the cluster under ``policy``; returns its metrics and series."""
+    world = OnlineWorld(dict(params.gpus), seed)
+    gpu_type = max(params.gpus, key=lambda t: (params.gpus[t], t))  # profiles measured on the main type
+    health = health or load_config()
+    xcuda = XcudaSteadyState() if policy.protection and policy.mode == "mps" else None
+    # profile table: per (model, batch) signature, the truth per GPU type and the measurement
+    signatures = sorted({(j.model, j.batch_size) for j in jobs})
+    sig_index = {s: i for i, s in enumerate(signatures)}
+    types = world.type_names
+    type_index = np.array([types.index(t) for t in world.gpu_types])
+    truth: list[list[SoloProfile]] = [[solo_profile(m, b, t) for (m, b) in signatures] for t in types]
+    noise = np.random.default_rng([seed, 0x9F0]).normal(0.0, params.profiler_noise, (max(1, len(signatures)), 5))
+    measured = []
+    for i, (m, b) in enumerate(signatures):
+        p = solo_profile(m, b, gpu_type)
+        f = 1.0 + np.clip(noise[i], -0.1, 0.1)
+        measured.append((min(99.0, p.sm_activity * f[0]), min(99.0, p.gpu_util * f[1]), min(99.0, p.sm_occupancy * f[2]),
+                         p.memory_peak_mib, p.iteration_time_ms * f[4]))
+    t_iter = np.array([[p.iteration_time_ms / 1000.0 for p in row] for row in truth]).reshape(len(types), -1)
+    t_sm = np.array([[p.sm_activity for p in row] for row in truth]).reshape(len(types), -1)
+    t_util = np.array([[p.gpu_util for p in row] for row in truth]).reshape(len(types), -1)
+    t_mem = np.array([[p.memory_peak_mib for p in row] for row in truth]).reshape(len(types), -1)
+    main = types.index(gpu_type)
+    # workers
+    per_job = [j.workers for j in jobs]
+    job_of = np.repeat(np.arange(len(jobs)), per_job)
+    prof = np.array([sig_index[(j.model, j.batch_size)] for j in jobs], dtype=np.int64)[job_of] if jobs else np.zeros(0, np.int64)
+    duration = np.array([j.duration_s for j in jobs])[job_of] if jobs else np.zeros(0)
+    wk = _Workers(
+        job=job_of, submit=np.array([j.submit_s for j in jobs])[job_of] if jobs else np.zeros(0),
+        iterations=duration / t_iter[main, prof] if jobs else np.zeros(0), done=np.zeros(len(job_of)), profile=prof,
+        state=np.zeros(len(job_of), np.int8), gpu=np.full(len(job_of), -1), finish=np.full(len(job_of), np.nan),
+        real_s=np.zeros(len(job_of)), sep_s=np.zeros(len(job_of)),
+    )  # fmt: skip
+    worker_ids = [f"{jobs[j].job_id}/w{i}" for j, i in zip(job_of.tolist(), _ranks(job_of), strict=True)]
+    worker_index = {w: i for i, w in enumerate(worker_ids)}
+    job_workers_left = np.array(per_job, dtype=np.int64)
+    job_finish = np.full(len(jobs), np.nan)
+    G = world.n
+    job_on = np.full(G, -1)
+    share = np.zeros(G)
+    startup_left = np.zeros(G)
+    monitors = [SysMonitor(world.gpu_ids[g], world.node_ids[g], world.gpu_types[g]) for g in range(G)] if policy.protection else []
+    gpu_index = {gid: g for g, gid in enumerate(world.gpu_ids)}
+    matcher = MatchingPolicy(memory_quota_fraction=MEMORY_QUOTA,
+                             slowdown_bound=0.2 if policy.protection else math.inf,
+                             fixed_sm_share=None if policy.dynamic_sm else params.fixed_share)
+    planner = plan_matching if policy.placement == "matching" else plan_fcfs
+    dt = params.tick_s
+    round_ticks = max(1, round(params.round_s / dt))
+    series_ticks = max(1, round(params.series_every_s / dt))
+    horizon = params.horizon_h * 3600.0
+    last_submit = float(wk.submit.max()) if len(wk.submit) else 0.0
+    # accumulators
+    lat, lat0, weights = [], [], []
+    sums = dict.fromkeys(("util", "sm", "mem", "util0", "sm0", "mem0", "tput", "tput_n", "gpu_ticks"), 0.0)
+    window_sm = np.zeros(G)
+    window_n = 0
+    evictions = executions = reshares = 0
+    predicted: dict[int, float] = {}
+    errors: list[float] = []
+    series: dict[str, list[float]] = {k: [] for k in ("hour", "latency_norm", "normalized_throughput", "gpu_util", "sm_activity",
+                                                      "memory", "gpu_util0", "sm_activity0", "memory0", "running", "pending")}
+    acc = dict.fromkeys(("lat", "lat0", "tput", "tput_n", "util", "sm", "mem", "util0", "sm0", "mem0", "n"), 0.0)
+    k = 0
+    while True:
+        t = k * dt
+        if t >= horizon or (t > last_submit and not np.any(wk.state < 2)):
+            break
+        tk = world.tick(k, t)
+        window_sm += tk.sm_activity
+        window_n += 1
+        # a scheduling round at the start of the tick
+        if policy.placement != "none" and k % round_ticks == 0:
+            arrived = (wk.submit <= t) & (wk.state == 0)
+            mean_sm = window_sm / window_n
+            window_sm[:] = 0.0
+            window_n = 0
+            eligible = [g for g in range(G) if not policy.protection or monitors[g].state is HealthState.HEALTHY]
+            eligible_set = set(eligible)
+            if eligible and (np.any(arrived) or np.any(job_on >= 0)):
+                gpus = [OnlineGpu(world.gpu_ids[g], world.node_ids[g], str(world.gpu_types[g]), world.workload_names[g],
+                                  float(mean_sm[g]), float(tk.gpu_util[g]), float(world.memory_total[g]), float(world.memory_online[g]))
+                        for g in eligible]  # fmt: skip
+                pend = []
+                for w in np.flatnonzero(arrived | ((wk.state == 1) & np.isin(wk.gpu, eligible))).tolist():
+                    sa, su, so, mem, it = measured[int(wk.profile[w])]
+                    on = int(wk.gpu[w]) if wk.state[w] == 1 else -1
+                    pend.append(PendingJob(worker_ids[w], w, sa, su, so, mem, it,
+                                           running_on=world.gpu_ids[on] if on >= 0 and on in eligible_set else None))
+                plan = planner(gpus, pend, models or {}, matcher)
+                for s in plan.stopped:
+                    w = worker_index[s.job_id]
+                    g = int(wk.gpu[w])
+                    job_on[g], wk.gpu[w], wk.state[w] = -1, -1, 0
+                for p in plan.placements:  # moves vacate their GPUs before anything lands
+                    w = worker_index[p.job_id]
+                    if wk.state[w] == 1 and job_on[int(wk.gpu[w])] == w:
+                        job_on[int(wk.gpu[w])] = -1
+                for p in plan.placements:
+                    w, g = worker_index[p.job_id], gpu_index[p.gpu_id]
+                    job_on[g], wk.gpu[w], wk.state[w] = w, g, 1
+                    share[g] = p.sm_share
+                    startup_left[g] = params.startup_s
+                    executions += 1
+                    predicted[g] = p.predicted_normalized_throughput
+                for job_id in plan.kept:
+                    w = worker_index[job_id]
+                    g = int(wk.gpu[w])
+                    new = matcher.share_for(float(mean_sm[g]))
+                    if abs(new - share[g]) >= params.reshare_points:
+                        share[g] = new
+                        startup_left[g] = params.startup_s
+                        reshares += 1
+        # execution during this tick
+        idx = np.flatnonzero(job_on >= 0)
+        w_on = job_on[idx]
+        ti, pi = type_index[idx], wk.profile[w_on]
+        sm_all, util_all = tk.sm_activity.copy(), tk.gpu_util.copy()
+        slow_all = np.zeros(G)
+        mem_all = world.memory_online.copy()
+        power0, clock0, temp0 = world.device(tk.sm_activity, tk.gpu_util)
+        t_norm = np.zeros(len(idx))
+        if len(idx):
+            a, u = t_sm[ti, pi], t_util[ti, pi]
+            a_c = None
+            if xcuda is not None:  # xCUDA sees the clock the unthrottled pair would run at
+                first = share_gpu("mps", o=tk.sm_activity[idx], u_on=tk.gpu_util[idx], a=a, u=u, share=share[idx])
+                _, clk, _ = world.device(first.sm_activity, first.gpu_util, idx)
+                a_c = clock_weight(clk, world.max_clock[idx], xcuda)
+            shared = share_gpu(policy.mode, o=tk.sm_activity[idx], u_on=tk.gpu_util[idx], a=a, u=u, share=share[idx],
+                               a_c=a_c, xcuda=xcuda)
+            active = 1.0 - np.minimum(startup_left[idx], dt) / dt
+            startup_left[idx] = np.maximum(0.0, startup_left[idx] - dt)
+            t_norm = shared.throughput * active
+            sm_all[idx] = tk.sm_activity[idx] + active * (shared.sm_activity - tk.sm_activity[idx])
+            util_all[idx] = tk.gpu_util[idx] + active * (shared.gpu_util - tk.gpu_util[idx])
+            slow_all[idx] = shared.slowdown * active
+            mem_all[idx] += t_mem[ti, pi]
+            for g in [g for g in predicted if job_on[g] >= 0]:  # the first running tick of each placement
+                j = int(np.searchsorted(idx, g))
+                if active[j] > 0:
+                    truth_t = float(shared.throughput[j])
+                    if truth_t >= 0.01:
+                        errors.append(abs(predicted[g] - truth_t) / truth_t)
+                    del predicted[g]
+            rate = t_norm * dt / t_iter[ti, pi]  # iterations this tick
+            left = wk.iterations[w_on] - wk.done[w_on]
+            finishing = rate >= left
+            frac = np.where(finishing, np.divide(left, rate, out=np.ones_like(left), where=rate > 0), 1.0)
+            step = np.minimum(rate, left)
+            wk.done[w_on] += step
+            wk.sep_s[w_on] += step * t_iter[ti, pi]
+            wk.real_s[w_on] += frac * dt
+            for j in np.flatnonzero(finishing).tolist():
+                w, g = int(w_on[j]), int(idx[j])
+                wk.state[w], wk.gpu[w], wk.finish[w] = 2, -1, t + frac[j] * dt
+                job_on[g] = -1
+                jb = int(wk.job[w])
+                job_workers_left[jb] -= 1
+                if job_workers_left[jb] == 0:
+                    job_finish[jb] = wk.finish[w]
+                    if progress is not None:
+                        progress(1)
+        power, clock, temp = world.device(sm_all, util_all)
+        latency = world.latency_ms(tk.qps, clock, slow_all)
+        latency0 = world.latency_ms(tk.qps, clock0, np.zeros(G))
+        lat.append(latency.astype(np.float32))
+        lat0.append(latency0.astype(np.float32))
+        weights.append(tk.qps.astype(np.float32))
+        mem_pct, mem0_pct = 100.0 * mem_all / world.memory_total, 100.0 * world.memory_online / world.memory_total
+        tick_vals = {"lat": float(np.dot(latency, tk.qps)), "lat0": float(np.dot(latency0, tk.qps)),
+                     "tput": float(t_norm.sum()), "tput_n": float(len(idx)), "util": float(util_all.mean()),
+                     "sm": float(sm_all.mean()), "mem": float(mem_pct.mean()), "util0": float(tk.gpu_util.mean()),
+                     "sm0": float(tk.sm_activity.mean()), "mem0": float(mem0_pct.mean()), "n": 1.0}  # fmt: skip
+        for key, v in tick_vals.items():
+            acc[key] += v
+        for key in ("util", "sm", "mem", "util0", "sm0", "mem0", "tput", "tput_n"):
+            sums[key] += tick_vals[key]
+        sums["gpu_ticks"] += 1
+        # SysMonitor: every GPU's sample of this tick
+        if policy.protection:
+            for g in range(G):
+                values = values_of(util_all[g], sm_all[g], clock[g], world.max_clock[g], mem_all[g], world.memory_total[g],
+                                   temp[g], power[g])
+                moved = monitors[g].observe(values, t + dt, health)
+                if moved and job_on[g] >= 0 and any(m.to_state in (HealthState.OVERLIMIT, HealthState.DISABLED) for m in moved):
+                    w = int(job_on[g])
+                    job_on[g], wk.gpu[w], wk.state[w] = -1, -1, 0
+                    evictions += 1
+                    predicted.pop(g, None)
+        k += 1
+        if k % series_ticks == 0:
+            n = acc["n"]
+            series["hour"].append(t / 3600.0)
+            series["latency_norm"].append(acc["lat"] / acc["lat0"] if acc["lat0"] else 1.0)
+            series["normalized_throughput"].append(acc["tput"] / acc["tput_n"] if acc["tput_n"] else 0.0)
+            for key, name in (("util", "gpu_util"), ("sm", "sm_activity"), ("mem", "memory"), ("util0", "gpu_util0"),
+                              ("sm0", "sm_activity0"), ("mem0", "memory0")):
+                series[name].append(acc[key] / n)
+            series["running"].append(float(np.count_nonzero(job_on >= 0)))
+            series["pending"].append(float(np.count_nonzero((wk.submit <= t) & (wk.state == 0))))
+            acc = dict.fromkeys(acc, 0.0)
+    L, L0, Wt = np.concatenate(lat), np.concatenate(lat0), np.concatenate(weights)
+    finished = ~np.isnan(job_finish)
+    submits = np.array([j.submit_s for j in jobs])
+    jct = job_finish[finished] - submits[finished] if jobs else np.zeros(0)
+    done_w = wk.state == 2
+    n = max(1.0, sums["gpu_ticks"])
+    return {
+        "policy": policy.name, "mode": policy.mode, "placement": policy.placement, "dynamic_sm": policy.dynamic_sm,
+        "protection": policy.protection, "gpus": G, "jobs": len(jobs), "workers": int(len(job_of)),
+        "finished_jobs": int(finished.sum()), "unfinished_jobs": int((~finished).sum()),
+        "simulated_h": k * dt / 3600.0,
+        "avg_jct_min": float(jct.mean() / 60.0) if len(jct) else None,
+        "makespan_h": float((job_finish[finished].max() - submits.min()) / 3600.0) if finished.any() else None,
+        "oversold_gpu": float(wk.sep_s[done_w].sum() / wk.real_s[done_w].sum()) if done_w.any() and wk.real_s[done_w].sum() > 0 else None,
+        "avg_normalized_throughput": sums["tput"] / sums["tput_n"] if sums["tput_n"] else None,
+        "latency_avg_norm": float(np.dot(L, Wt) / np.dot(L0, Wt)),
+        "latency_p99_norm": _weighted_quantile(L, Wt, 0.99) / _weighted_quantile(L0, Wt, 0.99),
+        "latency_avg_ms": float(np.dot(L, Wt) / Wt.sum()), "latency_avg_ms_online_only": float(np.dot(L0, Wt) / Wt.sum()),
+        "gpu_util": sums["util"] / n, "sm_activity": sums["sm"] / n, "memory_usage": sums["mem"] / n,
+        "gpu_util_online_only": sums["util0"] / n, "sm_activity_online_only": sums["sm0"] / n,
+        "memory_usage_online_only": sums["mem0"] / n,
+        "executions": executions, "evictions": evictions, "eviction_rate": evictions / executions if executions else 0.0,
+        "reshares": reshares,
+        "predictor_mape": float(np.mean(errors)) if errors else None,
+        "series": series,
+    }  # fmt: skip
+
+
+def _ranks(job_of: np.ndarray) -> list[int]:
+    """Each worker's index within its job."""
+    out, last, r = [], -1, 0
+    for j in job_of.tolist():
+        r = r + 1 if j == last else 0
+        last = j
+        out.append(r)
+    return out
+
+
+def run_traces(params: MuxflowParams, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Every policy on every trace; the results a scenario reports."""
+    unknown = [p for p in params.policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+    main = max(params.gpus, key=lambda t: (params.gpus[t], t))
+    needs_models = any(POLICIES[p].placement != "none" for p in params.policies)
+    models = speed_models(sorted(params.gpus), seed=seed, pairs=params.predictor_pairs, epochs=params.predictor_epochs) if needs_models else {}
+    health = load_config()
+    out = []
+    for letter, count in zip(params.traces, params.job_counts(), strict=True):
+        jobs = offline_trace(letter, count, seed=seed, hours=params.hours, max_duration_h=params.max_duration_h, gpu_type=main,
+                             gpus=sum(params.gpus.values()), load=params.load, trace_file=params.trace_file)
+        runs = {name: run_policy(POLICIES[name], jobs, params, seed=seed, models=models, health=health, progress=progress)
+                for name in params.policies}
+        out.append({"trace": letter, "jobs": len(jobs), "workers": sum(j.workers for j in jobs),
+                    "solo_gpu_hours": sum(j.duration_s * j.workers for j in jobs) / 3600.0,
+                    "models": {m: sum(1 for j in jobs if j.model == m) for m in OFFLINE_MODELS},
+                    "batch_sizes": {m: batch_for(m, main) for m in OFFLINE_MODELS}, "runs": runs})
+    return {"params": _params_dict(params), "traces": out}
+
+
+def _params_dict(params: MuxflowParams) -> dict[str, Any]:
+    d = asdict(params)
+    d["gpus"] = dict(params.gpus)
+    d["job_counts"] = list(params.job_counts())
+    return d
