@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from hivemux.errors import InvariantViolation
 from hivemux.events.telemetry import HealthState
 from hivemux.health.config import HealthConfig, load_config
 from hivemux.health.sysmonitor import SysMonitor, values_of
@@ -398,6 +399,7 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
                         share[g] = new
                         startup_left[g] = params.startup_s
                         reshares += 1
+            _check_placements(wk, job_on, t)
         # execution during this tick
         idx = np.flatnonzero(job_on >= 0)
         w_on = job_on[idx]
@@ -487,6 +489,8 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
             series["running"].append(float(np.count_nonzero(job_on >= 0)))
             series["pending"].append(float(np.count_nonzero((wk.submit <= t) & (wk.state == 0))))
             acc = dict.fromkeys(acc, 0.0)
+    _check_placements(wk, job_on, k * dt)
+    _check_accounting(wk)
     L, L0, Wt = np.concatenate(lat), np.concatenate(lat0), np.concatenate(weights)
     finished = ~np.isnan(job_finish)
     submits = np.array([j.submit_s for j in jobs])
@@ -510,9 +514,30 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
         "memory_usage_online_only": sums["mem0"] / n,
         "executions": executions, "evictions": evictions, "eviction_rate": evictions / executions if executions else 0.0,
         "reshares": reshares,
+        "workers_finished": int(done_w.sum()), "offline_gpu_hours": float(wk.real_s.sum() / 3600.0),
+        "offline_solo_hours_done": float(wk.sep_s.sum() / 3600.0),
         "predictor_mape": float(np.mean(errors)) if errors else None,
         "series": series,
     }  # fmt: skip
+
+
+def _check_placements(wk: _Workers, job_on: np.ndarray, t: float) -> None:
+    """Every running worker holds exactly one GPU that names it back, and no GPU names a
+    worker that is not running (a lost or doubly placed job would break conservation)."""
+    running = np.flatnonzero(wk.state == 1)
+    held = job_on[job_on >= 0]
+    if len(held) != len(running) or not np.array_equal(np.sort(held), running) or np.any(job_on[wk.gpu[running]] != running):
+        raise InvariantViolation(f"t={t:.0f}s: GPU holders and running workers disagree "
+                                 f"({len(held)} GPUs held, {len(running)} workers running)")
+
+
+def _check_accounting(wk: _Workers) -> None:
+    """Finished workers did all their iterations; no worker got more than solo speed."""
+    done = wk.state == 2
+    if np.any(wk.done[done] < wk.iterations[done] * (1 - 1e-9)) or np.any(wk.done > wk.iterations * (1 + 1e-9)):
+        raise InvariantViolation("a worker finished without its iterations, or ran past them")
+    if np.any(wk.sep_s > wk.real_s * (1 + 1e-9) + 1e-6):
+        raise InvariantViolation("a worker ran faster than alone (solo time above the time it held a GPU)")
 
 
 def _ranks(job_of: np.ndarray) -> list[int]:

@@ -201,7 +201,7 @@ def run_muxflow(params: Params, seed: int, progress: ProgressFn | None = None) -
     return run_traces(params.muxflow or MuxflowParams(), seed, progress)
 
 
-_MUXFLOW_SMALL = dict(gpus={"T4": 64}, hours=6.0, horizon_h=18.0, predictor_pairs=600, predictor_epochs=25)
+_MUXFLOW_SMALL = dict(gpus={"T4": 64}, hours=6.0, horizon_h=24.0, predictor_pairs=1000, predictor_epochs=40)
 RELATED_WORK = ("Online-only", "Time-sharing", "PB-time-sharing", "PB-multi-stream", "MuxFlow")
 ABLATION = ("Online-only", "MuxFlow", "MuxFlow-S", "MuxFlow-M", "MuxFlow-S-M")
 
