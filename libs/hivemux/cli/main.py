@@ -301,6 +301,52 @@ def sim_run(name: str, seed: int, out_dir: Path | None, scale: str, config_path:
         click.echo(str(f))
 
 
+@sim_group.command("results")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("sim-out"), show_default=True,
+              help="Folder for each scenario's outputs and RESULTS.md.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--scale", type=click.Choice(["full", "small"]), default="full", show_default=True)
+@click.option("--reuse/--rerun", default=False, show_default=True,
+              help="Reuse a scenario's results.json already in OUT (same scale and seed) instead of running it again.")
+@click.option("--scenario", "names", multiple=True, help="Only these scenarios (default: all).")
+def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[str, ...]) -> None:
+    """Run every scenario and write OUT/RESULTS.md: the measured figures beside the papers'."""
+    import json
+    import time
+
+    from ..errors import ConfigurationError
+    from ..sim.report import write_outputs
+    from ..sim.results_table import results_markdown
+    from ..sim.scenarios import SCENARIOS, run_scenario, runs_per_workload, scenario_params, total_jobs
+
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        raise click.ClickException(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    results = []
+    for name in names or tuple(SCENARIOS):
+        folder = out_dir / f"{name}-{scale}-seed{seed}"
+        saved = folder / "results.json"
+        if reuse and saved.exists():
+            results.append(json.loads(saved.read_text()))
+            click.echo(f"{name}: reused {saved}", err=True)
+            continue
+        try:
+            params = scenario_params(name, scale)
+            length = total_jobs(params, seed, runs_per_workload(name, params, seed))
+        except ConfigurationError as error:
+            raise click.ClickException(str(error)) from error
+        started = time.perf_counter()
+        with click.progressbar(length=length, label=f"{name} ({scale}, seed {seed})", file=sys.stderr) as bar:
+            result = run_scenario(name, params, seed, progress=bar.update)
+        write_outputs(result, folder, wall_s=time.perf_counter() - started)
+        results.append(json.loads(saved.read_text()))
+    table = results_markdown(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "RESULTS.md").write_text("# Simulator results: measured vs the papers\n\n"
+                                        f"`hivemux sim results --out {out_dir} --seed {seed} --scale {scale}`\n\n" + table)
+    click.echo(table)
+
+
 def _run_on_bus(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a CLI's bus work; an unreachable broker is a clear error, not a traceback."""
     try:

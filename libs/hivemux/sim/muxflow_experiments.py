@@ -343,7 +343,7 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
     sums = dict.fromkeys(("util", "sm", "mem", "util0", "sm0", "mem0", "tput", "tput_n", "gpu_ticks"), 0.0)
     window_sm = np.zeros(G)
     window_n = 0
-    evictions = executions = reshares = 0
+    evictions = executions = reshares = rounds = 0
     predicted: dict[int, float] = {}
     errors: list[float] = []
     series: dict[str, list[float]] = {k: [] for k in ("hour", "latency_norm", "normalized_throughput", "gpu_util", "sm_activity",
@@ -354,11 +354,14 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
         t = k * dt
         if t >= horizon or (t > last_submit and not np.any(wk.state < 2)):
             break
+        if policy.placement == "none" and t >= params.hours * 3600.0:  # nothing to wait for after the window
+            break
         tk = world.tick(k, t)
         window_sm += tk.sm_activity
         window_n += 1
         # a scheduling round at the start of the tick
         if policy.placement != "none" and k % round_ticks == 0:
+            rounds += 1
             arrived = (wk.submit <= t) & (wk.state == 0)
             mean_sm = window_sm / window_n
             window_sm[:] = 0.0
@@ -501,7 +504,7 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
         "policy": policy.name, "mode": policy.mode, "placement": policy.placement, "dynamic_sm": policy.dynamic_sm,
         "protection": policy.protection, "gpus": G, "jobs": len(jobs), "workers": int(len(job_of)),
         "finished_jobs": int(finished.sum()), "unfinished_jobs": int((~finished).sum()),
-        "simulated_h": k * dt / 3600.0,
+        "simulated_h": k * dt / 3600.0, "ticks": k, "rounds": rounds,
         "avg_jct_min": float(jct.mean() / 60.0) if len(jct) else None,
         "makespan_h": float((job_finish[finished].max() - submits.min()) / 3600.0) if finished.any() else None,
         "oversold_gpu": float(wk.sep_s[done_w].sum() / wk.real_s[done_w].sum()) if done_w.any() and wk.real_s[done_w].sum() > 0 else None,

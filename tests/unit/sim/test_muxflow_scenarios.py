@@ -56,3 +56,16 @@ def test_cli_runs_a_users_muxflow_cluster(tmp_path: Path) -> None:
     assert refused.exit_code != 0 and "unknown policies" in refused.output
     wrong = runner.invoke(cli, ["sim", "run", "--scenario", "hived-binding", "--config", str(config)])
     assert wrong.exit_code != 0 and "muxflow-* scenarios" in wrong.output
+
+
+def test_sim_results_writes_one_table_and_reuses_runs(tmp_path: Path) -> None:
+    runner = CliRunner()
+    args = ["sim", "results", "--out", str(tmp_path), "--scale", "small", "--scenario", "salus-policies"]
+    first = runner.invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    table = (tmp_path / "RESULTS.md").read_text()
+    assert "| `salus-policies` | SRTF vs FIFO average JCT | §5.1, Table 2 | 3.19× |" in table
+    again = runner.invoke(cli, [*args, "--reuse"])
+    assert again.exit_code == 0 and "reused" in again.output
+    bad = runner.invoke(cli, ["sim", "results", "--scenario", "nope", "--out", str(tmp_path)])
+    assert bad.exit_code != 0 and "unknown scenario" in bad.output
