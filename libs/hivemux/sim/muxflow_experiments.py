@@ -254,7 +254,7 @@ def speed_models(gpu_types: Sequence[str], *, seed: int, pairs: int, epochs: int
         key = (t, seed, pairs, epochs)
         if key not in _MODELS:
             data = simulated_pairs(t, pairs, seed=seed)
-            _MODELS[key] = MemoizedModel(fit(data, gpu_type=t, version=1, seed=seed, settings=TrainingSettings(epochs=epochs)).model)
+            _MODELS[key] = fit(data, gpu_type=t, version=1, seed=seed, settings=TrainingSettings(epochs=epochs)).model
         out[t] = _MODELS[key]
     return out
 
@@ -333,6 +333,9 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
                              slowdown_bound=0.2 if policy.protection else math.inf,
                              fixed_sm_share=None if policy.dynamic_sm else params.fixed_share)
     planner = plan_matching if policy.placement == "matching" else plan_fcfs
+    # a memo per run: batched float32 inference may differ in the last bit with the batch's
+    # other rows, so sharing answers across runs would make a run depend on the ones before it
+    models = {t: MemoizedModel(m) if hasattr(m, "predict_arrays") else m for t, m in (models or {}).items()}
     dt = params.tick_s
     round_ticks = max(1, round(params.round_s / dt))
     series_ticks = max(1, round(params.series_every_s / dt))
@@ -378,7 +381,7 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
                     on = int(wk.gpu[w]) if wk.state[w] == 1 else -1
                     pend.append(PendingJob(worker_ids[w], w, sa, su, so, mem, it,
                                            running_on=world.gpu_ids[on] if on >= 0 and on in eligible_set else None))
-                plan = planner(gpus, pend, models or {}, matcher)
+                plan = planner(gpus, pend, models, matcher)
                 for s in plan.stopped:
                     w = worker_index[s.job_id]
                     g = int(wk.gpu[w])
