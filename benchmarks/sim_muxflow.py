@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import time
+from pathlib import Path
 
 from hivemux.sim.muxflow_experiments import POLICIES, MuxflowParams, offline_trace, run_policy, speed_models
 
@@ -44,7 +45,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gpus", type=int, nargs="+", default=[250, 500, 1000, 2000])
     parser.add_argument("--jobs", type=int, nargs="+", default=[1410, 3369, 5328, 7287])
-    parser.add_argument("--plot", default=None, help="also write a PNG of wall time vs cost units")
+    parser.add_argument("--plot", default="bench-out/sim-muxflow.png", help="PNG of wall time vs cluster size and job count ('' for none)")
     args = parser.parse_args()
     print(f"sim (MuxFlow): one MuxFlow run per point, trace D, 24 h of submissions, seed {args.seed}")
     sweeps = {
@@ -73,7 +74,9 @@ def main() -> None:
         for ax in axes:
             ax.set_ylabel("wall time (s)")
         fig.tight_layout()
+        Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.plot, dpi=110)
+        print(f"plot: {args.plot}")
     print(json.dumps({"benchmark": "sim_muxflow", "seed": args.seed, "growth_exponent": {k: round(v, 3) for k, v in growth.items()},
                       "points": {k: [{kk: round(vv, 4) if isinstance(vv, float) else vv for kk, vv in p.items()} for p in v]
                                  for k, v in sweeps.items()}}))
