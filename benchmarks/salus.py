@@ -16,8 +16,12 @@ Figures:
   paper's §5.1.2 single-lane setup); completion time counts from arrival, and includes
   connecting to the gate. Median of ``--repeats`` mixes.
 - transport: a unary echo call vs a message round trip on one bidirectional stream (gRPC
-  generic handlers, same socket kind, no gate logic): the measurement behind the gate's
-  one-stream-per-job design.
+  generic handlers, same socket kind, no gate logic, grpc.aio server, grpcio's synchronous
+  client): the measurement behind the gate's one-stream-per-job design. Then the stream echo
+  with the adaptor's direct client (``_DirectStream``: one batch per round trip, driven from the
+  job's thread), against the grpc.aio server and against grpcio's core server polled by one
+  thread of its own (as ``LaneServer``'s default ``core`` transport): the measurements behind
+  the gate's transport, and the floor under its round trip.
 
 Run: ``python benchmarks/salus.py [--samples 3000 --jobs 8 --repeats 3]``.
 """
@@ -33,6 +37,7 @@ import queue
 import random
 import statistics
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -108,7 +113,68 @@ def echo_client(socket: str, samples: int, results: Any) -> None:
             if i >= 200:
                 stream_times.append(time.perf_counter() - began)
         outbox.put(None)
-    results.put((unary_times, stream_times))
+    results.put((unary_times, stream_times, direct_echo(socket, samples)))
+
+
+def direct_echo(socket: str, samples: int) -> list[float]:
+    """Stream echo round trips with the adaptor's direct client (one send+receive batch each)."""
+    import grpc
+
+    from hivemux.salus.client import _DirectStream
+
+    with grpc.insecure_channel(f"unix:{socket}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=10)
+        stream = _DirectStream(channel, "/bench.Echo/Stream")
+        times = []
+        for i in range(samples + 200):
+            began = time.perf_counter()
+            stream.exchange(b"x")
+            if i >= 200:
+                times.append(time.perf_counter() - began)
+        stream.finish()
+    return times
+
+
+def direct_echo_client(socket: str, samples: int, results: Any) -> None:
+    results.put(direct_echo(socket, samples))
+
+
+def core_echo_server(socket: str, stop: Any) -> None:
+    """A stream echo on grpcio's core server, polled by the calling thread (no gate logic)."""
+    from grpc._cython import cygrpc
+
+    from hivemux.salus.server import GRPC_OPTIONS
+
+    queue_, server = cygrpc.CompletionQueue(), cygrpc.Server(tuple(GRPC_OPTIONS), False)
+    server.register_completion_queue(queue_)
+    server.add_http2_port(f"unix:{socket}".encode())
+    server.start()
+    server.request_call(queue_, queue_, "call")
+    metadata_sent: set[Any] = set()
+    while not stop.is_set():
+        event = queue_.poll(time.time() + 0.1)
+        if event.completion_type == cygrpc.CompletionType.queue_timeout:
+            continue
+        if event.tag == "call":
+            server.request_call(queue_, queue_, "call")
+            event.call.start_server_batch((cygrpc.ReceiveMessageOperation(0),), ("received", event.call))
+            continue
+        kind, call = event.tag
+        if kind == "sent":
+            call.start_server_batch((cygrpc.ReceiveMessageOperation(0),), ("received", call))
+        elif kind == "received":
+            message = event.batch_operations[0].message()
+            ops = [] if call in metadata_sent else [cygrpc.SendInitialMetadataOperation(None, 0)]
+            metadata_sent.add(call)
+            if message is None:
+                ops.append(cygrpc.SendStatusFromServerOperation(None, cygrpc.StatusCode.ok, b"", 0))
+                call.start_server_batch(tuple(ops), ("status", call))
+                metadata_sent.discard(call)
+            else:
+                ops.append(cygrpc.SendMessageOperation(message, 0))
+                call.start_server_batch(tuple(ops), ("sent", call))
+    server.shutdown(queue_, "shutdown")
+    server.cancel_all_calls()
 
 
 # -- the parent: servers and figures --------------------------------------------------------------
@@ -165,7 +231,7 @@ async def average_completion(ctx: Any, policy: str, mix: list[tuple[str, int, fl
     return statistics.mean(finished - arrived for _, arrived, finished, _ in out)
 
 
-async def transport(ctx: Any, samples: int) -> tuple[list[float], list[float]]:
+async def transport(ctx: Any, samples: int) -> tuple[list[float], list[float], list[float], list[float]]:
     import grpc
 
     ident = lambda b: b  # noqa: E731
@@ -193,11 +259,22 @@ async def transport(ctx: Any, samples: int) -> tuple[list[float], list[float]]:
             results = ctx.Queue()
             p = ctx.Process(target=echo_client, args=(socket, samples, results))
             p.start()
-            out = await asyncio.to_thread(results.get, True, 120)
+            unary, stream, direct = await asyncio.to_thread(results.get, True, 120)
             await asyncio.to_thread(p.join)
-            return out
         finally:
             await server.stop(0)
+        core_socket, stop = os.path.join(tmp, "core-echo.sock"), threading.Event()
+        thread = threading.Thread(target=core_echo_server, args=(core_socket, stop), daemon=True)
+        thread.start()
+        try:
+            p = ctx.Process(target=direct_echo_client, args=(core_socket, samples, results))
+            p.start()
+            core = await asyncio.to_thread(results.get, True, 120)
+            await asyncio.to_thread(p.join)
+        finally:
+            stop.set()
+            await asyncio.to_thread(thread.join)
+        return unary, stream, direct, core
 
 
 async def run(args: argparse.Namespace) -> dict[str, float]:
@@ -214,7 +291,7 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
         fifo_jct.append(fifo)
         srtf_jct.append(srtf)
         ratios.append(srtf / fifo)
-    unary, stream = await transport(ctx, args.samples)
+    unary, stream, direct, core = await transport(ctx, args.samples)
     return {
         "gate_round_trip_median_us": statistics.median(round_trips) * us,
         "gate_round_trip_p99_us": percentile(round_trips, 0.99) * us,
@@ -225,6 +302,9 @@ async def run(args: argparse.Namespace) -> dict[str, float]:
         "srtf_over_fifo_avg_jct": statistics.median(ratios),
         "transport_unary_median_us": statistics.median(unary) * us,
         "transport_stream_median_us": statistics.median(stream) * us,
+        "transport_stream_direct_median_us": statistics.median(direct) * us,
+        "transport_stream_direct_core_median_us": statistics.median(core) * us,
+        "transport_stream_direct_core_p99_us": percentile(core, 0.99) * us,
     }
 
 
@@ -235,7 +315,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     figures = asyncio.run(run(args))
-    print(f"salus gate: unix socket, grpc.aio server, {args.samples} samples per latency figure; "
+    print(f"salus gate: unix socket, core server thread + direct client, {args.samples} samples per latency figure; "
           f"job mix: {args.jobs} jobs (1 long, then 7:3 short 4-12 : long 60-120 iterations) of {ITERATION_S * 1e3:g} ms CPU, arriving "
           f"{ARRIVAL_GAP_S * 1e3:g} ms apart, one lane (C = {CAPACITY_MIB:g} MiB, P = {PERSISTENT_MIB:g}, "
           f"E = {EPHEMERAL_MIB:g}), seed {SEED}, median of {args.repeats} mixes; {os.cpu_count()} CPUs")  # fmt: skip
@@ -250,6 +330,9 @@ def main() -> None:
         ("SRTF / FIFO average JCT", figures["srtf_over_fifo_avg_jct"], "< 1"),
         ("transport: unary echo median (us)", figures["transport_unary_median_us"], ""),
         ("transport: stream echo median (us)", figures["transport_stream_median_us"], ""),
+        ("  direct client, aio server (us)", figures["transport_stream_direct_median_us"], ""),
+        ("  direct client, core server (us)", figures["transport_stream_direct_core_median_us"], ""),
+        ("  direct client, core server p99", figures["transport_stream_direct_core_p99_us"], ""),
     ]
     for name, value, target in rows:
         print(f"{name:<34} {value:>10.3f} {target:>10}")

@@ -242,6 +242,8 @@ def test_bad_configuration_fails_at_construction(tmp_path: Path) -> None:
         LaneServer(str(tmp_path / "s"), 1000, "lottery")
     with pytest.raises(ConfigurationError, match="capacity_mib"):
         LaneServer(str(tmp_path / "s"), 0, "fair")
+    with pytest.raises(ConfigurationError, match="unknown Salus transport"):
+        LaneServer(str(tmp_path / "s"), 1000, "fair", transport="http")
 
 
 async def test_protocol_breaches_are_refused_and_end_the_session(gate_server: LaneServer) -> None:
@@ -264,3 +266,56 @@ async def test_protocol_breaches_are_refused_and_end_the_session(gate_server: La
     assert await answers(bad) == ["refused:register: iterations must be >= 0, got -1"]
     # Every refused session was released: nothing holds memory.
     assert gate_server.snapshot().lanes == () and gate_server.snapshot().pending == ()
+
+
+@pytest.mark.parametrize("transport", ["core", "aio"])
+@pytest.mark.parametrize("direct_client", [True, False])
+async def test_both_server_transports_and_both_client_streams_serve_the_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: str, direct_client: bool
+) -> None:
+    from hivemux.salus import client
+
+    if not direct_client:  # the adaptor's fallback: grpcio's public streaming API
+        monkeypatch.setattr(client._DirectStream, "usable", staticmethod(lambda channel: False))
+    server = LaneServer(str(tmp_path / "gate.sock"), 1000.0, "fair", transport=transport)
+    assert server.transport == transport
+    await server.start()
+    try:
+        assert (await asyncio.to_thread(run_job, server.socket_path, "a", 5, 0.0))[1] == 0
+        with pytest.raises(salus.JobRefused, match="exceeds the capacity"):
+            await asyncio.to_thread(
+                lambda: salus.job("giant", persistent_mib=600, ephemeral_mib=600, socket=server.socket_path).open()
+            )
+        records = server.completed_iterations()
+        assert [(r.job, r.iteration) for r in records] == [("a", i) for i in range(5)]
+        assert all(r.granted_at <= r.done_at for r in records)
+        assert server.snapshot().lanes == ()
+    finally:
+        await server.stop()
+
+
+async def test_an_unknown_method_is_unimplemented_and_the_gate_keeps_serving(gate_server: LaneServer) -> None:
+    import grpc
+
+    async with grpc.aio.insecure_channel(gate_server.address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await channel.unary_unary("/hivemux.salus.v1.LaneGate/Nope")(b"")
+        assert failed.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert (await asyncio.to_thread(run_job, gate_server.socket_path, "after", 3, 0.0))[1] == 0
+
+
+@pytest.mark.parametrize("transport", ["core", "aio"])
+async def test_stopping_the_gate_ends_open_sessions(tmp_path: Path, transport: str) -> None:
+    server = LaneServer(str(tmp_path / "gate.sock"), 1000.0, "fifo", transport=transport)
+    await server.start()
+    gated = salus.GatedJob("open", persistent_mib=10, ephemeral_mib=10, iterations=100, socket=server.socket_path)
+    await asyncio.to_thread(gated.open)
+    steps = gated.iterations()
+    assert await asyncio.to_thread(next, steps) == 0
+    began = time.monotonic()
+    await asyncio.wait_for(server.stop(grace=0.1), timeout=10)
+    assert time.monotonic() - began < 5
+    assert not os.path.exists(server.socket_path)
+    with pytest.raises((salus.GateError, salus.GateUnavailable)):
+        await asyncio.to_thread(next, steps)
+    await asyncio.to_thread(gated.close)

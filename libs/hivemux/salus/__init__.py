@@ -3,7 +3,8 @@ PACK, SRTF, FAIR), the gate serving them over gRPC on a Unix socket, and the wor
 
 - ``lanes.py``: ``LaneManager``, ``find_lane``, the safety condition (pure).
 - ``iteration_scheduler.py``: ``IterationScheduler``, ``Policy`` (pure).
-- ``server.py``: ``LaneServer`` (grpc.aio; the executor runs one per GPU).
+- ``server.py``: ``LaneServer`` (the executor runs one per GPU; grpcio's core server on a thread
+  of its own, or grpc.aio on the event loop).
 - ``client.py``: the adaptor, re-exported here::
 
     from hivemux import salus

@@ -27,8 +27,15 @@ Design note, the session as the adaptor sees it::
     connecting ─► registering ─(Queued)*─► admitted ─► requesting ⇄ running ─► closed
                         └──(Refused)──► JobRefused raised
 
-One gRPC stream per job (see ``server.py`` for why a stream); the synchronous gRPC client, so
-a training loop needs no event loop.
+One gRPC stream per job (see ``server.py`` for why a stream), driven from the job's own
+thread, so a training loop needs no event loop: ``_DirectStream`` starts gRPC batches on the
+call and waits for their completion itself (grpcio's ``segregated_call``, as its blocking unary
+calls do), so reporting an iteration done, asking for the next and receiving the grant are one
+batch and one wake-up, with no helper thread in between. grpcio's public streaming API needs
+two thread hand-offs per message (a thread consuming the request iterator, the channel's
+polling thread waking the reader): 50-240 us more per round trip on the loaded development
+machine (figures in ``server.py``; ``benchmarks/salus.py`` prints both). That API remains the
+fallback (``_ThreadedStream``) if grpcio's internals are not as ``_DirectStream`` expects.
 """
 
 from __future__ import annotations
@@ -41,10 +48,14 @@ from types import TracebackType
 
 import grpc
 
+try:  # the transport the adaptor drives from the job's thread (see _DirectStream)
+    from grpc._cython import cygrpc
+except ImportError:  # pragma: no cover - grpcio without its Cython core
+    cygrpc = None
+
 from hivemux.errors import HivemuxError, TransientError
 
 from . import gate_pb2 as pb
-from . import gate_pb2_grpc as pb_grpc
 
 SOCKET_ENV = "HIVEMUX_SALUS_SOCKET"
 
@@ -58,10 +69,13 @@ GRPC_OPTIONS = [
 ]
 
 
-# The per-iteration messages never change: built once, off the iteration path.
-_REQUEST = pb.JobMessage(request=pb.Request())
-_DONE_AND_NEXT = pb.JobMessage(done=pb.Done(request_next=True))
-_DONE = pb.JobMessage(done=pb.Done(request_next=False))
+_SERVICE = pb.DESCRIPTOR.services_by_name["LaneGate"]
+_SESSION_METHOD = f"/{_SERVICE.full_name}/{_SERVICE.methods_by_name['Session'].name}"
+
+# The per-iteration messages never change: built and serialized once, off the iteration path.
+_REQUEST = pb.JobMessage(request=pb.Request()).SerializeToString()
+_DONE_AND_NEXT = pb.JobMessage(done=pb.Done(request_next=True)).SerializeToString()
+_DONE = pb.JobMessage(done=pb.Done(request_next=False)).SerializeToString()
 
 
 class GateError(HivemuxError):
@@ -74,6 +88,154 @@ class JobRefused(GateError):
 
 class GateUnavailable(TransientError):
     """The gate's socket does not answer."""
+
+
+class _Ended(Exception):
+    """The session's call ended; ``code`` is its gRPC status (OK: the gate closed the stream)."""
+
+    def __init__(self, code: grpc.StatusCode) -> None:
+        super().__init__(code.name)
+        self.code = code
+
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class _DirectStream:
+    """A ``LaneGate.Session`` call driven entirely from the job's own thread.
+
+    grpcio's public stream API costs two thread hand-offs per message on the client: a helper
+    thread consumes the request iterator and the channel's polling thread wakes the reader.
+    Here the call has its own completion queue (grpcio's ``segregated_call``, which its
+    blocking unary path uses too) and the job's thread starts each batch and waits for its
+    completion itself: sending ``Done(request_next)`` and receiving the grant is one batch and
+    one wake-up. Every method blocks until its batch completes, so at most one send and one
+    receive are ever outstanding, as gRPC requires. Not thread-safe; one job, one thread.
+    """
+
+    _STATUS = object()  # tag of the batch that completes when the call ends
+
+    def __init__(self, channel: grpc.Channel, method: str = _SESSION_METHOD) -> None:
+        core = channel._channel  # type: ignore[attr-defined]  # grpcio's cygrpc.Channel
+        self._call = core.segregated_call(
+            cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, method.encode(), None, None, None, None,
+            (((cygrpc.ReceiveInitialMetadataOperation(0), cygrpc.ReceiveStatusOnClientOperation(0)), self._STATUS),),
+            cygrpc.build_census_context(), None,
+        )  # fmt: skip
+        self._metadata_sent = False
+        self._closed_send = False
+        self._interrupted = False  # a wait was interrupted (KeyboardInterrupt): its batch is pending
+        self._code: grpc.StatusCode | None = None  # set when the status batch completes
+
+    @staticmethod
+    def usable(channel: grpc.Channel) -> bool:
+        return cygrpc is not None and isinstance(getattr(channel, "_channel", None), cygrpc.Channel)
+
+    def send(self, data: bytes) -> None:
+        self._run(self._send_ops(data))
+
+    def exchange(self, data: bytes) -> bytes:
+        """Send ``data`` and receive the next message (one batch, one wait)."""
+        return self._message(self._run(self._send_ops(data) + (cygrpc.ReceiveMessageOperation(0),)))
+
+    def receive(self) -> bytes:
+        return self._message(self._run((cygrpc.ReceiveMessageOperation(0),)))
+
+    def finish(self) -> None:
+        """Close the sending side, drain the gate's messages and wait for the call's end."""
+        if self._code is not None:
+            return
+        if self._interrupted:  # a batch may still be outstanding: end the call rather than queue more
+            self._call.cancel(cygrpc.StatusCode.cancelled, "the job stopped mid-call")
+            while self._code is None:
+                self._record_status(self._call.next_event())
+            return
+        if not self._closed_send:
+            self._closed_send = True
+            ops: tuple = (cygrpc.SendCloseFromClientOperation(0),)
+            if not self._metadata_sent:
+                self._metadata_sent = True
+                ops = (cygrpc.SendInitialMetadataOperation(None, 0),) + ops
+            self._run(ops)
+        try:
+            while True:
+                self.receive()
+        except _Ended:
+            pass
+
+    def _send_ops(self, data: bytes) -> tuple:
+        if self._metadata_sent:
+            return (cygrpc.SendMessageOperation(data, 0),)
+        self._metadata_sent = True
+        return (cygrpc.SendInitialMetadataOperation(None, 0), cygrpc.SendMessageOperation(data, 0))
+
+    def _run(self, operations: tuple) -> cygrpc.BaseEvent:
+        if self._code is not None:  # the call is over (its completion queue is gone)
+            raise _Ended(self._code)
+        if self._interrupted:
+            raise _Ended(grpc.StatusCode.CANCELLED)
+        tag = object()
+        self._interrupted = True
+        self._call.operate(operations, tag)
+        while (event := self._call.next_event()).tag is not tag:
+            self._record_status(event)
+        self._interrupted = False
+        return event
+
+    def _record_status(self, event: cygrpc.BaseEvent) -> None:
+        if event.tag is self._STATUS:
+            wanted = cygrpc.OperationType.receive_status_on_client
+            [status] = [op for op in event.batch_operations if op.type() == wanted]
+            self._code = _STATUS_CODES.get(status.code(), grpc.StatusCode.UNKNOWN)
+
+    def _message(self, event: cygrpc.BaseEvent) -> bytes:
+        message = event.batch_operations[-1].message()
+        if message is None:  # the gate ended the stream or the connection broke
+            while self._code is None:
+                self._record_status(self._call.next_event())
+            raise _Ended(self._code)
+        return message
+
+
+class _ThreadedStream:
+    """The same session over grpcio's public streaming API (its helper threads): the fallback
+    when grpcio's core is not reachable as ``_DirectStream`` expects."""
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self._outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        ident = lambda data: data  # noqa: E731
+        call = channel.stream_stream(_SESSION_METHOD, request_serializer=ident, response_deserializer=ident)
+        self._responses: Iterator[bytes] = call(self._requests())
+        self._closed_send = False
+
+    def _requests(self) -> Iterator[bytes]:
+        while (message := self._outbox.get()) is not None:
+            yield message
+
+    def send(self, data: bytes) -> None:
+        self._outbox.put(data)
+
+    def exchange(self, data: bytes) -> bytes:
+        self._outbox.put(data)
+        return self.receive()
+
+    def receive(self) -> bytes:
+        try:
+            return next(self._responses)
+        except StopIteration:
+            raise _Ended(grpc.StatusCode.OK) from None
+        except grpc.RpcError as broken:
+            raise _Ended(broken.code()) from None
+
+    def finish(self) -> None:
+        if not self._closed_send:
+            self._closed_send = True
+            self._outbox.put(None)
+        try:
+            while True:
+                self.receive()
+        except _Ended:
+            pass
 
 
 class GatedJob:
@@ -103,8 +265,7 @@ class GatedJob:
             self._register.iteration_seconds = iteration_seconds
         self._connect_timeout_s = connect_timeout_s
         self._channel: grpc.Channel | None = None
-        self._outbox: queue.SimpleQueue[pb.JobMessage | None] = queue.SimpleQueue()
-        self._responses: Iterator[pb.GateMessage] | None = None
+        self._stream: _DirectStream | _ThreadedStream | None = None
         self._running = False
         self._iterating = False
         self._next_step = 0  # iterations() continues from here if called again
@@ -126,11 +287,11 @@ class GatedJob:
         except grpc.FutureTimeoutError:
             self._channel.close()
             raise GateUnavailable(f"the Salus gate at unix:{self.socket} does not answer") from None
-        self._responses = pb_grpc.LaneGateStub(self._channel).Session(self._requests())
-        self._send(pb.JobMessage(register=self._register))
+        stream_kind = _DirectStream if _DirectStream.usable(self._channel) else _ThreadedStream
+        self._stream = stream_kind(self._channel)
         try:
+            message = self._exchange(pb.JobMessage(register=self._register).SerializeToString())
             while True:
-                message = self._receive()
                 kind = message.WhichOneof("kind")
                 if kind == "admitted":
                     self.lane, self.lane_size_mib = message.admitted.lane, message.admitted.lane_size_mib
@@ -138,6 +299,7 @@ class GatedJob:
                 if kind != "queued":
                     raise GateError(f"the gate answered {kind!r} while the job waited for a lane")
                 self.queued_reason = message.queued.reason
+                message = self._receive()
         except BaseException:
             self.close()
             raise
@@ -150,13 +312,14 @@ class GatedJob:
             if self._running:
                 self._running = False
                 self._send(_DONE)
-            self._outbox.put(None)  # ends the request stream: the gate runs JobFinish
-            if self._responses is not None:
-                for _ in self._responses:  # drain until the gate closes its side
-                    pass
-        except grpc.RpcError:
+            if self._stream is not None:
+                # End the request stream (the gate runs JobFinish) and drain until the gate
+                # closes its side. A broken stream ends the same way: nothing left to release.
+                self._stream.finish()
+        except (GateError, GateUnavailable, _Ended, grpc.RpcError):
             pass  # the gate is gone: there is nothing left to release on its side
         finally:
+            self._stream = None
             # The gate has ended the session (drained above). Closing a channel blocks for the
             # client's polling period (~0.2 s), which would count in every job's completion
             # time, so it happens off the job's thread.
@@ -178,9 +341,9 @@ class GatedJob:
         try:
             while self.iteration_count is None or self._next_step < self.iteration_count:
                 step = self._next_step
-                self._send(_DONE_AND_NEXT if self._running else _REQUEST)
+                request = _DONE_AND_NEXT if self._running else _REQUEST
                 self._running = False
-                self._await_grant(step)
+                self._await_grant(step, self._exchange(request))
                 self._running = True
                 self._next_step += 1  # before the yield: a loop that breaks has still run it
                 yield step
@@ -190,8 +353,7 @@ class GatedJob:
                 self._running = False
                 self._send(_DONE)
 
-    def _await_grant(self, step: int) -> None:
-        message = self._receive()  # a refusal raises JobRefused
+    def _await_grant(self, step: int, message: pb.GateMessage) -> None:
         if (kind := message.WhichOneof("kind")) != "grant":
             raise GateError(f"expected a grant for iteration {step}, the gate answered {kind!r}")
         if message.grant.iteration != step:
@@ -199,21 +361,38 @@ class GatedJob:
 
     # -- transport ----------------------------------------------------------------------------
 
-    def _requests(self) -> Iterator[pb.JobMessage]:
-        while (message := self._outbox.get()) is not None:
-            yield message
+    def _send(self, data: bytes) -> None:
+        try:
+            self._require_stream().send(data)
+        except _Ended as ended:
+            raise self._ended(ended) from None
 
-    def _send(self, message: pb.JobMessage) -> None:
-        self._outbox.put(message)
+    def _exchange(self, data: bytes) -> pb.GateMessage:
+        """Send one (serialized) message and receive the gate's answer: one round trip."""
+        try:
+            return self._parse(self._require_stream().exchange(data))
+        except _Ended as ended:
+            raise self._ended(ended) from None
 
     def _receive(self) -> pb.GateMessage:
-        assert self._responses is not None
         try:
-            message = next(self._responses)
-        except StopIteration:
-            raise GateError("the gate ended the job's session") from None
-        except grpc.RpcError as broken:
-            raise GateUnavailable(f"the Salus gate at unix:{self.socket} failed: {broken.code().name}") from None
+            return self._parse(self._require_stream().receive())
+        except _Ended as ended:
+            raise self._ended(ended) from None
+
+    def _require_stream(self) -> _DirectStream | _ThreadedStream:
+        if self._stream is None:
+            raise GateError("the job's session is closed")
+        return self._stream
+
+    def _ended(self, ended: _Ended) -> GateError | GateUnavailable:
+        if ended.code is grpc.StatusCode.OK:
+            return GateError("the gate ended the job's session")
+        return GateUnavailable(f"the Salus gate at unix:{self.socket} failed: {ended.code.name}")
+
+    @staticmethod
+    def _parse(data: bytes) -> pb.GateMessage:
+        message = pb.GateMessage.FromString(data)
         if message.WhichOneof("kind") == "refused":
             raise JobRefused(message.refused.reason)
         return message

@@ -47,6 +47,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Policy(StrEnum):
@@ -61,9 +62,10 @@ class Policy(StrEnum):
         return self is Policy.FIFO
 
 
-@dataclass(frozen=True)
-class Grant:
-    """Permission for ``job`` to run iteration ``iteration`` (0-based) in ``lane_id``."""
+class Grant(NamedTuple):
+    """Permission for ``job`` to run iteration ``iteration`` (0-based) in ``lane_id``.
+
+    (A named tuple: made on every iteration's path, and cheaper to build than a frozen dataclass.)"""
 
     job: str
     lane_id: int

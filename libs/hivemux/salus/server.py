@@ -9,26 +9,41 @@ iteration count), is queued until Algorithm 1 finds it a lane, then sends ``Requ
 broken connection) is the job's finish: its lane reference and persistent memory are released
 and waiting jobs may be admitted or granted.
 
-Everything runs on the server's event loop, so the lane manager and the scheduler see one
-call at a time. Each session has an outbox drained by its response generator; a decision made
-while handling one job's message (a grant to the lane's next job, an admission after a
-finish) is put in the addressee's outbox.
+The gate (``_Gate``: lane manager, scheduler, sessions) sees one message at a time. Each
+session has a ``send`` for the gate's messages to its job; a decision made while handling one
+job's message (a grant to the lane's next job, an admission after a finish) is sent to the
+addressee's session.
 
-Transport choice, by measurement (``benchmarks/salus.py`` prints both on the machine it runs
-on): a unary call per gate message costs about twice a message round trip on a long-lived
-bidirectional stream (on the shared 2-core development machine: unary echo median 0.43–0.85
-ms, stream echo 0.14–0.43 ms, depending on load). So each job holds one stream, and ``Done``
-carries the request for the next iteration: one round trip per iteration. The gate's own work
-per message (parse, lane and policy decision, serialize) is tens of microseconds; the rest of
-a round trip is gRPC's Python stack on both ends (the synchronous client's request and
-response threads, the aio server's completion queue). On the development machine (load
-average 5–13 on 2 cores) the gate's median round trip was 0.33–0.55 ms, within a few percent
-of a bare stream echo measured alongside and above the 200 us target; the benchmark prints
-the figures for the machine it runs on.
+Two transports serve the same ``gate.proto`` service on the same socket:
+
+- ``core`` (the default): ``_CoreGateServer``, grpcio's core server (the C core under every
+  grpcio server) driven by one thread of the gate's own. The thread polls the server's
+  completion queue and handles each completion where it lands: a job's message is parsed,
+  decided on and the answer's send started before it polls again. The gate's state is
+  guarded by a lock the thread holds per completion; ``snapshot`` and ``completed_iterations``
+  take it too, so they may be called from the event loop.
+- ``aio``: a grpc.aio servicer on the event loop (the fallback when grpcio's core is not
+  reachable as ``_CoreGateServer`` expects). grpc.aio's completion-queue poller thread hands
+  every completion to the loop through a socket, and each message then resumes several
+  futures and coroutines; that machinery, not the gate's logic (about 10 us per message), was
+  most of a round trip.
+
+Transport choice, by measurement (``benchmarks/salus.py`` prints the figures for the machine
+it runs on). A unary call per gate message costs about twice a message round trip on a
+long-lived bidirectional stream, so each job holds one stream and ``Done`` carries the request
+for the next iteration: one round trip per iteration. The gate's round trip (median, the
+shared 2-core development machine at load average 5-8, runs side by side): grpc.aio server
+with grpcio's synchronous streaming client 243-492 us (269 us on a quiet machine); the
+adaptor's direct client (``client._DirectStream``) against the grpc.aio server 193-251 us;
+against the core server thread 129-216 us. A bare stream echo with the direct client on the
+core server, the floor of a Python gRPC round trip here, measured 108-171 us alongside.
+The core server thread runs Python, so it needs the GIL: a busy event loop in the same process
+can delay a completion by up to the interpreter's switch interval (5 ms), where the aio
+transport would queue it behind the loop's ready callbacks anyway.
 
 Iteration durations (the service FAIR equalizes, the measurements SRTF ranks by) are the
-gate's own: from the grant leaving the server to the done arriving, on the loop's monotonic
-clock. The client's word is not needed, and cannot skew the accounting.
+gate's own: from the grant leaving the gate to the done arriving, on ``time.monotonic`` (the
+event loop's clock). The client's word is not needed, and cannot skew the accounting.
 """
 
 from __future__ import annotations
@@ -38,11 +53,19 @@ import logging
 import math
 import os
 import stat
+import threading
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import grpc
+
+try:  # the gate thread drives grpcio's core server directly (see _CoreGateServer)
+    from grpc._cython import cygrpc
+except ImportError:  # pragma: no cover - grpcio without its Cython core
+    cygrpc = None
 
 from hivemux.errors import ConfigurationError
 
@@ -55,9 +78,10 @@ from .lanes import JobMemory, Lane, LaneAssigned, LaneEvent, LaneManager, Queued
 log = logging.getLogger("hivemux.salus.server")
 
 
-@dataclass(frozen=True)
-class IterationRecord:
-    """One iteration as the gate saw it (loop-clock seconds)."""
+class IterationRecord(NamedTuple):
+    """One iteration as the gate saw it (``time.monotonic`` seconds, the event loop's clock).
+
+    (A named tuple: one is made per iteration, on the gate's path.)"""
 
     job: str
     lane_id: int
@@ -76,9 +100,15 @@ class LaneSnapshot:
     lanes_total_mib: float
 
 
+def _discard(message: pb.GateMessage | None) -> None:
+    return None
+
+
 @dataclass(eq=False)
 class _Session:
-    outbox: asyncio.Queue[pb.GateMessage | None] = field(default_factory=asyncio.Queue)
+    # Where the gate's messages to the job go, in order; None ends the stream (the transport
+    # sets it: the aio servicer's outbox or the core server's send queue).
+    send: Callable[[pb.GateMessage | None], None] = _discard
     job: str | None = None
     iterations: int | None = None
     iteration_seconds: float | None = None
@@ -97,7 +127,7 @@ class _Gate:
         self.scheduler = IterationScheduler(policy)
         self.sessions: dict[str, _Session] = {}
         self.history: deque[IterationRecord] = deque(maxlen=history)
-        self.clock = asyncio.get_running_loop().time
+        self.clock = time.monotonic  # the event loop's clock too (asyncio's default loop.time)
 
     # -- one message ------------------------------------------------------------------------
 
@@ -181,10 +211,10 @@ class _Gate:
                                        iteration_estimate_s=session.iteration_seconds)  # fmt: skip
                 log.debug("job %s assigned lane %d (%s, %g MiB)", event.job, event.lane_id, event.step,
                           event.lane_size_mib)  # fmt: skip
-                session.outbox.put_nowait(pb.GateMessage(admitted=pb.Admitted(
+                session.send(pb.GateMessage(admitted=pb.Admitted(
                     lane=event.lane_id, lane_size_mib=event.lane_size_mib, step=event.step)))  # fmt: skip
             elif isinstance(event, Queued):
-                self.sessions[event.job].outbox.put_nowait(pb.GateMessage(queued=pb.Queued(reason=event.reason)))
+                self.sessions[event.job].send(pb.GateMessage(queued=pb.Queued(reason=event.reason)))
             elif isinstance(event, Refused):
                 session = self.sessions.pop(event.job)
                 session.job = None  # never admitted: nothing to release
@@ -195,16 +225,17 @@ class _Gate:
             session = self.sessions[grant.job]
             session.granted_at = self.clock()
             session.granted_iteration = grant.iteration
-            session.outbox.put_nowait(
-                pb.GateMessage(grant=pb.Grant(iteration=grant.iteration, lane=grant.lane_id, reason=grant.reason))
-            )
+            message = pb.GateMessage()
+            granted = message.grant  # filled in place: half the cost of building nested messages
+            granted.iteration, granted.lane, granted.reason = grant.iteration, grant.lane_id, grant.reason
+            session.send(message)
 
     def _refuse(self, session: _Session, reason: str) -> None:
         """Tell the job why and end its session; nothing it sends afterwards is handled."""
         log.info("refused job %s: %s", session.job, reason)
         session.closed = True
-        session.outbox.put_nowait(pb.GateMessage(refused=pb.Refused(reason=reason)))
-        session.outbox.put_nowait(None)
+        session.send(pb.GateMessage(refused=pb.Refused(reason=reason)))
+        session.send(None)
 
 
 class _LaneGateServicer(pb_grpc.LaneGateServicer):
@@ -214,10 +245,11 @@ class _LaneGateServicer(pb_grpc.LaneGateServicer):
     async def Session(
         self, request_iterator: AsyncIterator[pb.JobMessage], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.GateMessage]:
-        session = _Session()
+        outbox: asyncio.Queue[pb.GateMessage | None] = asyncio.Queue()
+        session = _Session(send=outbox.put_nowait)
         reader = asyncio.ensure_future(self._read(session, request_iterator))
         try:
-            while (message := await session.outbox.get()) is not None:
+            while (message := await outbox.get()) is not None:
                 yield message
             if reader.done() and not reader.cancelled() and (error := reader.exception()) is not None:
                 # An InvariantViolation (or a bug) while handling the job's message: fail loudly,
@@ -236,17 +268,237 @@ class _LaneGateServicer(pb_grpc.LaneGateServicer):
                 self._gate.handle(session, message)
         finally:
             # The job closed its side (its finish) or the connection broke.
-            session.outbox.put_nowait(None)
+            session.send(None)
+
+
+_SESSION_METHOD = "/{}/Session".format(pb.DESCRIPTOR.services_by_name["LaneGate"].full_name).encode()
+_REQUEST_CALL = object()  # tag: a new call arrived
+_SHUTDOWN = object()  # tag: the server's shutdown completed
+_RECEIVED, _SENT, _CLOSED = 0, 1, 2  # per-call event kinds
+
+
+def core_server_usable() -> bool:
+    """Whether grpcio's core server is reachable as ``_CoreGateServer`` drives it."""
+    return cygrpc is not None and all(
+        hasattr(cygrpc, name)
+        for name in ("Server", "CompletionQueue", "ReceiveMessageOperation", "SendMessageOperation",
+                     "SendInitialMetadataOperation", "SendStatusFromServerOperation", "ReceiveCloseOnServerOperation")
+    )  # fmt: skip
+
+
+class _CoreCall:
+    """One ``Session`` call on the core server: the job's session and the call's send queue.
+
+    At most one receive and one send batch are outstanding (gRPC's rule); messages the gate
+    sends while a send is in flight wait in ``outbox``. ``None`` in the queue ends the stream
+    with status OK once the messages before it are out."""
+
+    __slots__ = ("call", "session", "outbox", "sending", "metadata_sent", "status_sent", "ended", "pending")
+
+    def __init__(self, call: cygrpc.Call) -> None:
+        self.call: cygrpc.Call | None = call
+        self.session = _Session(send=self.send)
+        self.outbox: deque[pb.GateMessage | None] = deque()
+        self.sending = False
+        self.metadata_sent = False
+        self.status_sent = False
+        self.ended = False  # the gate has released the job (``_Gate.end``)
+        self.pending = 0  # batches started and not completed
+
+    def send(self, message: pb.GateMessage | None) -> None:
+        if self.status_sent:
+            return
+        self.outbox.append(message)
+        if not self.sending:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.sending or self.status_sent or not self.outbox:
+            return
+        message = self.outbox.popleft()
+        if message is None:
+            self.finish(cygrpc.StatusCode.ok, b"")
+            return
+        operation = cygrpc.SendMessageOperation(message.SerializeToString(), 0)
+        self._start((self._metadata(), operation) if not self.metadata_sent else (operation,), _SENT)
+        self.sending = True
+
+    def finish(self, code: int, details: bytes) -> None:
+        """Send the call's status (ending it); queued messages are dropped."""
+        if self.status_sent:
+            return
+        self.status_sent = True
+        self.outbox.clear()
+        status = cygrpc.SendStatusFromServerOperation(None, code, details, 0)
+        self._start((self._metadata(), status) if not self.metadata_sent else (status,), _SENT)
+        self.sending = True
+
+    def receive(self) -> None:
+        self._start((cygrpc.ReceiveMessageOperation(0),), _RECEIVED)
+
+    def _metadata(self) -> cygrpc.Operation:
+        self.metadata_sent = True
+        return cygrpc.SendInitialMetadataOperation(None, 0)
+
+    def _start(self, operations: tuple, kind: int) -> None:
+        assert self.call is not None
+        self.call.start_server_batch(operations, (self, kind))
+        self.pending += 1
+
+    def completed(self) -> bool:
+        """One batch completed; True once none is left: the call is over and let go of (the
+        core server's shutdown waits for every call to be released)."""
+        self.pending -= 1
+        if self.pending or not self.ended:
+            return False
+        self.call = None
+        self.session.send = _discard  # the session and this object no longer refer to each other
+        return True
+
+
+class _CoreGateServer:
+    """The ``LaneGate`` service on grpcio's core server, driven by one thread of its own.
+
+    grpc.aio hands every completion from its poller thread to the event loop through a socket
+    and resumes coroutines and futures per message; the gate's per-message work is a few
+    microseconds, so that machinery was most of a round trip. Here one thread polls the
+    server's completion queue and handles each completion as it arrives: a job's message is
+    parsed, decided on and the answer's send started before the thread polls again. The gate
+    (lanes, scheduler, sessions) is touched only under ``lock``: by this thread for each
+    completion, by ``LaneServer``'s readers (``snapshot``) from elsewhere.
+    """
+
+    def __init__(self, gate: _Gate, address: str, options: Iterable[tuple[str, object]], lock: threading.Lock) -> None:
+        self._gate = gate
+        self._lock = lock
+        self._queue = cygrpc.CompletionQueue()
+        self._server = cygrpc.Server(tuple(options), False)
+        self._server.register_completion_queue(self._queue)
+        if self._server.add_http2_port(address.encode()) == 0:
+            raise ConfigurationError(f"cannot bind the Salus gate to {address}")
+        self._calls: set[_CoreCall] = set()  # calls with batches in flight
+        self._stopping = False
+        self._shut_down = False
+        self._awaiting_call = False  # a request_call is outstanding (it completes, failed, at shutdown)
+        self._thread = threading.Thread(target=self._serve, name=f"salus-gate {address}", daemon=True)
+
+    def start(self) -> None:
+        self._server.start()
+        self._request_call()
+        self._thread.start()
+
+    def _request_call(self) -> None:
+        self._server.request_call(self._queue, self._queue, _REQUEST_CALL)
+        self._awaiting_call = True
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop accepting calls; after ``grace`` seconds cancel the sessions still open."""
+        with self._lock:
+            self._stopping = True
+            self._server.shutdown(self._queue, _SHUTDOWN)
+        if grace:
+            await asyncio.to_thread(self._thread.join, grace)
+        if self._thread.is_alive():
+            with self._lock:
+                self._server.cancel_all_calls()
+            await asyncio.to_thread(self._thread.join)
+
+    def _serve(self) -> None:
+        while True:
+            event = self._queue.poll(time.time() + 1.0)
+            if event.completion_type == cygrpc.CompletionType.queue_timeout:
+                continue
+            with self._lock:
+                try:
+                    if event.tag is _SHUTDOWN:
+                        self._shut_down = True
+                    elif event.tag is _REQUEST_CALL:
+                        self._arrived(event)
+                    else:
+                        core_call, kind = event.tag
+                        self._completed(core_call, kind, event)
+                        if core_call.completed():
+                            self._calls.discard(core_call)
+                except Exception:  # a bug in the gate: keep serving the other jobs
+                    log.critical("Salus gate thread failed handling a completion", exc_info=True)
+                if self._shut_down and not self._calls and not self._awaiting_call:
+                    self._server.destroy()
+                    return
+            event = None  # drop the call's reference before polling again
+
+    def _arrived(self, event: cygrpc.RequestCallEvent) -> None:
+        self._awaiting_call = False
+        if not self._stopping:
+            self._request_call()
+        if not event.success:
+            return
+        core_call = _CoreCall(event.call)
+        self._calls.add(core_call)
+        core_call._start((cygrpc.ReceiveCloseOnServerOperation(0),), _CLOSED)
+        if event.call_details.method != _SESSION_METHOD:
+            core_call.ended = True  # no job behind it
+            core_call.finish(cygrpc.StatusCode.unimplemented, b"Method not found!")
+            return
+        core_call.receive()
+
+    def _completed(self, core_call: _CoreCall, kind: int, event: cygrpc.BaseEvent) -> None:
+        if kind == _RECEIVED:
+            data = event.batch_operations[0].message() if event.success else None
+            if data is None:  # the job closed its side (its finish) or the connection broke
+                core_call.send(None)
+                self._end(core_call)
+                return
+            session = core_call.session
+            if session.closed or core_call.status_sent:
+                return  # nothing the job sends after a refusal is handled (and no more reads)
+            try:
+                message = pb.JobMessage.FromString(data)
+            except Exception:  # noqa: BLE001 - protobuf's DecodeError
+                core_call.finish(cygrpc.StatusCode.internal, b"Exception deserializing request!")
+                self._end(core_call)
+                return
+            try:
+                self._gate.handle(session, message)
+            except Exception as error:
+                # An InvariantViolation (or a bug) while handling the job's message: fail
+                # loudly, the job sees its call fail.
+                log.critical("Salus gate failed handling job %s", session.job, exc_info=error)
+                core_call.finish(cygrpc.StatusCode.unknown, f"{type(error).__name__}: {error}".encode())
+                self._end(core_call)
+                return
+            if not session.closed:
+                core_call.receive()
+        elif kind == _SENT:
+            core_call.sending = False
+            if not event.success:  # the call is broken: its receive fails too and ends it
+                core_call.outbox.clear()
+                core_call.status_sent = True
+            core_call.flush()
+        else:  # _CLOSED: the call is over on the job's side (cancelled: the job is gone)
+            if event.batch_operations[0].cancelled():
+                core_call.status_sent = True
+                core_call.outbox.clear()
+            self._end(core_call)
+
+    def _end(self, core_call: _CoreCall) -> None:
+        if not core_call.ended:
+            core_call.ended = True
+            self._gate.end(core_call.session)
 
 
 class LaneServer:
     """Salus lanes and iteration scheduling for one GPU, served on ``unix:<socket_path>``.
 
     ``capacity_mib`` is the GPU memory the lanes may use (C); ``policy`` is one of
-    ``fifo``, ``pack``, ``srtf``, ``fair``. Start and stop it on the event loop that serves it.
+    ``fifo``, ``pack``, ``srtf``, ``fair``. Start and stop it on an event loop.
+
+    ``transport``: ``"core"`` (the default) serves the gate from a thread of its own on
+    grpcio's core server (``_CoreGateServer``); ``"aio"`` serves it on the event loop with
+    grpc.aio (about 1.5-2x the round trip; the fallback when grpcio's core is not reachable).
     """
 
-    def __init__(self, socket_path: str, capacity_mib: float, policy: str, *, history: int = 100_000) -> None:
+    def __init__(self, socket_path: str, capacity_mib: float, policy: str, *, history: int = 100_000,
+                 transport: str = "core") -> None:  # fmt: skip
         try:
             self.policy = Policy(policy)
         except ValueError:
@@ -255,11 +507,18 @@ class LaneServer:
             raise ConfigurationError(f"Salus capacity_mib must be a positive number, got {capacity_mib!r}")
         if not socket_path:
             raise ConfigurationError("Salus socket_path is empty")
+        if transport not in ("core", "aio"):
+            raise ConfigurationError(f"unknown Salus transport {transport!r}; one of ['core', 'aio']")
+        if transport == "core" and not core_server_usable():
+            log.warning("grpcio's core server is not reachable: the Salus gate falls back to grpc.aio")
+            transport = "aio"
         self.socket_path = socket_path
         self.capacity_mib = capacity_mib
+        self.transport = transport
         self._history = history
-        self._server: grpc.aio.Server | None = None
+        self._server: grpc.aio.Server | _CoreGateServer | None = None
         self._gate: _Gate | None = None
+        self._lock = threading.Lock()  # the gate's state: the core server's thread vs readers
 
     @property
     def address(self) -> str:
@@ -270,13 +529,19 @@ class LaneServer:
             raise RuntimeError("LaneServer already started")
         self._remove_stale_socket()
         self._gate = _Gate(self.capacity_mib, self.policy, self._history)
-        server = grpc.aio.server(options=GRPC_OPTIONS)
-        pb_grpc.add_LaneGateServicer_to_server(_LaneGateServicer(self._gate), server)
-        if server.add_insecure_port(self.address) == 0:
-            raise ConfigurationError(f"cannot bind the Salus gate to {self.address}")
-        await server.start()
-        self._server = server
-        log.info("Salus gate on %s: C = %g MiB, policy %s", self.address, self.capacity_mib, self.policy.value)
+        if self.transport == "core":
+            core = _CoreGateServer(self._gate, self.address, GRPC_OPTIONS, self._lock)
+            core.start()
+            self._server = core
+        else:
+            server = grpc.aio.server(options=GRPC_OPTIONS)
+            pb_grpc.add_LaneGateServicer_to_server(_LaneGateServicer(self._gate), server)
+            if server.add_insecure_port(self.address) == 0:
+                raise ConfigurationError(f"cannot bind the Salus gate to {self.address}")
+            await server.start()
+            self._server = server
+        log.info("Salus gate on %s (%s): C = %g MiB, policy %s", self.address, self.transport, self.capacity_mib,
+                 self.policy.value)  # fmt: skip
 
     async def stop(self, grace: float | None = 0.5) -> None:
         """Stop serving; open sessions are cancelled (their jobs' adaptors see the stream end)."""
@@ -289,12 +554,15 @@ class LaneServer:
     def snapshot(self) -> LaneSnapshot:
         """The lanes, the queue and the memory totals now."""
         gate = self._require_gate()
-        return LaneSnapshot(self.policy, self.capacity_mib, gate.lanes.lanes, gate.lanes.pending,
-                            gate.lanes.persistent_total_mib, gate.lanes.lanes_total_mib)  # fmt: skip
+        with self._lock:
+            return LaneSnapshot(self.policy, self.capacity_mib, gate.lanes.lanes, gate.lanes.pending,
+                                gate.lanes.persistent_total_mib, gate.lanes.lanes_total_mib)  # fmt: skip
 
     def completed_iterations(self) -> tuple[IterationRecord, ...]:
         """The most recent iterations (up to ``history``), in the order they were reported done."""
-        return tuple(self._require_gate().history)
+        gate = self._require_gate()
+        with self._lock:
+            return tuple(gate.history)
 
     def _require_gate(self) -> _Gate:
         if self._gate is None:
