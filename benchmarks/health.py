@@ -47,20 +47,20 @@ def _sample(node: int, gpu: int, t: float) -> GpuTelemetrySample:
 
 def in_process(nodes: int = 250, steps: int = 40, repeats: int = 5) -> dict[str, float]:
     config = load_config()
-    batches = [
-        [GpuTelemetryBatch(occurred_at=T0 + timedelta(seconds=s), source="bench", node_id=f"n{n}",
-                           samples=tuple(_sample(n, g, s) for g in range(GPUS_PER_NODE))) for n in range(nodes)]
+    per_node = [
+        [(T0 + timedelta(seconds=s), tuple(_sample(n, g, s) for g in range(GPUS_PER_NODE))) for n in range(nodes)]
         for s in range(steps)
-    ]  # fmt: skip
+    ]
+    batches = [[GpuTelemetryBatch.from_samples(samples, source="bench") for _, samples in step] for step in per_node]
     samples = nodes * GPUS_PER_NODE * steps
     machine, core_rates = [], []
     for _ in range(repeats):
         monitors = {f"n{n}/gpu-{g}": SysMonitor(f"n{n}/gpu-{g}", f"n{n}", "T4") for n in range(nodes) for g in range(GPUS_PER_NODE)}
         start = time.perf_counter()
-        for step in batches:
-            for batch in step:
-                at = batch.occurred_at.timestamp()  # a node's samples share their instant
-                for s in batch.samples:
+        for step in per_node:
+            for when, node_samples in step:
+                at = when.timestamp()  # a node's samples share their instant
+                for s in node_samples:
                     monitors[s.gpu_id].observe(
                         values_of(s.gpu_util, s.sm_activity, s.sm_clock_mhz, s.max_sm_clock_mhz,
                                   s.memory_used_mib, s.memory_total_mib, s.temperature_c, s.power_w),
@@ -131,7 +131,16 @@ async def _wait_metrics(url: str, timeout_s: float = 60) -> None:
             await asyncio.sleep(0.3)
 
 
-async def end_to_end(bootstrap: str, workdir: Path) -> dict[str, float]:
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def end_to_end(bootstrap: str, workdir: Path, broker_pid: int | None = None) -> dict[str, float]:
     from aiokafka import AIOKafkaConsumer
 
     from hivemux.bus import ensure_topics
@@ -179,6 +188,8 @@ async def end_to_end(bootstrap: str, workdir: Path) -> dict[str, float]:
 
         # Throughput: the ingester publishes flat out; count what the processor consumed.
         nodes = 2_500
+        pids = {"ingester": os.getpid(), "broker": broker_pid, "processor": processor.pid}
+        cpu_before = {name: _cpu_s(pid) for name, pid in pids.items() if pid is not None}
         fleet, before, t0 = await run_ingester(nodes, 0.1, 25.0, 0)
         drained_at = time.time()
         last = _consumed_batches(metrics_url)
@@ -189,6 +200,10 @@ async def end_to_end(bootstrap: str, workdir: Path) -> dict[str, float]:
                 break
             last, drained_at = now, time.time()
         results["e2e_samples_per_s"] = (last - before) * GPUS_PER_NODE / (drained_at - t0)
+        # Where the CPU went (the cores are shared by the three processes): CPU time per sample.
+        samples = (last - before) * GPUS_PER_NODE
+        for name, start_cpu in cpu_before.items():
+            results[f"cpu_us_per_sample_{name}"] = 1e6 * (_cpu_s(pids[name]) - start_cpu) / samples  # type: ignore[arg-type]
 
         # Latency at 20,000 GPUs sampled at 1 Hz: Overlimit crossing -> eviction command.
         fleet, _, _ = await run_ingester(2_500, 1.0, 40.0, 30)
@@ -225,8 +240,11 @@ def main() -> None:
     print(f"state machine, in process:  {figures['state_machine_samples_per_s']:>12,.0f} samples/s (target >= 500,000)")
     print(f"processor core, in process: {figures['processor_core_samples_per_s']:>12,.0f} samples/s")
     with tempfile.TemporaryDirectory() as tmp, embedded_infra(InfraSettings()) as running:
-        e2e = asyncio.run(end_to_end(running.endpoints.bootstrap_servers, Path(tmp)))
+        broker = running.child_pids[0] if running.child_pids else None  # the broker starts first
+        e2e = asyncio.run(end_to_end(running.endpoints.bootstrap_servers, Path(tmp), broker))
     print(f"ingester -> broker -> health-processor: {e2e['e2e_samples_per_s']:>10,.0f} samples/s (target >= 50,000)")
+    cpu = [f"{name} {e2e[f'cpu_us_per_sample_{name}']:.1f}" for name in ("ingester", "broker", "processor") if f"cpu_us_per_sample_{name}" in e2e]
+    print(f"  CPU per sample (us), {os.cpu_count()} cores shared: {', '.join(cpu)}; load average {os.getloadavg()[0]:.2f}")
     print(
         f"Overlimit crossing -> eviction command published (20,000 GPUs at 1 Hz, {e2e['eviction_latency_samples']:.0f} crossings): "
         f"median {e2e['eviction_latency_median_ms']:.0f} ms, p99 {e2e['eviction_latency_p99_ms']:.0f} ms"

@@ -2,7 +2,9 @@
 
 Backends (``HIVEMUX_INGESTER_BACKEND``): ``simulated`` (the simulated fleet), ``nvml`` (this
 node's GPUs through NVML) or ``dcgm`` (a dcgm-exporter endpoint, ``HIVEMUX_INGESTER_DCGM_URL``).
-Reads run in a worker thread: NVML calls and HTTP scrapes block.
+Device reads run in a worker thread (NVML calls and HTTP scrapes block); the readings are then
+validated, batched and handed to the producer a chunk of nodes at a time, so the broker takes
+one chunk while the next is validated.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -25,6 +28,7 @@ from hivemux.sim.catalog import solo_profile
 from hivemux.sim.fleet import FleetSpec, OfflineLoad, SimulatedFleet
 from hivemux.telemetry.backend import GpuBackend, NodeBackend
 from hivemux.telemetry.ingest import Ingest, TickOutput
+from hivemux.telemetry.readings import GpuReading, NodeReading
 from hivemux.telemetry.simulated import SimulatedBackend
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS
 
@@ -48,6 +52,9 @@ class IngesterSettings(ServiceSettings):
     hot_gpus: int = Field(default=1, ge=0)
     seed: int = 7
     time_scale: float = Field(default=1.0, gt=0, description="Event-time speed-up of the diurnal load pattern")
+    nodes_per_chunk: int = Field(
+        default=400, ge=1, description="Nodes validated and handed to the producer at a time within one sampling instant"
+    )
     start_hour: float | None = Field(
         default=None, ge=0, lt=24, description="Simulated hour of day when the ingester starts; unset: follow event time"
     )
@@ -115,11 +122,30 @@ class TelemetryIngester:
     def read(self, at: datetime, now: float | None = None) -> TickOutput:
         """One sampling instant (blocking: runs in a worker thread). Timestamps are judged
         against `now` (default: the wall clock)."""
-        stamp = at.timestamp()
         now = time.time() if now is None else now
-        gpus = self.ingest.gpu_batches(self.gpu_backend.read(at), stamp, now)
-        nodes = self.ingest.node_samples(self.node_backend.read_nodes(at), stamp, now)
-        return TickOutput(gpus.events + nodes.events, gpus.dead_letters + nodes.dead_letters)
+        gpus, nodes = self.read_devices(at)
+        out = TickOutput()
+        for part in self.judge(gpus, nodes, at.timestamp(), now):
+            out.events += part.events
+            out.dead_letters += part.dead_letters
+        return out
+
+    def read_devices(self, at: datetime) -> tuple[list[GpuReading], list[NodeReading]]:
+        """The raw readings of the instant `at` (blocking: NVML calls, HTTP scrapes)."""
+        return list(self.gpu_backend.read(at)), list(self.node_backend.read_nodes(at))
+
+    def judge(
+        self, gpus: list[GpuReading], nodes: list[NodeReading], stamp: float, now: float, nodes_per_chunk: int | None = None
+    ) -> Iterator[TickOutput]:
+        """Validate and batch the readings, `nodes_per_chunk` nodes' GPUs at a time; the node
+        samples come with the last chunk."""
+        chunks = self.ingest.gpu_batch_chunks(gpus, stamp, now, nodes_per_chunk)
+        last = next(chunks, TickOutput())
+        for chunk in chunks:
+            yield last
+            last = chunk
+        node_samples = self.ingest.node_samples(nodes, stamp, now)
+        yield TickOutput(last.events + node_samples.events, last.dead_letters + node_samples.dead_letters)
 
     def sample(self, at: datetime) -> list[Event]:
         """The valid events of the simulated instant `at`, as if it were now (tests)."""
@@ -133,11 +159,24 @@ def build(settings: IngesterSettings, ingester: TelemetryIngester | None = None)
     service.fold(EXECUTOR_REPORTS, ingester.on_report)
 
     async def tick() -> list[Event]:
-        output = await asyncio.to_thread(ingester.read, datetime.now(UTC))
-        for topic, letter in output.dead_letters:
-            bus_metrics.DEAD_LETTERS.labels(NAME, topic.name, "validate").inc()
-            await service.publisher.publish_to(topic.dead_letter, letter)  # type: ignore[union-attr]
-        return output.events
+        now = time.time()
+        at = datetime.now(UTC)
+        gpus, nodes = await asyncio.to_thread(ingester.read_devices, at)
+        # Publish chunk by chunk: the broker takes one chunk while the next is validated and
+        # encoded (2,500 nodes in one go leave the broker idle, then the ingester waiting).
+        publisher = service.publisher
+        assert publisher is not None
+        sending: list[asyncio.Future[object]] = []
+        for part in ingester.judge(gpus, nodes, at.timestamp(), now, settings.nodes_per_chunk):
+            for topic, letter in part.dead_letters:
+                bus_metrics.DEAD_LETTERS.labels(NAME, topic.name, "validate").inc()
+                await publisher.publish_to(topic.dead_letter, letter)
+            if part.events:
+                sending.append(asyncio.ensure_future(publisher.publish_all(part.events)))
+                bus_metrics.PUBLISHED.labels(NAME).inc(len(part.events))
+            await asyncio.sleep(0)  # the chunk's sends run, then the producer ships what is ready
+        await asyncio.gather(*sending)  # the tick ends when the broker acknowledged all of it
+        return []
 
     service.every(settings.interval_s, tick)
     service.on_stop(ingester.gpu_backend.close)

@@ -63,7 +63,7 @@ def node_batch(node: str, **hot: object) -> GpuTelemetryBatch:
         GpuTelemetrySample(**{**calm, "gpu_id": f"{node}/gpu-{i}", **(hot if i == 0 else {})})  # type: ignore[arg-type]
         for i in range(2)
     )
-    return GpuTelemetryBatch(occurred_at=now, source="test", node_id=node, samples=samples)
+    return GpuTelemetryBatch.from_samples(samples, source="test")
 
 
 async def transitions(infra: Endpoints, prefix: str) -> list[HealthTransition]:
@@ -148,10 +148,10 @@ async def test_malformed_samples_are_dead_letters_while_good_ones_flow(infra: En
     try:
         # The broker's schema registry refuses records that break the JSON Schema (NaN, a
         # zero max clock, unknown fields: tested in test_bus.py); what gets through is what
-        # only the model can judge, e.g. a batch holding another node's samples.
-        foreign = node_batch(f"{prefix}n0").model_dump(mode="json")
-        foreign["samples"][1]["node_id"] = f"{prefix}elsewhere"
-        await produce_raw(infra.bootstrap_servers, GPU_TELEMETRY.name, f'"{prefix}n0"'.encode(), json.dumps(foreign).encode())
+        # only the model can judge, e.g. a batch whose columns disagree on the number of GPUs.
+        ragged = node_batch(f"{prefix}n0").model_dump(mode="json")
+        ragged["sm_clock_mhz"] = ragged["sm_clock_mhz"][:1]
+        await produce_raw(infra.bootstrap_servers, GPU_TELEMETRY.name, f'"{prefix}n0"'.encode(), json.dumps(ragged).encode())
         async with Publisher(infra.bootstrap_servers, source="test") as publisher:
             await publisher.publish(node_batch(f"{prefix}n1"))
 
@@ -159,7 +159,7 @@ async def test_malformed_samples_are_dead_letters_while_good_ones_flow(infra: En
             letters = [e for _, e in await read_all(infra.bootstrap_servers, GPU_TELEMETRY.dead_letter)
                        if e.consumer_group == f"dlq-{tag}.health-processor"]  # type: ignore[attr-defined]  # fmt: skip
             good = await transitions(infra, f"{prefix}n1/")
-            return len(letters) == 1 and "holds samples of" in letters[0].reason and len(good) == 2
+            return len(letters) == 1 and "column sm_clock_mhz holds 1 entries for 2 GPUs" in letters[0].reason and len(good) == 2
 
         await eventually(both, timeout_s=60)
     finally:

@@ -79,7 +79,7 @@ def job_submission(**overrides: Any) -> JobSubmission:
 
 
 def gpu_batch(**overrides: Any) -> GpuTelemetryBatch:
-    return GpuTelemetryBatch(**ENVELOPE, node_id="node-00", samples=(gpu_sample(**overrides),))
+    return GpuTelemetryBatch.from_samples((gpu_sample(**overrides),), source=ENVELOPE["source"])
 
 
 BUILDERS: dict[type[Event], Callable[[], Event]] = {
@@ -326,10 +326,8 @@ def _valid_json() -> dict[str, Any]:
     return json.loads(encode_value(gpu_batch()))
 
 
-def _with_sample(**fields: Any) -> bytes:
-    batch = _valid_json()
-    batch["samples"] = [{**batch["samples"][0], **fields}]
-    return json.dumps(batch).encode()
+def _with_columns(**columns: Any) -> bytes:
+    return json.dumps({**_valid_json(), **columns}).encode()
 
 
 @pytest.mark.parametrize(
@@ -338,15 +336,18 @@ def _with_sample(**fields: Any) -> bytes:
         (None, "telemetry.gpu: record has no value (tombstone)"),
         (b"{not json", "telemetry.gpu: invalid GpuTelemetryBatch: <record>: Invalid JSON"),
         (b"[1, 2]", "telemetry.gpu: invalid GpuTelemetryBatch: <record>: Input should be an object"),
-        (_with_sample(gpu_util=101), "samples.0.gpu_util: Input should be less than or equal to 100"),
+        (_with_columns(gpu_util=[101]), "gpu_util.0: Input should be less than or equal to 100"),
         (json.dumps({**_valid_json(), "fan": 1}).encode(), "fan: Extra inputs are not permitted"),
         (json.dumps({k: v for k, v in _valid_json().items() if k != "node_id"}).encode(), "node_id: Field required"),
         (json.dumps({**_valid_json(), "occurred_at": "2026-03-02T12:00:00"}).encode(), "occurred_at: Input should have timezone info"),
-        (_with_sample(node_id="node-01"), "batch of node node-00 holds samples of ['node-01']"),
-        (json.dumps({**_valid_json(), "samples": []}).encode(), "samples: Tuple should have at least 1 item"),
+        (_with_columns(gpu_util=[40, 41]), "column memory_used_mib holds 1 entries for 2 GPUs (gpu_util holds 2)"),
+        (_with_columns(power_w=[40, None]), "column power_w holds 2 entries for 1 GPUs (gpu_util holds 1)"),
+        (_with_columns(gpu_util=[]), "gpu_util: Tuple should have at least 1 item"),
+        (_with_columns(memory_total_mib=[15360, 15360]), "column memory_total_mib holds 2 entries for 1 GPUs (gpu_util holds 1)"),
+        (_with_columns(gpus=[-1]), "gpus.0.constrained-int: Input should be greater than or equal to 0"),
     ],
     ids=["tombstone", "bad-json", "not-an-object", "out-of-range", "unknown-field", "missing-field", "naive-time",
-         "foreign-sample", "empty"],
+         "short-column", "long-sparse-column", "empty", "long-shared-column", "negative-index"],
 )  # fmt: skip
 def test_decode_value_failures_are_invalid_events(raw: bytes | None, reason: str) -> None:
     with pytest.raises(InvalidEvent) as error:
@@ -356,7 +357,7 @@ def test_decode_value_failures_are_invalid_events(raw: bytes | None, reason: str
 
 
 def test_decode_reason_is_bounded() -> None:
-    empty = json.dumps({"occurred_at": AT.isoformat(), "samples": [{}]}).encode()  # many missing fields
+    empty = json.dumps({"occurred_at": AT.isoformat(), "gpus": [{}]}).encode()  # many missing fields
     with pytest.raises(InvalidEvent, match=r"; and \d+ more$"):
         decode_value(GPU_TELEMETRY, empty)
 

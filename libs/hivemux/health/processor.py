@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from itertools import repeat
 
 from hivemux.events import (
     CommandAction,
@@ -48,6 +49,15 @@ def _dt(at: float) -> datetime:
     return datetime.fromtimestamp(at, UTC)
 
 
+# Per batch size: the columns a batch leaves out, spelt out (None, zero counters, no workloads).
+_FILLERS: dict[int, tuple[tuple[None, ...], tuple[int, ...], tuple[tuple[()], ...]]] = {}
+
+
+def _fillers(n: int) -> tuple[tuple[None, ...], tuple[int, ...], tuple[tuple[()], ...]]:
+    filler = _FILLERS[n] = ((None,) * n, (0,) * n, ((),) * n)
+    return filler
+
+
 def _memory_usage(used: float, total: float) -> float:
     return 100.0 * used / total
 
@@ -62,6 +72,7 @@ class HealthProcessorCore:
         self.progress = ProgressLog()
         self.owned: set[int] | None = None  # None: every partition (a single instance, replay)
         self.assigned_at: dict[int, float] = {}
+        self._gpu_ids: dict[tuple[str, object], tuple[str, ...]] = {}  # (node, batch.gpus) -> GPU ids
 
     # -- ownership ------------------------------------------------------------------------
     def assign(self, partitions: Iterable[int] | None, at: float) -> None:
@@ -80,12 +91,34 @@ class HealthProcessorCore:
 
     # -- inputs ---------------------------------------------------------------------------
     def on_batch(self, batch: GpuTelemetryBatch, partition: int = 0) -> list[Event]:
+        """A node's samples, read straight off the batch's columns (no per-sample objects)."""
         out: list[Event] = []
-        when, at = None, 0.0
-        for sample in batch.samples:
-            if sample.occurred_at != when:  # a node's samples usually share their instant
-                when, at = sample.occurred_at, sample.occurred_at.timestamp()
-            produced = self.on_sample(sample, partition, at, batch.event_id)
+        n = len(batch.gpu_util)
+        nones, zeros, empty = _FILLERS.get(n) or _fillers(n)
+        origin, node_id = batch.event_id, batch.node_id
+        key = (node_id, batch.gpus or n)
+        gpu_ids = self._gpu_ids.get(key)
+        if gpu_ids is None:
+            gpu_ids = self._gpu_ids[key] = batch.gpu_ids  # a node's GPUs change rarely: name them once
+        times = (
+            repeat(batch.occurred_at.timestamp(), n)  # a node's samples usually share their instant
+            if batch.sampled_at is None
+            else [t.timestamp() for t in batch.sampled_at]
+        )
+        totals, max_clocks = batch.memory_total_mib, batch.max_sm_clock_mhz  # one value: every GPU's
+        for (gpu_id, gpu_type, at, util, activity, occupancy, used, total, clock, max_clock, power, temperature,
+             xid, last_xid, sbe, dbe, online, offline) in zip(
+            gpu_ids, batch.gpu_types or repeat(batch.gpu_type, n), times, batch.gpu_util,
+            batch.sm_activity or nones, batch.sm_occupancy or nones, batch.memory_used_mib,
+            totals if type(totals) is tuple else repeat(totals, n), batch.sm_clock_mhz,
+            max_clocks if type(max_clocks) is tuple else repeat(max_clocks, n), batch.power_w or nones,
+            batch.temperature_c or nones, batch.xid_errors or zeros, batch.last_xid or nones, batch.ecc_sbe or zeros,
+            batch.ecc_dbe or zeros, batch.online_workload or nones, batch.offline_workloads or empty,
+        ):  # fmt: skip
+            produced = self._observe(
+                gpu_id, node_id, gpu_type, partition, at, util, activity, occupancy, used, total, clock, max_clock,
+                power, temperature, xid, last_xid, sbe, dbe, online, offline, origin,
+            )  # fmt: skip
             if produced:
                 out += produced
         return out
@@ -94,51 +127,61 @@ class HealthProcessorCore:
         self, sample: GpuTelemetrySample, partition: int = 0, at: float | None = None, origin: object = None
     ) -> list[Event] | None:
         """One GPU's sample. `origin` (the batch's id) seeds the ids of what it causes."""
-        gpu_id = sample.gpu_id
+        return self._observe(
+            sample.gpu_id, sample.node_id, sample.gpu_type, partition,
+            sample.occurred_at.timestamp() if at is None else at,
+            sample.gpu_util, sample.sm_activity, sample.sm_occupancy, sample.memory_used_mib, sample.memory_total_mib,
+            sample.sm_clock_mhz, sample.max_sm_clock_mhz, sample.power_w, sample.temperature_c,
+            sample.xid_errors, sample.last_xid, sample.ecc_sbe, sample.ecc_dbe,
+            sample.online_workload, sample.offline_workloads, origin if origin is not None else sample.event_id,
+        )  # fmt: skip
+
+    def _observe(
+        self, gpu_id: str, node_id: str, gpu_type: str, partition: int, at: float, gpu_util: float,
+        sm_activity: float | None, sm_occupancy: float | None, memory_used_mib: float, memory_total_mib: float,
+        sm_clock_mhz: float, max_sm_clock_mhz: float, power_w: float | None, temperature_c: float | None,
+        xid_errors: int, last_xid: int | None, ecc_sbe: int, ecc_dbe: int, online_workload: str | None,
+        offline_workloads: tuple[str, ...], origin: object,
+    ) -> list[Event] | None:  # fmt: skip
+        """One GPU's sample, as values. `origin` seeds the ids of what it causes (None: derived)."""
         monitor = self.monitors.get(gpu_id)
         if monitor is None:
-            monitor = self.monitors[gpu_id] = SysMonitor(gpu_id, sample.node_id, sample.gpu_type)
-        elif monitor.gpu_type != sample.gpu_type:
-            monitor.gpu_type = sample.gpu_type  # a drained GPU first seen through a control
+            monitor = self.monitors[gpu_id] = SysMonitor(gpu_id, node_id, gpu_type)
+        elif monitor.gpu_type != gpu_type:
+            monitor.gpu_type = gpu_type  # a drained GPU first seen through a control
         self.partition_of[gpu_id] = partition
-        if at is None:
-            at = sample.occurred_at.timestamp()
         if at <= monitor.as_of:
             return None  # replayed or out of order: the state already reflects it
         material = False
-        if sample.offline_workloads != monitor.offline_workloads or sample.online_workload != monitor.online_workload:
-            monitor.offline_workloads = sample.offline_workloads
-            monitor.online_workload = sample.online_workload
-            for job in sample.offline_workloads:
+        if offline_workloads != monitor.offline_workloads or online_workload != monitor.online_workload:
+            monitor.offline_workloads = offline_workloads
+            monitor.online_workload = online_workload
+            for job in offline_workloads:
                 self.progress.seen(job, at)
             material = True
         timers = (monitor.below_overlimit_since, monitor.high_util_since)
         transitions = monitor.observe(
-            values_of(
-                sample.gpu_util, sample.sm_activity, sample.sm_clock_mhz, sample.max_sm_clock_mhz,
-                sample.memory_used_mib, sample.memory_total_mib, sample.temperature_c, sample.power_w,
-            ),
+            values_of(gpu_util, sm_activity, sm_clock_mhz, max_sm_clock_mhz, memory_used_mib, memory_total_mib, temperature_c, power_w),
             at,
             self.config,
         )  # fmt: skip
         findings = None
         if (
-            sample.xid_errors != monitor.xid_errors
-            or sample.ecc_dbe != monitor.ecc_dbe
-            or sample.ecc_sbe != monitor.ecc_sbe
-            or sample.gpu_util >= self.config.detector.high_util_pct
+            xid_errors != monitor.xid_errors
+            or ecc_dbe != monitor.ecc_dbe
+            or ecc_sbe != monitor.ecc_sbe
+            or gpu_util >= self.config.detector.high_util_pct
             or monitor.high_util_since is not None
         ):
             counters = (monitor.xid_errors, monitor.ecc_sbe, monitor.ecc_dbe)
             findings = sample_findings(
-                monitor, at, sample.gpu_util, sample.xid_errors, sample.last_xid,
-                sample.ecc_sbe, sample.ecc_dbe, self.progress, self.config.detector,
+                monitor, at, gpu_util, xid_errors, last_xid, ecc_sbe, ecc_dbe, self.progress, self.config.detector,
             )  # fmt: skip
             material = material or counters != (monitor.xid_errors, monitor.ecc_sbe, monitor.ecc_dbe)
         if not (transitions or findings or material or timers != (monitor.below_overlimit_since, monitor.high_util_since)):
             return None
         if origin is None:
-            origin = sample.event_id or derived_id("sample", gpu_id, at)
+            origin = derived_id("sample", gpu_id, at)
         out: list[Event] = []
         if transitions:
             out += self._transition_events(monitor, transitions, origin)

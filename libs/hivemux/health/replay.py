@@ -1,7 +1,8 @@
 """`hivemux health replay`: run recorded telemetry through the SysMonitor and the detector.
 
 Input: JSON Lines, one record per line, as found on the topics — GPU sample batches
-(`telemetry.gpu`), single GPU samples, node samples (`telemetry.node`), executor reports and
+(`telemetry.gpu`, columnar; batches recorded in the earlier one-object-per-sample form are
+read too), single GPU samples, node samples (`telemetry.node`), executor reports and
 operator drains. Output: one JSON object per produced transition, fault, node-pressure change
 or executor command, in order, each tagged with its ``type``. No broker is involved, and time
 is the records' event time: silence is judged against the latest event time seen, so the same
@@ -13,8 +14,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AwareDatetime, BaseModel, TypeAdapter, ValidationError
 
 from hivemux.events import (
     DeviceControl,
@@ -37,7 +39,7 @@ class ReplayInputError(ValueError):
 
 
 def _model_for(record: dict[str, object]) -> type[BaseModel]:
-    if "samples" in record:
+    if "gpus" in record:
         return GpuTelemetryBatch
     if "gpu_util" in record:
         return GpuTelemetrySample
@@ -50,6 +52,24 @@ def _model_for(record: dict[str, object]) -> type[BaseModel]:
     raise ReplayInputError("not a GPU sample, batch, node sample, executor report or drain")
 
 
+def _per_sample_batch(record: dict[str, object]) -> GpuTelemetryBatch:
+    """A batch recorded before batches became columnar (one object per sample)."""
+    samples = record["samples"]
+    if not isinstance(samples, list):
+        raise ReplayInputError("samples is not a list")
+    parsed = [GpuTelemetrySample.model_validate(s) for s in samples]
+    strangers = sorted({s.node_id for s in parsed} - {record["node_id"]})
+    if strangers:
+        raise ReplayInputError(f"batch of node {record['node_id']} holds samples of {strangers}")
+    return GpuTelemetryBatch.from_samples(
+        parsed, source=str(record.get("source")), event_id=record.get("event_id"),  # type: ignore[arg-type]
+        occurred_at=_WHEN.validate_python(record.get("occurred_at")),
+    )  # fmt: skip
+
+
+_WHEN: TypeAdapter[datetime] = TypeAdapter(AwareDatetime)
+
+
 def parse_lines(lines: Iterable[str]) -> Iterator[Event]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -58,6 +78,9 @@ def parse_lines(lines: Iterable[str]) -> Iterator[Event]:
             record = json.loads(line)
             if not isinstance(record, dict):
                 raise ReplayInputError("not a JSON object")
+            if "samples" in record and "node_id" in record:
+                yield _per_sample_batch(record)
+                continue
             yield _model_for(record).model_validate(record)  # type: ignore[misc]
         except (ValueError, ValidationError) as error:
             raise ReplayInputError(f"line {number}: {error}") from None

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
+from operator import attrgetter
 
-from hivemux.events import GpuProcess, GpuTelemetrySample, NodeTelemetry
+from hivemux.events import GpuProcess, GpuTelemetryBatch, GpuTelemetrySample, NodeTelemetry
+from hivemux.events.telemetry import gpu_ref
 
 from .readings import GpuReading, NodeReading
 
@@ -132,7 +136,7 @@ def gpu_problem(reading: GpuReading, at: float, now: float, known_gpus: frozense
 
 
 def gpu_sample(reading: GpuReading, at: float | datetime) -> GpuTelemetrySample:
-    """The sample of a reading that passed `gpu_problem` (its batch carries id and source)."""
+    """The sample of a reading that passed `gpu_problem` (one GPU on its own: replay files, tests)."""
     return GpuTelemetrySample(
         occurred_at=at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC),
         gpu_id=reading.gpu_id,
@@ -157,6 +161,63 @@ def gpu_sample(reading: GpuReading, at: float | datetime) -> GpuTelemetrySample:
             GpuProcess(pid=p.pid, used_memory_mib=p.used_memory_mib, sm_util=p.sm_util) for p in reading.processes
         ),
     )
+
+
+# The columns of a batch, read off every reading in one C call and transposed by `zip`.
+_COLUMNS = attrgetter(
+    "gpu_type", "taken_at", "gpu_util", "memory_used_mib", "memory_total_mib", "sm_clock_mhz", "max_sm_clock_mhz",
+    "sm_activity", "sm_occupancy", "power_w", "temperature_c", "last_xid", "online_workload",
+    "xid_errors", "ecc_sbe", "ecc_dbe", "offline_workloads", "processes",
+)  # fmt: skip
+_OPTIONAL = ("sm_activity", "sm_occupancy", "power_w", "temperature_c", "last_xid", "online_workload")  # None: not reported
+_COUNTERS = ("xid_errors", "ecc_sbe", "ecc_dbe")  # 0 by default
+
+
+@lru_cache(maxsize=1 << 16)
+def _gpu_ref(node_id: str, gpu_id: str) -> int | str:
+    return gpu_ref(node_id, gpu_id)
+
+
+def gpu_batch(node_id: str, readings: Sequence[GpuReading], at: float, instant: datetime, source: str) -> GpuTelemetryBatch:
+    """The batch of one node's readings that passed `gpu_problem`, sampled at `at` (`instant`)
+    unless a reading carries its own time. Columns at their default for every GPU are left out."""
+    n = len(readings)
+    (gpu_types, taken, util, used, total, clock, max_clock, activity, occupancy, power, temperature, last_xid,
+     online, xid, sbe, dbe, offline, processes) = zip(*map(_COLUMNS, readings))  # fmt: skip
+    fields: dict[str, object] = {
+        "source": source, "node_id": node_id, "gpu_type": gpu_types[0], "gpu_util": util, "memory_used_mib": used,
+        "sm_clock_mhz": clock,
+        "memory_total_mib": total[0] if total.count(total[0]) == n else total,
+        "max_sm_clock_mhz": max_clock[0] if max_clock.count(max_clock[0]) == n else max_clock,
+    }  # fmt: skip
+    gpus = tuple([_gpu_ref(node_id, r.gpu_id) for r in readings])
+    if gpus != _INDICES[:n]:
+        fields["gpus"] = gpus
+    if taken.count(None) == n:
+        fields["occurred_at"] = instant
+    else:
+        times = tuple(instant if t is None else datetime.fromtimestamp(t, UTC) for t in taken)
+        fields["occurred_at"] = times[0]
+        if times.count(times[0]) != n:
+            fields["sampled_at"] = times
+    if gpu_types.count(gpu_types[0]) != n:
+        fields["gpu_types"] = gpu_types
+    for name, column in zip(_OPTIONAL, (activity, occupancy, power, temperature, last_xid, online), strict=True):
+        if column.count(None) != n:
+            fields[name] = column
+    for name, column in zip(_COUNTERS, (xid, sbe, dbe), strict=True):
+        if column.count(0) != n:
+            fields[name] = column
+    if offline.count(()) != n:
+        fields["offline_workloads"] = offline
+    if processes.count(()) != n:
+        fields["processes"] = tuple(
+            tuple({"pid": p.pid, "used_memory_mib": p.used_memory_mib, "sm_util": p.sm_util} for p in on_gpu) for on_gpu in processes
+        )
+    return GpuTelemetryBatch(**fields)  # type: ignore[arg-type]
+
+
+_INDICES = tuple(range(64))
 
 
 def node_problem(reading: NodeReading, at: float, now: float, limits: Limits = Limits()) -> str | None:

@@ -48,8 +48,7 @@ def sample(seconds: float, gpu: int = 0, node: str = "node-00", **overrides: obj
 
 
 def batch(*samples: GpuTelemetrySample) -> GpuTelemetryBatch:
-    return GpuTelemetryBatch(occurred_at=samples[0].occurred_at, source="telemetry-ingester/test",
-                             node_id=samples[0].node_id, samples=samples)  # fmt: skip
+    return GpuTelemetryBatch.from_samples(samples, source="telemetry-ingester/test")
 
 
 def core() -> HealthProcessorCore:

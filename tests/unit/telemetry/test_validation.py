@@ -68,7 +68,7 @@ def test_ingest_batches_valid_readings_per_node_and_dead_letters_the_rest() -> N
     assert isinstance(batch, GpuTelemetryBatch) and batch.node_id == "node-00"
     assert [s.gpu_id for s in batch.samples] == ["node-00/gpu-0", "node-00/gpu-1"]
     assert batch.samples[1].offline_workloads == ("job-a",)
-    # model_construct skipped validation: the event must still be valid on the wire
+    # the columnar batch is the same on the wire
     assert GpuTelemetryBatch.model_validate_json(batch.model_dump_json()) == batch
     assert isinstance(batch.samples[0], GpuTelemetrySample)
     [(topic, letter)] = out.dead_letters
