@@ -57,7 +57,7 @@ in that order places C on A (0.3) and D on B (0.4), total 0.7.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -243,18 +243,14 @@ def _build(gpus: Sequence[OnlineGpu], jobs: Sequence[PendingJob], models: Mappin
     profiles = np.array(profile_keys, dtype=float).reshape(len(profile_keys), 5)
     peaks = np.unique(profiles[:, 4]) if len(profile_keys) else np.zeros(0)
     # GPU classes: (type, whole-percent activity, peaks under the quota, peaks under free memory)
-    keys = []
-    for g in gpus:
-        quota = policy.memory_quota_fraction * g.memory_total_mib
-        free = g.memory_total_mib - g.memory_used_mib
-        keys.append(
-            (
-                g.gpu_type,
-                online_activity_class(g.sm_activity),
-                int(np.searchsorted(peaks, quota, side="right")),
-                int(np.searchsorted(peaks, free, side="right")),
-            )
-        )
+    totals = np.array([g.memory_total_mib for g in gpus], dtype=float)
+    used = np.array([g.memory_used_mib for g in gpus], dtype=float)
+    under_quota = np.searchsorted(peaks, policy.memory_quota_fraction * totals, side="right").tolist()
+    under_free = np.searchsorted(peaks, totals - used, side="right").tolist()
+    keys = [
+        (g.gpu_type, online_activity_class(g.sm_activity), q, f)
+        for g, q, f in zip(gpus, under_quota, under_free, strict=True)
+    ]
     class_keys = sorted(set(keys))
     class_index = {k: i for i, k in enumerate(class_keys)}
     gpu_class = np.array([class_index[k] for k in keys], dtype=np.int64)
@@ -587,12 +583,24 @@ def plan_fcfs(
             taken.add(gi)
     order = sorted((i for i in range(len(r.jobs)) if own[i] < 0), key=lambda i: (r.jobs[i].submitted_seq, r.jobs[i].job_id))
     positions = {}
+    # free GPUs per class in gpu_id order; a job takes the smallest-id head among the classes
+    # it is feasible on (the first feasible free GPU), so a round costs jobs x classes
+    free_of: dict[int, deque[int]] = defaultdict(deque)
+    for gi in range(len(r.gpus)):
+        if gi not in taken:
+            free_of[int(r.gpu_class[gi])].append(gi)
+    free_left = sum(len(q) for q in free_of.values())
+    classes_of = {b: np.flatnonzero(feasible[:, b]).tolist() for b in range(feasible.shape[1])}
     for position, ji in enumerate(order, start=1):
-        ok = feasible[r.gpu_class, r.job_class[ji]]
-        gi = next((g for g in np.flatnonzero(ok) if int(g) not in taken), None)
-        if gi is not None:
-            assigned[ji] = int(gi)
-            taken.add(int(gi))
+        if free_left == 0:
+            break
+        heads = [(free_of[a][0], a) for a in classes_of[int(r.job_class[ji])] if free_of[a]]
+        if heads:
+            gi, a = min(heads)
+            free_of[a].popleft()
+            free_left -= 1
+            assigned[ji] = gi
+            taken.add(gi)
             positions[ji] = position
     plan = _plan(r, assigned, "fcfs", "FCFS", "every one was taken by a job submitted earlier")
     # FCFS lists placements in submission order, each with its position
