@@ -20,8 +20,8 @@ ASSUMPTIONS = (
     "Time-sharing, PB-time-sharing and PB-multi-stream are analytic models of those systems' sharing (the "
     "paper implements them in its simulator without giving formulas) and place jobs FCFS without SysMonitor, "
     "xCUDA or a slowdown bound.",
-    "A running job's share follows the online load only when it moves by 5 points or more (each re-set restarts "
-    "the job for 30 s), and scheduling rounds are every 5 minutes rather than the testbed's 15.",
+    "A running job's share follows the online load at each 15-minute round only when it moves by 5 points or more "
+    "(each re-set restarts the job, charged 30 s like every start).",
 )
 
 

@@ -25,7 +25,7 @@ from hivemux.sim.muxflow_experiments import (
 from hivemux.sim.online_world import OnlineWorld
 from hivemux.sim.sharing_modes import XcudaSteadyState, clock_weight, share_gpu, throttled_share
 
-SMALL = MuxflowParams(gpus={"T4": 32}, traces=("A",), jobs=(60,), hours=4.0, horizon_h=16.0,
+SMALL = MuxflowParams(gpus={"T4": 32}, traces=("A",), jobs=(60,), hours=4.0, horizon_h=30.0,
                       predictor_pairs=600, predictor_epochs=20)  # fmt: skip
 
 
