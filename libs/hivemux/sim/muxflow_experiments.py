@@ -18,7 +18,7 @@ trace according to the virtual cluster ID. We use submission time and duration f
 traces and randomly choose DL models from ... ResNet50, VGG16, DensNet201, and Inception-V3
 ... We repeat the workloads to fit in 1,000 GPUs ... The numbers of offline workloads in these
 traces vary from 1,410 to 7,287. We set the batch size according to the memory quota limited
-by xCUDA." Trace A-D here: the jobs of the 1st-4th largest virtual cluster of the Philly week
+by xCUDA." Trace A-D here (`muxflow_trace`): the jobs of the 1st-4th largest virtual cluster of the Philly week
 (`philly_week_2017-10-30.csv`), drawn with replacement (seeded) up to the trace's job count
 (evenly spaced over the paper's 1,410-7,287 unless given); the time of day of each submission
 is kept and mapped onto the window (``hours``), plus up to 10 minutes of jitter; durations are
@@ -61,7 +61,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -75,14 +74,11 @@ from hivemux.prediction.bootstrap import simulated_pairs
 from hivemux.prediction.features import SpeedModel
 from hivemux.prediction.speed_predictor import TrainingSettings, fit
 
-from . import traces
-from .catalog import FAMILIES, SoloProfile, solo_profile
+from .catalog import solo_profile
+from .muxflow_trace import MEMORY_QUOTA, OFFLINE_MODELS, OfflineJob, batch_for, offline_trace
 from .online_world import OnlineWorld
 from .sharing_modes import XcudaSteadyState, clock_weight, share_gpu
 
-OFFLINE_MODELS = ("resnet50", "vgg16", "densenet201", "inceptionv3")
-BATCH_SCALES = (4.0, 2.0, 1.0, 0.5, 0.25)
-MEMORY_QUOTA = 0.4
 PAPER_JOB_RANGE = (1410, 7287)
 ProgressFn = Callable[[int], None]
 
@@ -140,82 +136,6 @@ class MuxflowParams:
         lo, hi = PAPER_JOB_RANGE
         n = len(self.traces)
         return tuple(round(lo + (hi - lo) * i / max(1, n - 1)) for i in range(n))
-
-
-# -- the offline trace ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class OfflineJob:
-    job_id: str
-    submit_s: float
-    duration_s: float  # solo, on the cluster's GPU type
-    workers: int
-    model: str
-    batch_size: int
-
-
-def batch_for(model: str, gpu_type: str) -> int:
-    """The largest catalog batch size whose peak memory fits the xCUDA quota on ``gpu_type``."""
-    from .gpu_types import GPU_TYPES
-
-    quota = MEMORY_QUOTA * GPU_TYPES[gpu_type].memory_mib
-    ref = FAMILIES[model].b_ref
-    for scale in BATCH_SCALES:
-        b = max(1, int(ref * scale))
-        if solo_profile(model, b, gpu_type).memory_peak_mib <= quota:
-            return b
-    return max(1, int(ref * BATCH_SCALES[-1]))
-
-
-def _duration_scale(durations: np.ndarray, workers: np.ndarray, target_s: float, cap_s: float) -> float:
-    """The factor f with sum(min(f d, cap) w) = target (bisection; the capped sum grows with f)."""
-    if float(np.sum(np.minimum(durations, cap_s) * workers)) >= target_s:
-        lo, hi = 0.0, 1.0
-    else:
-        lo, hi = 1.0, 2.0
-        while float(np.sum(np.minimum(durations * hi, cap_s) * workers)) < target_s and hi < 1e6:
-            lo, hi = hi, hi * 2.0
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if float(np.sum(np.minimum(durations * mid, cap_s) * workers)) < target_s:
-            lo = mid
-        else:
-            hi = mid
-    return hi
-
-
-def offline_trace(letter: str, count: int, *, seed: int, hours: float, max_duration_h: float, gpu_type: str,
-                  gpus: int, load: float, trace_file: str | None = None) -> tuple[OfflineJob, ...]:
-    """Trace ``letter`` (A = the largest virtual cluster of the Philly week, B the next...):
-    ``count`` jobs whose solo GPU time is ``load`` x the GPU time of ``gpus`` GPUs over the
-    window: the trace's durations times one factor, each capped at ``max_duration_h``."""
-    k = ord(letter) - ord("A")
-    week = traces.load_philly(Path(trace_file) if trace_file else traces.traces_dir() / traces.PHILLY_WEEK)
-    by_vc: dict[str, list[traces.TraceJob]] = {}
-    for j in week:
-        by_vc.setdefault(j.vc, []).append(j)
-    ranked = sorted(by_vc, key=lambda vc: (-len(by_vc[vc]), vc))
-    if not 0 <= k < len(ranked):
-        raise ValueError(f"trace {letter!r}: the Philly week has {len(ranked)} virtual clusters (A-{chr(ord('A') + len(ranked) - 1)})")
-    source = by_vc[ranked[k]]
-    rng = np.random.default_rng([seed, k, 0x7A])
-    picks = rng.integers(0, len(source), count)
-    jitter = rng.uniform(0.0, 600.0, count)
-    models = rng.integers(0, len(OFFLINE_MODELS), count)
-    window = hours * 3600.0
-    batches = {m: batch_for(m, gpu_type) for m in OFFLINE_MODELS}
-    cap = max_duration_h * 3600.0
-    durations = np.array([source[int(i)].duration_s for i in picks])
-    workers = np.array([min(source[int(i)].num_gpus, 8) for i in picks])
-    scale = _duration_scale(durations, workers, load * gpus * window, cap)
-    jobs = []
-    for i in range(count):
-        src = source[int(picks[i])]
-        submit = ((src.submit_s % 86400.0) / 86400.0 * window + jitter[i]) % window
-        model = OFFLINE_MODELS[int(models[i])]
-        jobs.append(OfflineJob(f"{letter}-{i:05d}", submit, max(1.0, min(src.duration_s * scale, cap)),
-                               int(workers[i]), model, batches[model]))
-    jobs.sort(key=lambda j: (j.submit_s, j.job_id))
-    return tuple(jobs)
 
 
 # -- the predictor --------------------------------------------------------------------------
@@ -283,249 +203,309 @@ def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> flo
     return float(values[order][np.searchsorted(cum, q * cum[-1])])
 
 
+@dataclass
+class _Profiles:
+    """Per (model, batch) signature: the truth per GPU type (arrays indexed [type, signature])
+    and what the profiler measured on the cluster's main type (with its error)."""
+
+    index: dict[tuple[str, int], int]
+    iteration_s: np.ndarray
+    sm_activity: np.ndarray
+    gpu_util: np.ndarray
+    memory_mib: np.ndarray
+    measured: list[tuple[float, float, float, float, float]]  # sm, util, occupancy, memory, iteration ms
+
+
+def _profiles(jobs: Sequence[OfflineJob], types: list[str], main_type: str, seed: int, noise_sigma: float) -> _Profiles:
+    signatures = sorted({(j.model, j.batch_size) for j in jobs})
+    truth = [[solo_profile(m, b, t) for (m, b) in signatures] for t in types]
+    noise = np.random.default_rng([seed, 0x9F0]).normal(0.0, noise_sigma, (max(1, len(signatures)), 5))
+    measured = []
+    for i, (m, b) in enumerate(signatures):
+        p = solo_profile(m, b, main_type)
+        f = 1.0 + np.clip(noise[i], -0.1, 0.1)
+        measured.append((min(99.0, p.sm_activity * f[0]), min(99.0, p.gpu_util * f[1]), min(99.0, p.sm_occupancy * f[2]),
+                         p.memory_peak_mib, p.iteration_time_ms * f[4]))
+
+    def table(attribute: str, divisor: float = 1.0) -> np.ndarray:
+        return np.array([[getattr(p, attribute) / divisor for p in row] for row in truth]).reshape(len(types), -1)
+
+    return _Profiles({s: i for i, s in enumerate(signatures)}, table("iteration_time_ms", 1000.0), table("sm_activity"),
+                     table("gpu_util"), table("memory_peak_mib"), measured)
+
+
+SERIES = ("hour", "latency_norm", "normalized_throughput", "gpu_util", "sm_activity", "memory", "gpu_util0", "sm_activity0",
+          "memory0", "running", "pending")
+
+
+class _Run:
+    """One policy on one trace: the state of every GPU and worker, advanced a tick at a time
+    (`round` at scheduling instants, then `execute`, `account`, `observe_health`)."""
+
+    def __init__(self, policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: MuxflowParams, seed: int,
+                 models: Mapping[str, SpeedModel], health: HealthConfig, progress: ProgressFn | None) -> None:
+        self.policy, self.jobs, self.params, self.health, self.progress = policy, jobs, params, health, progress
+        self.world = world = OnlineWorld(dict(params.gpus), seed)
+        main_type = max(params.gpus, key=lambda t: (params.gpus[t], t))  # profiles measured on the main type
+        self.xcuda = XcudaSteadyState() if policy.protection and policy.mode == "mps" else None
+        types = world.type_names
+        self.type_index = np.array([types.index(t) for t in world.gpu_types])
+        self.prof = prof = _profiles(jobs, types, main_type, seed, params.profiler_noise)
+        main = types.index(main_type)
+        per_job = [j.workers for j in jobs]
+        job_of = np.repeat(np.arange(len(jobs)), per_job)
+        signature = np.array([prof.index[(j.model, j.batch_size)] for j in jobs], dtype=np.int64)[job_of] if jobs else np.zeros(0, np.int64)
+        duration = np.array([j.duration_s for j in jobs])[job_of] if jobs else np.zeros(0)
+        n = len(job_of)
+        self.wk = _Workers(
+            job=job_of, submit=np.array([j.submit_s for j in jobs])[job_of] if jobs else np.zeros(0),
+            iterations=duration / prof.iteration_s[main, signature] if jobs else np.zeros(0), done=np.zeros(n),
+            profile=signature, state=np.zeros(n, np.int8), gpu=np.full(n, -1), finish=np.full(n, np.nan),
+            real_s=np.zeros(n), sep_s=np.zeros(n),
+        )  # fmt: skip
+        self.worker_ids = [f"{jobs[j].job_id}/w{i}" for j, i in zip(job_of.tolist(), _ranks(job_of), strict=True)]
+        self.worker_index = {w: i for i, w in enumerate(self.worker_ids)}
+        self.job_workers_left = np.array(per_job, dtype=np.int64)
+        self.job_finish = np.full(len(jobs), np.nan)
+        G = world.n
+        self.job_on = np.full(G, -1)  # the worker on each GPU, -1: none
+        self.share = np.zeros(G)
+        self.startup_left = np.zeros(G)
+        self.monitors = [SysMonitor(world.gpu_ids[g], world.node_ids[g], world.gpu_types[g]) for g in range(G)] if policy.protection else []
+        self.gpu_index = {gid: g for g, gid in enumerate(world.gpu_ids)}
+        self.matcher = MatchingPolicy(memory_quota_fraction=MEMORY_QUOTA,
+                                      slowdown_bound=0.2 if policy.protection else math.inf,
+                                      fixed_sm_share=None if policy.dynamic_sm else params.fixed_share)
+        self.planner = plan_matching if policy.placement == "matching" else plan_fcfs
+        # a memo per run: batched float32 inference may differ in the last bit with the batch's
+        # other rows, so sharing answers across runs would make a run depend on the ones before it
+        self.models = {t: MemoizedModel(m) if hasattr(m, "predict_arrays") else m for t, m in models.items()}
+        self.window_sm = np.zeros(G)
+        self.window_n = 0
+        self.evictions = self.executions = self.reshares = self.rounds = 0
+        self.predicted: dict[int, float] = {}  # GPU -> predicted throughput of its new placement
+        self.errors: list[float] = []
+        self.lat: list[np.ndarray] = []
+        self.lat0: list[np.ndarray] = []
+        self.weights: list[np.ndarray] = []
+        self.sums = dict.fromkeys(("util", "sm", "mem", "util0", "sm0", "mem0", "tput", "tput_n", "gpu_ticks"), 0.0)
+        self.acc = dict.fromkeys(("lat", "lat0", "tput", "tput_n", "util", "sm", "mem", "util0", "sm0", "mem0", "n"), 0.0)
+        self.series: dict[str, list[float]] = {k: [] for k in SERIES}
+
+    def run(self) -> dict[str, Any]:
+        p, wk, dt = self.params, self.wk, self.params.tick_s
+        round_ticks = max(1, round(p.round_s / dt))
+        series_ticks = max(1, round(p.series_every_s / dt))
+        last_submit = float(wk.submit.max()) if len(wk.submit) else 0.0
+        k = 0
+        while True:
+            t = k * dt
+            if t >= p.horizon_h * 3600.0 or (t > last_submit and not np.any(wk.state < 2)):
+                break
+            if self.policy.placement == "none" and t >= p.hours * 3600.0:  # nothing to wait for after the window
+                break
+            tick = self.world.tick(k, t)
+            self.window_sm += tick.sm_activity
+            self.window_n += 1
+            if self.policy.placement != "none" and k % round_ticks == 0:
+                self.round(t, tick)
+                _check_placements(wk, self.job_on, t)
+            sm_all, util_all, mem_all, slowdown, t_norm = self.execute(t, tick)
+            clock0 = self.world.device(tick.sm_activity, tick.gpu_util)[1]
+            power, clock, temp = self.world.device(sm_all, util_all)
+            self.account(tick, sm_all, util_all, mem_all, slowdown, t_norm, clock, clock0)
+            if self.policy.protection:
+                self.observe_health(t + dt, sm_all, util_all, mem_all, clock, temp, power)
+            k += 1
+            if k % series_ticks == 0:
+                self.record_series(t)
+        _check_placements(wk, self.job_on, k * dt)
+        _check_accounting(wk)
+        return self.summary(k)
+
+    # -- one scheduling round (MuxFlow Algorithm 1 or FCFS, the real planner) ---------------
+    def round(self, t: float, tick: Any) -> None:
+        wk, world, job_on = self.wk, self.world, self.job_on
+        self.rounds += 1
+        arrived = (wk.submit <= t) & (wk.state == 0)
+        mean_sm = self.window_sm / self.window_n
+        self.window_sm[:] = 0.0
+        self.window_n = 0
+        eligible = [g for g in range(world.n) if not self.policy.protection or self.monitors[g].state is HealthState.HEALTHY]
+        if not eligible or not (np.any(arrived) or np.any(job_on >= 0)):
+            return
+        eligible_set = set(eligible)
+        gpus = [OnlineGpu(world.gpu_ids[g], world.node_ids[g], str(world.gpu_types[g]), world.workload_names[g],
+                          float(mean_sm[g]), float(tick.gpu_util[g]), float(world.memory_total[g]), float(world.memory_online[g]))
+                for g in eligible]  # fmt: skip
+        pending = []
+        for w in np.flatnonzero(arrived | ((wk.state == 1) & np.isin(wk.gpu, eligible))).tolist():
+            sa, su, so, mem, it = self.prof.measured[int(wk.profile[w])]
+            on = int(wk.gpu[w]) if wk.state[w] == 1 else -1
+            pending.append(PendingJob(self.worker_ids[w], w, sa, su, so, mem, it,
+                                      running_on=world.gpu_ids[on] if on >= 0 and on in eligible_set else None))
+        plan = self.planner(gpus, pending, self.models, self.matcher)
+        for s in plan.stopped:
+            w = self.worker_index[s.job_id]
+            job_on[int(wk.gpu[w])], wk.gpu[w], wk.state[w] = -1, -1, 0
+        for placement in plan.placements:  # moves vacate their GPUs before anything lands
+            w = self.worker_index[placement.job_id]
+            if wk.state[w] == 1 and job_on[int(wk.gpu[w])] == w:
+                job_on[int(wk.gpu[w])] = -1
+        for placement in plan.placements:
+            w, g = self.worker_index[placement.job_id], self.gpu_index[placement.gpu_id]
+            job_on[g], wk.gpu[w], wk.state[w] = w, g, 1
+            self.share[g] = placement.sm_share
+            self.startup_left[g] = self.params.startup_s
+            self.executions += 1
+            self.predicted[g] = placement.predicted_normalized_throughput
+        for job_id in plan.kept:  # the dynamic share follows the online load (a restart)
+            g = int(wk.gpu[self.worker_index[job_id]])
+            new = self.matcher.share_for(float(mean_sm[g]))
+            if abs(new - self.share[g]) >= self.params.reshare_points:
+                self.share[g] = new
+                self.startup_left[g] = self.params.startup_s
+                self.reshares += 1
+
+    # -- the tick's execution: speeds, progress, completions ---------------------------------
+    def execute(self, t: float, tick: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        wk, world, prof, dt = self.wk, self.world, self.prof, self.params.tick_s
+        idx = np.flatnonzero(self.job_on >= 0)
+        w_on = self.job_on[idx]
+        ti, pi = self.type_index[idx], wk.profile[w_on]
+        sm_all, util_all = tick.sm_activity.copy(), tick.gpu_util.copy()
+        slowdown = np.zeros(world.n)
+        mem_all = world.memory_online.copy()
+        if not len(idx):
+            return sm_all, util_all, mem_all, slowdown, np.zeros(0)
+        a, u, o, u_on = prof.sm_activity[ti, pi], prof.gpu_util[ti, pi], tick.sm_activity[idx], tick.gpu_util[idx]
+        a_c = None
+        if self.xcuda is not None:  # xCUDA sees the clock the unthrottled pair would run at
+            first = share_gpu("mps", o=o, u_on=u_on, a=a, u=u, share=self.share[idx])
+            _, clk, _ = world.device(first.sm_activity, first.gpu_util, idx)
+            a_c = clock_weight(clk, world.max_clock[idx], self.xcuda)
+        shared = share_gpu(self.policy.mode, o=o, u_on=u_on, a=a, u=u, share=self.share[idx], a_c=a_c, xcuda=self.xcuda)
+        active = 1.0 - np.minimum(self.startup_left[idx], dt) / dt
+        self.startup_left[idx] = np.maximum(0.0, self.startup_left[idx] - dt)
+        t_norm = shared.throughput * active
+        sm_all[idx] = o + active * (shared.sm_activity - o)
+        util_all[idx] = u_on + active * (shared.gpu_util - u_on)
+        slowdown[idx] = shared.slowdown * active
+        mem_all[idx] += prof.memory_mib[ti, pi]
+        for g in [g for g in self.predicted if self.job_on[g] >= 0]:  # the first running tick of each placement
+            j = int(np.searchsorted(idx, g))
+            if active[j] > 0:
+                truth = float(shared.throughput[j])
+                if truth >= 0.01:
+                    self.errors.append(abs(self.predicted[g] - truth) / truth)
+                del self.predicted[g]
+        iteration_s = prof.iteration_s[ti, pi]
+        rate = t_norm * dt / iteration_s  # iterations this tick
+        left = wk.iterations[w_on] - wk.done[w_on]
+        finishing = rate >= left
+        frac = np.where(finishing, np.divide(left, rate, out=np.ones_like(left), where=rate > 0), 1.0)
+        step = np.minimum(rate, left)
+        wk.done[w_on] += step
+        wk.sep_s[w_on] += step * iteration_s
+        wk.real_s[w_on] += frac * dt
+        for j in np.flatnonzero(finishing).tolist():
+            self.finish(int(w_on[j]), int(idx[j]), t + frac[j] * dt)
+        return sm_all, util_all, mem_all, slowdown, t_norm
+
+    def finish(self, w: int, g: int, at: float) -> None:
+        wk = self.wk
+        wk.state[w], wk.gpu[w], wk.finish[w] = 2, -1, at
+        self.job_on[g] = -1
+        job = int(wk.job[w])
+        self.job_workers_left[job] -= 1
+        if self.job_workers_left[job] == 0:
+            self.job_finish[job] = at
+            if self.progress is not None:
+                self.progress(1)
+
+    # -- metrics -----------------------------------------------------------------------------
+    def account(self, tick: Any, sm_all: np.ndarray, util_all: np.ndarray, mem_all: np.ndarray, slowdown: np.ndarray,
+                t_norm: np.ndarray, clock: np.ndarray, clock0: np.ndarray) -> None:
+        world = self.world
+        latency = world.latency_ms(tick.qps, clock, slowdown)
+        latency0 = world.latency_ms(tick.qps, clock0, np.zeros(world.n))
+        self.lat.append(latency.astype(np.float32))
+        self.lat0.append(latency0.astype(np.float32))
+        self.weights.append(tick.qps.astype(np.float32))
+        values = {"lat": float(np.dot(latency, tick.qps)), "lat0": float(np.dot(latency0, tick.qps)),
+                  "tput": float(t_norm.sum()), "tput_n": float(len(t_norm)), "util": float(util_all.mean()),
+                  "sm": float(sm_all.mean()), "mem": float((100.0 * mem_all / world.memory_total).mean()),
+                  "util0": float(tick.gpu_util.mean()), "sm0": float(tick.sm_activity.mean()),
+                  "mem0": float((100.0 * world.memory_online / world.memory_total).mean()), "n": 1.0}  # fmt: skip
+        for key, v in values.items():
+            self.acc[key] += v
+        for key in ("util", "sm", "mem", "util0", "sm0", "mem0", "tput", "tput_n"):
+            self.sums[key] += values[key]
+        self.sums["gpu_ticks"] += 1
+
+    def record_series(self, t: float) -> None:
+        acc, series, wk = self.acc, self.series, self.wk
+        series["hour"].append(t / 3600.0)
+        series["latency_norm"].append(acc["lat"] / acc["lat0"] if acc["lat0"] else 1.0)
+        series["normalized_throughput"].append(acc["tput"] / acc["tput_n"] if acc["tput_n"] else 0.0)
+        for key, name in (("util", "gpu_util"), ("sm", "sm_activity"), ("mem", "memory"), ("util0", "gpu_util0"),
+                          ("sm0", "sm_activity0"), ("mem0", "memory0")):
+            series[name].append(acc[key] / acc["n"])
+        series["running"].append(float(np.count_nonzero(self.job_on >= 0)))
+        series["pending"].append(float(np.count_nonzero((wk.submit <= t) & (wk.state == 0))))
+        self.acc = dict.fromkeys(acc, 0.0)
+
+    # -- SysMonitor: every GPU's sample of this tick (the real state machine) -----------------
+    def observe_health(self, at: float, sm_all: np.ndarray, util_all: np.ndarray, mem_all: np.ndarray, clock: np.ndarray,
+                       temp: np.ndarray, power: np.ndarray) -> None:
+        world, wk, job_on = self.world, self.wk, self.job_on
+        for g in range(world.n):
+            values = values_of(util_all[g], sm_all[g], clock[g], world.max_clock[g], mem_all[g], world.memory_total[g], temp[g], power[g])
+            moved = self.monitors[g].observe(values, at, self.health)
+            if moved and job_on[g] >= 0 and any(m.to_state in (HealthState.OVERLIMIT, HealthState.DISABLED) for m in moved):
+                w = int(job_on[g])  # evicted: back to the queue, progress kept (xCUDA's graceful exit)
+                job_on[g], wk.gpu[w], wk.state[w] = -1, -1, 0
+                self.evictions += 1
+                self.predicted.pop(g, None)
+
+    def summary(self, ticks: int) -> dict[str, Any]:
+        wk, jobs, policy, sums, dt = self.wk, self.jobs, self.policy, self.sums, self.params.tick_s
+        L, L0, Wt = np.concatenate(self.lat), np.concatenate(self.lat0), np.concatenate(self.weights)
+        finished = ~np.isnan(self.job_finish)
+        submits = np.array([j.submit_s for j in jobs])
+        jct = self.job_finish[finished] - submits[finished] if jobs else np.zeros(0)
+        done_w = wk.state == 2
+        n = max(1.0, sums["gpu_ticks"])
+        real_done = float(wk.real_s[done_w].sum())
+        return {
+            "policy": policy.name, "mode": policy.mode, "placement": policy.placement, "dynamic_sm": policy.dynamic_sm,
+            "protection": policy.protection, "gpus": self.world.n, "jobs": len(jobs), "workers": int(len(wk.job)),
+            "finished_jobs": int(finished.sum()), "unfinished_jobs": int((~finished).sum()),
+            "simulated_h": ticks * dt / 3600.0, "ticks": ticks, "rounds": self.rounds,
+            "avg_jct_min": float(jct.mean() / 60.0) if len(jct) else None,
+            "makespan_h": float((self.job_finish[finished].max() - submits.min()) / 3600.0) if finished.any() else None,
+            "oversold_gpu": float(wk.sep_s[done_w].sum() / real_done) if real_done > 0 else None,
+            "avg_normalized_throughput": sums["tput"] / sums["tput_n"] if sums["tput_n"] else None,
+            "latency_avg_norm": float(np.dot(L, Wt) / np.dot(L0, Wt)),
+            "latency_p99_norm": _weighted_quantile(L, Wt, 0.99) / _weighted_quantile(L0, Wt, 0.99),
+            "latency_avg_ms": float(np.dot(L, Wt) / Wt.sum()), "latency_avg_ms_online_only": float(np.dot(L0, Wt) / Wt.sum()),
+            "gpu_util": sums["util"] / n, "sm_activity": sums["sm"] / n, "memory_usage": sums["mem"] / n,
+            "gpu_util_online_only": sums["util0"] / n, "sm_activity_online_only": sums["sm0"] / n,
+            "memory_usage_online_only": sums["mem0"] / n,
+            "executions": self.executions, "evictions": self.evictions,
+            "eviction_rate": self.evictions / self.executions if self.executions else 0.0, "reshares": self.reshares,
+            "workers_finished": int(done_w.sum()), "offline_gpu_hours": float(wk.real_s.sum() / 3600.0),
+            "offline_solo_hours_done": float(wk.sep_s.sum() / 3600.0),
+            "predictor_mape": float(np.mean(self.errors)) if self.errors else None,
+            "series": self.series,
+        }  # fmt: skip
+
+
 def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: MuxflowParams, *, seed: int,
                models: Mapping[str, SpeedModel] | None = None, health: HealthConfig | None = None,
                progress: ProgressFn | None = None) -> dict[str, Any]:
     """Simulate ``jobs`` on the cluster under ``policy``; returns its metrics and series."""
-    world = OnlineWorld(dict(params.gpus), seed)
-    gpu_type = max(params.gpus, key=lambda t: (params.gpus[t], t))  # profiles measured on the main type
-    health = health or load_config()
-    xcuda = XcudaSteadyState() if policy.protection and policy.mode == "mps" else None
-    # profile table: per (model, batch) signature, the truth per GPU type and the measurement
-    signatures = sorted({(j.model, j.batch_size) for j in jobs})
-    sig_index = {s: i for i, s in enumerate(signatures)}
-    types = world.type_names
-    type_index = np.array([types.index(t) for t in world.gpu_types])
-    truth: list[list[SoloProfile]] = [[solo_profile(m, b, t) for (m, b) in signatures] for t in types]
-    noise = np.random.default_rng([seed, 0x9F0]).normal(0.0, params.profiler_noise, (max(1, len(signatures)), 5))
-    measured = []
-    for i, (m, b) in enumerate(signatures):
-        p = solo_profile(m, b, gpu_type)
-        f = 1.0 + np.clip(noise[i], -0.1, 0.1)
-        measured.append((min(99.0, p.sm_activity * f[0]), min(99.0, p.gpu_util * f[1]), min(99.0, p.sm_occupancy * f[2]),
-                         p.memory_peak_mib, p.iteration_time_ms * f[4]))
-    t_iter = np.array([[p.iteration_time_ms / 1000.0 for p in row] for row in truth]).reshape(len(types), -1)
-    t_sm = np.array([[p.sm_activity for p in row] for row in truth]).reshape(len(types), -1)
-    t_util = np.array([[p.gpu_util for p in row] for row in truth]).reshape(len(types), -1)
-    t_mem = np.array([[p.memory_peak_mib for p in row] for row in truth]).reshape(len(types), -1)
-    main = types.index(gpu_type)
-    # workers
-    per_job = [j.workers for j in jobs]
-    job_of = np.repeat(np.arange(len(jobs)), per_job)
-    prof = np.array([sig_index[(j.model, j.batch_size)] for j in jobs], dtype=np.int64)[job_of] if jobs else np.zeros(0, np.int64)
-    duration = np.array([j.duration_s for j in jobs])[job_of] if jobs else np.zeros(0)
-    wk = _Workers(
-        job=job_of, submit=np.array([j.submit_s for j in jobs])[job_of] if jobs else np.zeros(0),
-        iterations=duration / t_iter[main, prof] if jobs else np.zeros(0), done=np.zeros(len(job_of)), profile=prof,
-        state=np.zeros(len(job_of), np.int8), gpu=np.full(len(job_of), -1), finish=np.full(len(job_of), np.nan),
-        real_s=np.zeros(len(job_of)), sep_s=np.zeros(len(job_of)),
-    )  # fmt: skip
-    worker_ids = [f"{jobs[j].job_id}/w{i}" for j, i in zip(job_of.tolist(), _ranks(job_of), strict=True)]
-    worker_index = {w: i for i, w in enumerate(worker_ids)}
-    job_workers_left = np.array(per_job, dtype=np.int64)
-    job_finish = np.full(len(jobs), np.nan)
-    G = world.n
-    job_on = np.full(G, -1)
-    share = np.zeros(G)
-    startup_left = np.zeros(G)
-    monitors = [SysMonitor(world.gpu_ids[g], world.node_ids[g], world.gpu_types[g]) for g in range(G)] if policy.protection else []
-    gpu_index = {gid: g for g, gid in enumerate(world.gpu_ids)}
-    matcher = MatchingPolicy(memory_quota_fraction=MEMORY_QUOTA,
-                             slowdown_bound=0.2 if policy.protection else math.inf,
-                             fixed_sm_share=None if policy.dynamic_sm else params.fixed_share)
-    planner = plan_matching if policy.placement == "matching" else plan_fcfs
-    # a memo per run: batched float32 inference may differ in the last bit with the batch's
-    # other rows, so sharing answers across runs would make a run depend on the ones before it
-    models = {t: MemoizedModel(m) if hasattr(m, "predict_arrays") else m for t, m in (models or {}).items()}
-    dt = params.tick_s
-    round_ticks = max(1, round(params.round_s / dt))
-    series_ticks = max(1, round(params.series_every_s / dt))
-    horizon = params.horizon_h * 3600.0
-    last_submit = float(wk.submit.max()) if len(wk.submit) else 0.0
-    # accumulators
-    lat, lat0, weights = [], [], []
-    sums = dict.fromkeys(("util", "sm", "mem", "util0", "sm0", "mem0", "tput", "tput_n", "gpu_ticks"), 0.0)
-    window_sm = np.zeros(G)
-    window_n = 0
-    evictions = executions = reshares = rounds = 0
-    predicted: dict[int, float] = {}
-    errors: list[float] = []
-    series: dict[str, list[float]] = {k: [] for k in ("hour", "latency_norm", "normalized_throughput", "gpu_util", "sm_activity",
-                                                      "memory", "gpu_util0", "sm_activity0", "memory0", "running", "pending")}
-    acc = dict.fromkeys(("lat", "lat0", "tput", "tput_n", "util", "sm", "mem", "util0", "sm0", "mem0", "n"), 0.0)
-    k = 0
-    while True:
-        t = k * dt
-        if t >= horizon or (t > last_submit and not np.any(wk.state < 2)):
-            break
-        if policy.placement == "none" and t >= params.hours * 3600.0:  # nothing to wait for after the window
-            break
-        tk = world.tick(k, t)
-        window_sm += tk.sm_activity
-        window_n += 1
-        # a scheduling round at the start of the tick
-        if policy.placement != "none" and k % round_ticks == 0:
-            rounds += 1
-            arrived = (wk.submit <= t) & (wk.state == 0)
-            mean_sm = window_sm / window_n
-            window_sm[:] = 0.0
-            window_n = 0
-            eligible = [g for g in range(G) if not policy.protection or monitors[g].state is HealthState.HEALTHY]
-            eligible_set = set(eligible)
-            if eligible and (np.any(arrived) or np.any(job_on >= 0)):
-                gpus = [OnlineGpu(world.gpu_ids[g], world.node_ids[g], str(world.gpu_types[g]), world.workload_names[g],
-                                  float(mean_sm[g]), float(tk.gpu_util[g]), float(world.memory_total[g]), float(world.memory_online[g]))
-                        for g in eligible]  # fmt: skip
-                pend = []
-                for w in np.flatnonzero(arrived | ((wk.state == 1) & np.isin(wk.gpu, eligible))).tolist():
-                    sa, su, so, mem, it = measured[int(wk.profile[w])]
-                    on = int(wk.gpu[w]) if wk.state[w] == 1 else -1
-                    pend.append(PendingJob(worker_ids[w], w, sa, su, so, mem, it,
-                                           running_on=world.gpu_ids[on] if on >= 0 and on in eligible_set else None))
-                plan = planner(gpus, pend, models, matcher)
-                for s in plan.stopped:
-                    w = worker_index[s.job_id]
-                    g = int(wk.gpu[w])
-                    job_on[g], wk.gpu[w], wk.state[w] = -1, -1, 0
-                for p in plan.placements:  # moves vacate their GPUs before anything lands
-                    w = worker_index[p.job_id]
-                    if wk.state[w] == 1 and job_on[int(wk.gpu[w])] == w:
-                        job_on[int(wk.gpu[w])] = -1
-                for p in plan.placements:
-                    w, g = worker_index[p.job_id], gpu_index[p.gpu_id]
-                    job_on[g], wk.gpu[w], wk.state[w] = w, g, 1
-                    share[g] = p.sm_share
-                    startup_left[g] = params.startup_s
-                    executions += 1
-                    predicted[g] = p.predicted_normalized_throughput
-                for job_id in plan.kept:
-                    w = worker_index[job_id]
-                    g = int(wk.gpu[w])
-                    new = matcher.share_for(float(mean_sm[g]))
-                    if abs(new - share[g]) >= params.reshare_points:
-                        share[g] = new
-                        startup_left[g] = params.startup_s
-                        reshares += 1
-            _check_placements(wk, job_on, t)
-        # execution during this tick
-        idx = np.flatnonzero(job_on >= 0)
-        w_on = job_on[idx]
-        ti, pi = type_index[idx], wk.profile[w_on]
-        sm_all, util_all = tk.sm_activity.copy(), tk.gpu_util.copy()
-        slow_all = np.zeros(G)
-        mem_all = world.memory_online.copy()
-        power0, clock0, temp0 = world.device(tk.sm_activity, tk.gpu_util)
-        t_norm = np.zeros(len(idx))
-        if len(idx):
-            a, u = t_sm[ti, pi], t_util[ti, pi]
-            a_c = None
-            if xcuda is not None:  # xCUDA sees the clock the unthrottled pair would run at
-                first = share_gpu("mps", o=tk.sm_activity[idx], u_on=tk.gpu_util[idx], a=a, u=u, share=share[idx])
-                _, clk, _ = world.device(first.sm_activity, first.gpu_util, idx)
-                a_c = clock_weight(clk, world.max_clock[idx], xcuda)
-            shared = share_gpu(policy.mode, o=tk.sm_activity[idx], u_on=tk.gpu_util[idx], a=a, u=u, share=share[idx],
-                               a_c=a_c, xcuda=xcuda)
-            active = 1.0 - np.minimum(startup_left[idx], dt) / dt
-            startup_left[idx] = np.maximum(0.0, startup_left[idx] - dt)
-            t_norm = shared.throughput * active
-            sm_all[idx] = tk.sm_activity[idx] + active * (shared.sm_activity - tk.sm_activity[idx])
-            util_all[idx] = tk.gpu_util[idx] + active * (shared.gpu_util - tk.gpu_util[idx])
-            slow_all[idx] = shared.slowdown * active
-            mem_all[idx] += t_mem[ti, pi]
-            for g in [g for g in predicted if job_on[g] >= 0]:  # the first running tick of each placement
-                j = int(np.searchsorted(idx, g))
-                if active[j] > 0:
-                    truth_t = float(shared.throughput[j])
-                    if truth_t >= 0.01:
-                        errors.append(abs(predicted[g] - truth_t) / truth_t)
-                    del predicted[g]
-            rate = t_norm * dt / t_iter[ti, pi]  # iterations this tick
-            left = wk.iterations[w_on] - wk.done[w_on]
-            finishing = rate >= left
-            frac = np.where(finishing, np.divide(left, rate, out=np.ones_like(left), where=rate > 0), 1.0)
-            step = np.minimum(rate, left)
-            wk.done[w_on] += step
-            wk.sep_s[w_on] += step * t_iter[ti, pi]
-            wk.real_s[w_on] += frac * dt
-            for j in np.flatnonzero(finishing).tolist():
-                w, g = int(w_on[j]), int(idx[j])
-                wk.state[w], wk.gpu[w], wk.finish[w] = 2, -1, t + frac[j] * dt
-                job_on[g] = -1
-                jb = int(wk.job[w])
-                job_workers_left[jb] -= 1
-                if job_workers_left[jb] == 0:
-                    job_finish[jb] = wk.finish[w]
-                    if progress is not None:
-                        progress(1)
-        power, clock, temp = world.device(sm_all, util_all)
-        latency = world.latency_ms(tk.qps, clock, slow_all)
-        latency0 = world.latency_ms(tk.qps, clock0, np.zeros(G))
-        lat.append(latency.astype(np.float32))
-        lat0.append(latency0.astype(np.float32))
-        weights.append(tk.qps.astype(np.float32))
-        mem_pct, mem0_pct = 100.0 * mem_all / world.memory_total, 100.0 * world.memory_online / world.memory_total
-        tick_vals = {"lat": float(np.dot(latency, tk.qps)), "lat0": float(np.dot(latency0, tk.qps)),
-                     "tput": float(t_norm.sum()), "tput_n": float(len(idx)), "util": float(util_all.mean()),
-                     "sm": float(sm_all.mean()), "mem": float(mem_pct.mean()), "util0": float(tk.gpu_util.mean()),
-                     "sm0": float(tk.sm_activity.mean()), "mem0": float(mem0_pct.mean()), "n": 1.0}  # fmt: skip
-        for key, v in tick_vals.items():
-            acc[key] += v
-        for key in ("util", "sm", "mem", "util0", "sm0", "mem0", "tput", "tput_n"):
-            sums[key] += tick_vals[key]
-        sums["gpu_ticks"] += 1
-        # SysMonitor: every GPU's sample of this tick
-        if policy.protection:
-            for g in range(G):
-                values = values_of(util_all[g], sm_all[g], clock[g], world.max_clock[g], mem_all[g], world.memory_total[g],
-                                   temp[g], power[g])
-                moved = monitors[g].observe(values, t + dt, health)
-                if moved and job_on[g] >= 0 and any(m.to_state in (HealthState.OVERLIMIT, HealthState.DISABLED) for m in moved):
-                    w = int(job_on[g])
-                    job_on[g], wk.gpu[w], wk.state[w] = -1, -1, 0
-                    evictions += 1
-                    predicted.pop(g, None)
-        k += 1
-        if k % series_ticks == 0:
-            n = acc["n"]
-            series["hour"].append(t / 3600.0)
-            series["latency_norm"].append(acc["lat"] / acc["lat0"] if acc["lat0"] else 1.0)
-            series["normalized_throughput"].append(acc["tput"] / acc["tput_n"] if acc["tput_n"] else 0.0)
-            for key, name in (("util", "gpu_util"), ("sm", "sm_activity"), ("mem", "memory"), ("util0", "gpu_util0"),
-                              ("sm0", "sm_activity0"), ("mem0", "memory0")):
-                series[name].append(acc[key] / n)
-            series["running"].append(float(np.count_nonzero(job_on >= 0)))
-            series["pending"].append(float(np.count_nonzero((wk.submit <= t) & (wk.state == 0))))
-            acc = dict.fromkeys(acc, 0.0)
-    _check_placements(wk, job_on, k * dt)
-    _check_accounting(wk)
-    L, L0, Wt = np.concatenate(lat), np.concatenate(lat0), np.concatenate(weights)
-    finished = ~np.isnan(job_finish)
-    submits = np.array([j.submit_s for j in jobs])
-    jct = job_finish[finished] - submits[finished] if jobs else np.zeros(0)
-    done_w = wk.state == 2
-    n = max(1.0, sums["gpu_ticks"])
-    return {
-        "policy": policy.name, "mode": policy.mode, "placement": policy.placement, "dynamic_sm": policy.dynamic_sm,
-        "protection": policy.protection, "gpus": G, "jobs": len(jobs), "workers": int(len(job_of)),
-        "finished_jobs": int(finished.sum()), "unfinished_jobs": int((~finished).sum()),
-        "simulated_h": k * dt / 3600.0, "ticks": k, "rounds": rounds,
-        "avg_jct_min": float(jct.mean() / 60.0) if len(jct) else None,
-        "makespan_h": float((job_finish[finished].max() - submits.min()) / 3600.0) if finished.any() else None,
-        "oversold_gpu": float(wk.sep_s[done_w].sum() / wk.real_s[done_w].sum()) if done_w.any() and wk.real_s[done_w].sum() > 0 else None,
-        "avg_normalized_throughput": sums["tput"] / sums["tput_n"] if sums["tput_n"] else None,
-        "latency_avg_norm": float(np.dot(L, Wt) / np.dot(L0, Wt)),
-        "latency_p99_norm": _weighted_quantile(L, Wt, 0.99) / _weighted_quantile(L0, Wt, 0.99),
-        "latency_avg_ms": float(np.dot(L, Wt) / Wt.sum()), "latency_avg_ms_online_only": float(np.dot(L0, Wt) / Wt.sum()),
-        "gpu_util": sums["util"] / n, "sm_activity": sums["sm"] / n, "memory_usage": sums["mem"] / n,
-        "gpu_util_online_only": sums["util0"] / n, "sm_activity_online_only": sums["sm0"] / n,
-        "memory_usage_online_only": sums["mem0"] / n,
-        "executions": executions, "evictions": evictions, "eviction_rate": evictions / executions if executions else 0.0,
-        "reshares": reshares,
-        "workers_finished": int(done_w.sum()), "offline_gpu_hours": float(wk.real_s.sum() / 3600.0),
-        "offline_solo_hours_done": float(wk.sep_s.sum() / 3600.0),
-        "predictor_mape": float(np.mean(errors)) if errors else None,
-        "series": series,
-    }  # fmt: skip
+    return _Run(policy, jobs, params, seed, models or {}, health or load_config(), progress).run()
 
 
 def _check_placements(wk: _Workers, job_on: np.ndarray, t: float) -> None:

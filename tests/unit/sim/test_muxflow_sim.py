@@ -13,15 +13,8 @@ from hivemux.matching.planner import MatchingPolicy, OnlineGpu, PendingJob, plan
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.sim.catalog import solo_profile
 from hivemux.sim.interference import shared_execution, shared_execution_arrays
-from hivemux.sim.muxflow_experiments import (
-    POLICIES,
-    MuxflowParams,
-    _duration_scale,
-    batch_for,
-    offline_trace,
-    run_policy,
-    speed_models,
-)
+from hivemux.sim.muxflow_experiments import POLICIES, MuxflowParams, run_policy, speed_models
+from hivemux.sim.muxflow_trace import _duration_scale, batch_for, offline_trace
 from hivemux.sim.online_world import OnlineWorld
 from hivemux.sim.sharing_modes import XcudaSteadyState, clock_weight, share_gpu, throttled_share
 
