@@ -14,6 +14,7 @@ SysMonitor state (back-off history included).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from itertools import repeat
@@ -49,13 +50,10 @@ def _dt(at: float) -> datetime:
     return datetime.fromtimestamp(at, UTC)
 
 
-# Per batch size: the columns a batch leaves out, spelt out (None, zero counters, no workloads).
-_FILLERS: dict[int, tuple[tuple[None, ...], tuple[int, ...], tuple[tuple[()], ...]]] = {}
-
-
+@functools.cache
 def _fillers(n: int) -> tuple[tuple[None, ...], tuple[int, ...], tuple[tuple[()], ...]]:
-    filler = _FILLERS[n] = ((None,) * n, (0,) * n, ((),) * n)
-    return filler
+    """Per batch size: the columns a batch leaves out, spelt out (None, zero counters, no workloads)."""
+    return (None,) * n, (0,) * n, ((),) * n
 
 
 def _memory_usage(used: float, total: float) -> float:
@@ -94,7 +92,7 @@ class HealthProcessorCore:
         """A node's samples, read straight off the batch's columns (no per-sample objects)."""
         out: list[Event] = []
         n = len(batch.gpu_util)
-        nones, zeros, empty = _FILLERS.get(n) or _fillers(n)
+        nones, zeros, empty = _fillers(n)
         origin, node_id = batch.event_id, batch.node_id
         key = (node_id, batch.gpus or n)
         gpu_ids = self._gpu_ids.get(key)

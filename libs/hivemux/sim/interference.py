@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -92,8 +93,17 @@ def _fraction(name: str, percent: float) -> float:
 def online_gpu_util(online_sm_activity: float) -> float:
     """GPU utilization (%) of an online service alone at ``online_sm_activity`` % SM activity:
     ``100 * (1 - (1 - o) ** GAMMA)`` (calibrated to MuxFlow §7.5: 16 % SM activity <-> 26 %)."""
-    o = _fraction("online_sm_activity", online_sm_activity)
-    return 100.0 * (1.0 - (1.0 - o) ** GAMMA)
+    return 100.0 * _online_util(_fraction("online_sm_activity", online_sm_activity))
+
+
+def online_gpu_util_arrays(online_sm_activity: np.ndarray) -> np.ndarray:
+    """`online_gpu_util` over an array of SM activities (%), assumed already in [0, 100]."""
+    return 100.0 * _online_util(online_sm_activity / 100.0)
+
+
+def _online_util(o: Any) -> Any:
+    """The GAMMA mapping on fractions (a float or an array)."""
+    return 1.0 - (1.0 - o) ** GAMMA
 
 
 def shared_execution(solo: SoloProfile, *, sm_share: float, online_sm_activity: float) -> SharedEffect:
@@ -103,7 +113,7 @@ def shared_execution(solo: SoloProfile, *, sm_share: float, online_sm_activity: 
     o = _fraction("online_sm_activity", online_sm_activity)
     a = _fraction("solo.sm_activity", solo.sm_activity)
     u = _fraction("solo.gpu_util", solo.gpu_util)
-    u_on = online_gpu_util(online_sm_activity) / 100.0
+    u_on = _online_util(o)
     if s == 0.0:  # no offline work on this GPU: the online service runs alone
         return SharedEffect(0.0, 0.0, 100.0 * o, 100.0 * u_on)
     q = s * a
@@ -134,7 +144,7 @@ def shared_execution_arrays(
     o = online_sm_activity / 100.0
     a = sm_activity / 100.0
     u = gpu_util / 100.0
-    u_on = 1.0 - (1.0 - o) ** GAMMA
+    u_on = _online_util(o)
     q = s * a
     x = np.maximum(0.0, q + o - 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):

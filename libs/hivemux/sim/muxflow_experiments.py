@@ -246,7 +246,7 @@ class _Run:
                  models: Mapping[str, SpeedModel], health: HealthConfig, progress: ProgressFn | None) -> None:
         self.policy, self.jobs, self.params, self.health, self.progress = policy, jobs, params, health, progress
         self.world = world = OnlineWorld(dict(params.gpus), seed)
-        main_type = max(params.gpus, key=lambda t: (params.gpus[t], t))  # profiles measured on the main type
+        main_type = _main_type(params)
         self.xcuda = XcudaSteadyState() if policy.protection and policy.mode == "mps" else None
         types = world.type_names
         self.type_index = np.array([types.index(t) for t in world.gpu_types])
@@ -508,6 +508,11 @@ def run_policy(policy: MuxflowPolicy, jobs: Sequence[OfflineJob], params: Muxflo
     return _Run(policy, jobs, params, seed, models or {}, health or load_config(), progress).run()
 
 
+def _main_type(params: MuxflowParams) -> str:
+    """The cluster's most common GPU type: jobs are profiled on it (see "Noticed" in the report)."""
+    return max(params.gpus, key=lambda t: (params.gpus[t], t))
+
+
 def _check_placements(wk: _Workers, job_on: np.ndarray, t: float) -> None:
     """Every running worker holds exactly one GPU that names it back, and no GPU names a
     worker that is not running (a lost or doubly placed job would break conservation)."""
@@ -542,7 +547,7 @@ def run_traces(params: MuxflowParams, seed: int, progress: ProgressFn | None = N
     unknown = [p for p in params.policies if p not in POLICIES]
     if unknown:
         raise ValueError(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
-    main = max(params.gpus, key=lambda t: (params.gpus[t], t))
+    main = _main_type(params)
     needs_models = any(POLICIES[p].placement != "none" for p in params.policies)
     models = speed_models(sorted(params.gpus), seed=seed, pairs=params.predictor_pairs, epochs=params.predictor_epochs) if needs_models else {}
     health = load_config()

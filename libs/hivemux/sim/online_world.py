@@ -41,7 +41,7 @@ import numpy as np
 
 from .fleet import CLOCK_DROP, DIURNAL_SHAPE, IDLE_POWER, QPS_MAX, QPS_MIN
 from .gpu_types import GPU_TYPES
-from .interference import GAMMA
+from .interference import online_gpu_util_arrays
 
 KERNEL_FRACTION = 0.7  # share of an online request's latency spent in GPU kernels (ours)
 SM_LOW = 5.0
@@ -89,14 +89,12 @@ class OnlineWorld:
         self.node_ids = [g.split("/")[0] for g in self.gpu_ids]
         rng = np.random.default_rng([seed, 0xF1EE7])
         k = np.arange(self.n) % len(ONLINE_WORKLOADS)
-        self.workload = k
         self.workload_names = [ONLINE_WORKLOADS[i].name for i in k]
         lo = np.array([ONLINE_WORKLOADS[i].sm_peak[0] for i in k])
         hi = np.array([ONLINE_WORKLOADS[i].sm_peak[1] for i in k])
         self.sm_peak = lo + (hi - lo) * rng.random(self.n)
         hot = rng.random(self.n) < hot_fraction
         self.sm_peak = np.where(hot, rng.uniform(70.0, 100.0, self.n), self.sm_peak)
-        self.hot = hot
         mlo = np.array([ONLINE_WORKLOADS[i].memory_share[0] for i in k])
         mhi = np.array([ONLINE_WORKLOADS[i].memory_share[1] for i in k])
         self.memory_total = np.array([float(GPU_TYPES[t].memory_mib) for t in types])
@@ -122,8 +120,7 @@ class OnlineWorld:
         qps = np.clip((QPS_MIN + (QPS_MAX - QPS_MIN) * shape) * (1.0 + 0.04 * np.clip(noise_q, -3, 3)), QPS_MIN, QPS_MAX)
         sm = SM_LOW + (self.sm_peak - SM_LOW) * (qps - QPS_MIN) / (QPS_MAX - QPS_MIN) + np.clip(noise_s, -3, 3)
         sm = np.clip(sm, 0.0, 100.0)
-        util = 100.0 * (1.0 - (1.0 - sm / 100.0) ** GAMMA)
-        return Tick(qps, sm, util)
+        return Tick(qps, sm, online_gpu_util_arrays(sm))
 
     def device(self, sm_activity: np.ndarray, gpu_util: np.ndarray, gpus: np.ndarray | None = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -79,7 +79,6 @@ class Shared:
     slowdown: np.ndarray  # online relative latency increase
     sm_activity: np.ndarray  # % combined
     gpu_util: np.ndarray  # % combined
-    effective_share: np.ndarray  # % (after xCUDA; 100 - o for multi-stream; the time share x 100 for slicing)
 
 
 def share_gpu(mode: str, *, o: np.ndarray, u_on: np.ndarray, a: np.ndarray, u: np.ndarray, share: np.ndarray,
@@ -88,11 +87,11 @@ def share_gpu(mode: str, *, o: np.ndarray, u_on: np.ndarray, a: np.ndarray, u: n
     if mode == "mps":
         s = share if xcuda is None or a_c is None else throttled_share(share, o, a, a_c, xcuda)
         t, sd, sm, util = shared_execution_arrays(a, u, s, o)
-        return Shared(t, sd, sm, util, s)
+        return Shared(t, sd, sm, util)
     if mode == "pb-multi-stream":
         s = np.maximum(100.0 - o, 0.0)
         t, sd, sm, util = shared_execution_arrays(a, u, s, o)
-        return Shared(t, sd, sm, util, s)
+        return Shared(t, sd, sm, util)
     if mode in ("time-sharing", "pb-time-sharing"):
         g = np.maximum(1.0 - u_on / 100.0, 1e-6)
         uf = u / 100.0
@@ -102,5 +101,5 @@ def share_gpu(mode: str, *, o: np.ndarray, u_on: np.ndarray, a: np.ndarray, u: n
         slowdown = KERNEL_FRACTION * busy * wait
         sm = np.minimum(100.0, o + busy * a)
         util = np.minimum(100.0, u_on + 100.0 * busy)
-        return Shared(t, slowdown, sm, util, 100.0 * busy)
+        return Shared(t, slowdown, sm, util)
     raise ValueError(f"unknown sharing mode {mode!r}; known: {', '.join(MODES)}")
