@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from prometheus_client import Counter
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -23,6 +24,7 @@ from hivemux.settings import ServiceSettings
 from hivemux.topics import EXECUTOR_REPORTS, GPU_CONTROL, GPU_TELEMETRY, HEALTH_STATE, NODE_TELEMETRY
 
 NAME = "health-processor"
+SAMPLES = Counter("hivemux_health_samples_total", "GPU samples judged by the SysMonitor state machines")
 
 
 class HealthSettings(ServiceSettings):
@@ -42,6 +44,7 @@ class HealthProcessor:
         self.core.assign((), time.time())
 
     def on_batch(self, batch: GpuTelemetryBatch, ctx: RecordContext) -> list[Event]:
+        SAMPLES.inc(len(batch.gpu_util))
         return self.core.on_batch(batch, ctx.partition)
 
     def on_node(self, node: NodeTelemetry, _: RecordContext) -> list[Event]:

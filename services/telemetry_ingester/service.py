@@ -4,7 +4,7 @@ Backends (``HIVEMUX_INGESTER_BACKEND``): ``simulated`` (the simulated fleet), ``
 node's GPUs through NVML) or ``dcgm`` (a dcgm-exporter endpoint, ``HIVEMUX_INGESTER_DCGM_URL``).
 Device reads run in a worker thread (NVML calls and HTTP scrapes block); the readings are then
 validated, batched and handed to the producer a chunk of nodes at a time, so the broker takes
-one chunk while the next is validated.
+one chunk while the next is validated; a chunk's nodes travel as one record per topic partition.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from hivemux.telemetry.backend import GpuBackend, NodeBackend
 from hivemux.telemetry.ingest import Ingest, TickOutput
 from hivemux.telemetry.readings import GpuReading, NodeReading
 from hivemux.telemetry.simulated import SimulatedBackend
-from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS
+from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS, GPU_TELEMETRY
 
 NAME = "telemetry-ingester"
 _GONE = {ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED}
@@ -158,15 +158,24 @@ def build(settings: IngesterSettings, ingester: TelemetryIngester | None = None)
     service.fold(EXECUTOR_COMMANDS, ingester.on_command)
     service.fold(EXECUTOR_REPORTS, ingester.on_report)
 
+    sending: list[asyncio.Future[object]] = []  # the sends of the last instant, until acknowledged
+
+    async def acknowledged() -> None:
+        sends = list(sending)
+        sending.clear()
+        await asyncio.gather(*sends)  # a failed send fails the tick (and the service: KafkaError)
+
     async def tick() -> list[Event]:
         now = time.time()
         at = datetime.now(UTC)
         gpus, nodes = await asyncio.to_thread(ingester.read_devices, at)
+        # The previous instant's acknowledgements are awaited only now: the broker takes its
+        # last chunk while this instant is read (at most one instant is in flight).
+        await acknowledged()
         # Publish chunk by chunk: the broker takes one chunk while the next is validated and
         # encoded (2,500 nodes in one go leave the broker idle, then the ingester waiting).
         publisher = service.publisher
         assert publisher is not None
-        sending: list[asyncio.Future[object]] = []
         for part in ingester.judge(gpus, nodes, at.timestamp(), now, settings.nodes_per_chunk):
             for topic, letter in part.dead_letters:
                 bus_metrics.DEAD_LETTERS.labels(NAME, topic.name, "validate").inc()
@@ -175,10 +184,16 @@ def build(settings: IngesterSettings, ingester: TelemetryIngester | None = None)
                 sending.append(asyncio.ensure_future(publisher.publish_all(part.events)))
                 bus_metrics.PUBLISHED.labels(NAME).inc(len(part.events))
             await asyncio.sleep(0)  # the chunk's sends run, then the producer ships what is ready
-        await asyncio.gather(*sending)  # the tick ends when the broker acknowledged all of it
         return []
 
+    async def learn_partitions() -> None:
+        # A multi-node record holds the nodes of one partition: group by the broker's count.
+        assert service.publisher is not None
+        ingester.ingest.partitions = await service.publisher.partitions(GPU_TELEMETRY)
+
+    service.on_start(learn_partitions)
     service.every(settings.interval_s, tick)
+    service.on_stop(acknowledged)
     service.on_stop(ingester.gpu_backend.close)
     return service
 

@@ -5,7 +5,9 @@ model, and turns every failure into `InvalidEvent` with a readable reason."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
+from aiokafka.partitioner import DefaultPartitioner
 from pydantic import ValidationError
 
 from ..errors import InvalidEvent
@@ -15,6 +17,12 @@ from ..topics import Topic
 
 def encode_key(key: str) -> bytes:
     return json.dumps(key).encode()
+
+
+def partition_for_key(key: str, partitions: Iterable[int]) -> int:
+    """The partition a producer with aiokafka's default partitioner sends `key` to."""
+    ordered = sorted(partitions)
+    return DefaultPartitioner()(encode_key(key), ordered, ordered)
 
 
 def decode_key(raw: bytes | None) -> str | None:

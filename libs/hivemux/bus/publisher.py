@@ -50,6 +50,11 @@ class Publisher:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    async def partitions(self, topic: Topic) -> int:
+        """How many partitions `topic` has on the broker (which may differ from the registry's
+        count if an operator created it by hand)."""
+        return len(await self._producer.partitions_for(topic.name))
+
     async def publish(self, *events: Event) -> list[RecordMetadata]:
         """Send every event and wait until the broker acknowledged all of them."""
         return await self.publish_all(events)

@@ -9,7 +9,7 @@ A service registers three kinds of work:
 - `fold(topic, handler)`: state rebuilt by every instance from the topic's beginning
   (event-sourced read models). While an instance catches up, whatever the handler returns is
   dropped: those decisions were already published by the run that made them.
-- `every(seconds, ticker)`: periodic work (sampling, progress reports).
+- `every(seconds, ticker)`: periodic work (sampling, progress reports), at a fixed rate.
 - `pinned(topic, handler, key=...)`: the records of one key only, for per-node agents (a
   DaemonSet's executor must receive its own node's commands, whichever instances run). The
   instance assigns itself the one partition the key hashes to — aiokafka's default
@@ -39,7 +39,6 @@ from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
-from aiokafka.partitioner import DefaultPartitioner
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..errors import InvalidEvent, InvariantViolation, TransientError
@@ -48,7 +47,7 @@ from ..settings import ServiceSettings
 from ..topics import ALL_TOPICS, Topic
 from . import metrics
 from .admin import ensure_topics
-from .codec import decode_key, decode_value, encode_key
+from .codec import decode_key, decode_value, partition_for_key
 from .publisher import Publisher
 from .replay import assign_from_beginning, drain
 
@@ -84,12 +83,6 @@ class _Pinned:
     handler: Handler
     key: str
     dedupe: bool
-
-
-def partition_for_key(key: str, partitions: Iterable[int]) -> int:
-    """The partition a producer with aiokafka's default partitioner sends `key` to."""
-    ordered = sorted(partitions)
-    return DefaultPartitioner()(encode_key(key), ordered, ordered)
 
 
 @dataclass
@@ -346,6 +339,11 @@ class Service:
             await consumer.stop()
 
     async def _tick_loop(self, ticker: _Ticker) -> None:
+        # Fixed rate: a tick starts one period after the previous one started (a 1 Hz sampler
+        # samples every second however long sampling takes); an overrun starts the next tick
+        # at once and skips the missed ones rather than bunching them.
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
         while not self._stop.is_set():
             try:
                 outputs = await _call(ticker.fn)
@@ -357,8 +355,10 @@ class Service:
                 outputs = []
             await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
             metrics.PUBLISHED.labels(self.name).inc(len(outputs))
+            now = loop.time()
+            next_at = max(next_at + ticker.seconds, now)
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout=ticker.seconds)
+                await asyncio.wait_for(self._stop.wait(), timeout=next_at - now)
             except TimeoutError:
                 pass
 

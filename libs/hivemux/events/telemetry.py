@@ -9,7 +9,7 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, Field, StringConstraints, model_validator
+from pydantic import AwareDatetime, Field, PositiveInt, StringConstraints, model_validator
 
 from .base import Event, Name, NonNegative, Percent, Record
 
@@ -67,11 +67,17 @@ _PER_GPU_COLUMNS = (
 
 
 class GpuTelemetryBatch(Event):
-    """The GPU samples one node took at one sampling instant, published as one record.
+    """The GPU samples of one node, or of several nodes, taken at one sampling instant and
+    published as one record.
 
-    Batching per node keeps the broker's per-record cost off the sampling rate (a node of
-    8 GPUs is one record, not 8); the topic is keyed by node, so one health-processor
-    instance owns all of a node's GPUs.
+    Batching keeps the per-record costs (the broker's, the producer's and the consumer's) off
+    the sampling rate: a node of 8 GPUs is one record, not 8, and an ingester sampling many
+    nodes (a simulated fleet, a cluster-wide dcgm scrape) puts every node of a topic partition
+    in one record. The topic is keyed by node: `node_id` is the first node, and every node of a
+    batch maps to the same partition as it does, so one health-processor instance owns all of
+    a node's GPUs. `nodes` lists the nodes of a multi-node batch in order and `node_gpus`
+    how many GPUs each contributes (one value: every node's count); left out, all GPUs are
+    `node_id`'s.
 
     Columnar, because the broker's cost is per byte (~90 ns a byte, schema validation
     included, on the embedded broker): one array per metric, one entry per GPU, ~75 bytes a
@@ -87,10 +93,16 @@ class GpuTelemetryBatch(Event):
     `from_samples` builds a batch from them.
     """
 
-    node_id: Name
-    gpu_type: Name = Field(description="The node's GPU type (see `gpu_types` for a node of mixed types)")
+    node_id: Name = Field(description="The (first) node, the record's key")
+    nodes: tuple[Name, ...] | None = Field(
+        default=None, min_length=2, description="The nodes of a multi-node batch in order, `node_id` first"
+    )
+    node_gpus: PositiveInt | tuple[PositiveInt, ...] | None = Field(
+        default=None, description="GPUs of each of `nodes`, in order (one value: every node's)"
+    )
+    gpu_type: Name = Field(description="The GPUs' type (see `gpu_types` for a batch of mixed types)")
     gpus: tuple[GpuRef, ...] | None = Field(
-        default=None, description="Per GPU: its index on the node, or its full id; left out: 0, 1, ... in order"
+        default=None, description="Per GPU: its index on its node, or its full id; left out: 0, 1, ... on each node in order"
     )
     gpu_types: tuple[Name, ...] | None = Field(default=None, description="Per GPU, only when the node's types differ")
     sampled_at: tuple[AwareDatetime, ...] | None = Field(
@@ -127,6 +139,14 @@ class GpuTelemetryBatch(Event):
             for name, column in zip(_PER_GPU_COLUMNS, columns, strict=True):
                 if column is not None and len(column) != n:
                     raise ValueError(f"column {name} holds {len(column)} entries for {n} GPUs (gpu_util holds {n})")
+        if self.nodes is not None or self.node_gpus is not None:
+            if self.nodes is None or self.node_gpus is None:
+                raise ValueError("nodes and node_gpus come together")
+            if self.nodes[0] != self.node_id or len(set(self.nodes)) != len(self.nodes):
+                raise ValueError("nodes must start with node_id and name each node once")
+            counts = self.node_gpus if type(self.node_gpus) is tuple else (self.node_gpus,) * len(self.nodes)
+            if len(counts) != len(self.nodes) or sum(counts) != n:  # type: ignore[arg-type]
+                raise ValueError(f"node_gpus {self.node_gpus} does not give {len(self.nodes)} nodes {n} GPUs")
         return self
 
     def model_dump_json(self, **kwargs: Any) -> str:  # type: ignore[override]
@@ -140,11 +160,22 @@ class GpuTelemetryBatch(Event):
         return text.replace(".0,", ",").replace(".0]", "]").replace(".0}", "}")
 
     @cached_property
+    def node_ids(self) -> tuple[str, ...]:
+        """Per GPU: its node."""
+        if self.nodes is None:
+            return (self.node_id,) * len(self.gpu_util)
+        counts = self.node_gpus if type(self.node_gpus) is tuple else (self.node_gpus,) * len(self.nodes)
+        return tuple(node for node, count in zip(self.nodes, counts, strict=True) for _ in range(count))  # type: ignore[arg-type]
+
+    @cached_property
     def gpu_ids(self) -> tuple[str, ...]:
-        node = self.node_id
-        if self.gpus is None:
-            return tuple(f"{node}/gpu-{i}" for i in range(len(self.gpu_util)))
-        return tuple(f"{node}/gpu-{g}" if type(g) is int else g for g in self.gpus)  # type: ignore[misc]
+        if self.nodes is None:
+            node = self.node_id
+            if self.gpus is None:
+                return tuple(f"{node}/gpu-{i}" for i in range(len(self.gpu_util)))
+            return tuple(f"{node}/gpu-{g}" if type(g) is int else g for g in self.gpus)  # type: ignore[misc]
+        refs = self.gpus if self.gpus is not None else node_indices(self.node_ids)
+        return tuple(f"{node}/gpu-{g}" if type(g) is int else g for node, g in zip(self.node_ids, refs, strict=True))  # type: ignore[misc]
 
     def per_gpu(self, name: str) -> tuple[Any, ...]:
         """Column `name` with one entry per GPU, defaults and shared values spelt out."""
@@ -157,14 +188,14 @@ class GpuTelemetryBatch(Event):
     @cached_property
     def samples(self) -> tuple[GpuTelemetrySample, ...]:
         """The batch as one `GpuTelemetrySample` per GPU (already validated: built unchecked)."""
-        node_id, columns = self.node_id, [self.per_gpu(name) for name, _ in _SAMPLE_COLUMNS]
+        columns = [self.per_gpu(name) for name, _ in _SAMPLE_COLUMNS]
         return tuple(
             GpuTelemetrySample.model_construct(
                 occurred_at=at, gpu_id=gpu_id, node_id=node_id, gpu_type=gpu_type,
                 **{name: value for (name, _), value in zip(_SAMPLE_COLUMNS, values, strict=True)},
             )
-            for at, gpu_id, gpu_type, *values in zip(
-                self.per_gpu("sampled_at"), self.gpu_ids, self.per_gpu("gpu_types"), *columns, strict=True
+            for at, gpu_id, node_id, gpu_type, *values in zip(
+                self.per_gpu("sampled_at"), self.gpu_ids, self.node_ids, self.per_gpu("gpu_types"), *columns, strict=True
             )
         )  # fmt: skip
 
@@ -209,6 +240,16 @@ _SAMPLE_COLUMNS: tuple[tuple[str, object], ...] = (
 )  # fmt: skip
 _DEFAULTS = {name: default for name, default in _SAMPLE_COLUMNS if default is not _REQUIRED}
 _SHARED = ("memory_total_mib", "max_sm_clock_mhz")  # one value when every GPU of the node shares it
+
+
+def node_indices(node_ids: Sequence[str]) -> tuple[int, ...]:
+    """0, 1, ... on each node in turn: the GPU refs a batch leaves out."""
+    out, previous, index = [], None, 0
+    for node in node_ids:
+        index = index + 1 if node == previous else 0
+        previous = node
+        out.append(index)
+    return tuple(out)
 
 
 def gpu_ref(node_id: str, gpu_id: str) -> int | str:

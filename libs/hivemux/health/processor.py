@@ -70,7 +70,8 @@ class HealthProcessorCore:
         self.progress = ProgressLog()
         self.owned: set[int] | None = None  # None: every partition (a single instance, replay)
         self.assigned_at: dict[int, float] = {}
-        self._gpu_ids: dict[tuple[str, object], tuple[str, ...]] = {}  # (node, batch.gpus) -> GPU ids
+        # (nodes, node_gpus, gpus) -> (GPU ids, their nodes): a fleet's batches repeat a few shapes
+        self._gpu_ids: dict[tuple[object, object, object], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     # -- ownership ------------------------------------------------------------------------
     def assign(self, partitions: Iterable[int] | None, at: float) -> None:
@@ -93,20 +94,21 @@ class HealthProcessorCore:
         out: list[Event] = []
         n = len(batch.gpu_util)
         nones, zeros, empty = _fillers(n)
-        origin, node_id = batch.event_id, batch.node_id
-        key = (node_id, batch.gpus or n)
-        gpu_ids = self._gpu_ids.get(key)
-        if gpu_ids is None:
-            gpu_ids = self._gpu_ids[key] = batch.gpu_ids  # a node's GPUs change rarely: name them once
+        origin = batch.event_id
+        key = (batch.nodes or batch.node_id, batch.node_gpus, batch.gpus or n)
+        named = self._gpu_ids.get(key)
+        if named is None:  # a node's GPUs change rarely: name them once
+            named = self._gpu_ids[key] = (batch.gpu_ids, batch.node_ids)
+        gpu_ids, node_ids = named
         times = (
             repeat(batch.occurred_at.timestamp(), n)  # a node's samples usually share their instant
             if batch.sampled_at is None
             else [t.timestamp() for t in batch.sampled_at]
         )
         totals, max_clocks = batch.memory_total_mib, batch.max_sm_clock_mhz  # one value: every GPU's
-        for (gpu_id, gpu_type, at, util, activity, occupancy, used, total, clock, max_clock, power, temperature,
+        for (gpu_id, node_id, gpu_type, at, util, activity, occupancy, used, total, clock, max_clock, power, temperature,
              xid, last_xid, sbe, dbe, online, offline) in zip(
-            gpu_ids, batch.gpu_types or repeat(batch.gpu_type, n), times, batch.gpu_util,
+            gpu_ids, node_ids, batch.gpu_types or repeat(batch.gpu_type, n), times, batch.gpu_util,
             batch.sm_activity or nones, batch.sm_occupancy or nones, batch.memory_used_mib,
             totals if type(totals) is tuple else repeat(totals, n), batch.sm_clock_mhz,
             max_clocks if type(max_clocks) is tuple else repeat(max_clocks, n), batch.power_w or nones,

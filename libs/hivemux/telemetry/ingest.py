@@ -2,6 +2,10 @@
 
 A GPU reading is published only if it passes `validation.gpu_problem`; the valid readings of
 one node and instant travel as one columnar `GpuTelemetryBatch` record (`validation.gpu_batch`).
+The common case is cheaper: the nodes of a chunk whose keys map to the same topic partition,
+all plainly valid, are checked a column at a time and travel as one multi-node batch
+(`validation.plain_gpu_batch`); a group with anything unusual falls back to a node, then a
+reading, at a time.
 A reading that fails becomes a `DeadLetter` on `telemetry.gpu.dlq` (node readings on `telemetry.node.dlq`)
 with the reason and the raw reading, so nothing is lost and operators can see what a broken
 exporter or driver sent.
@@ -14,12 +18,19 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import lru_cache
 
+from hivemux.bus.codec import partition_for_key
 from hivemux.events import DeadLetter, Event
 from hivemux.topics import GPU_TELEMETRY, NODE_TELEMETRY, Topic
 
 from .readings import GpuReading, NodeReading
-from .validation import Limits, gpu_batch, gpu_problem, node_problem, node_sample
+from .validation import Limits, gpu_batch, gpu_problem, node_problem, node_sample, plain_gpu_batch
+
+
+@lru_cache(maxsize=1 << 16)
+def _partition_of(node_id: str, partitions: int) -> int:
+    return partition_for_key(node_id, range(partitions))
 
 
 @dataclass
@@ -47,8 +58,12 @@ def _dead_letter(topic: Topic, key: str, raw: object, reason: str, at: datetime,
 
 
 class Ingest:
-    def __init__(self, source: str, *, known_gpus: frozenset[str] | None = None, limits: Limits = Limits()) -> None:
+    def __init__(
+        self, source: str, *, known_gpus: frozenset[str] | None = None, limits: Limits = Limits(),
+        partitions: int = GPU_TELEMETRY.partitions,
+    ) -> None:  # fmt: skip
         self.source = source
+        self.partitions = partitions  # of the GPU telemetry topic: a record holds the nodes of one
         self.known_gpus = known_gpus  # None: learnt from the first reading
         self.limits = limits
         self.offline_by_gpu: dict[str, tuple[str, ...]] = {}  # from executor commands
@@ -85,7 +100,31 @@ class Ingest:
         when = datetime.fromtimestamp(now, UTC)
         instant = datetime.fromtimestamp(at, UTC)
         known, limits, offline_by_gpu = self.known_gpus, self.limits, self.offline_by_gpu
+        for group in self._by_partition(nodes):
+            batch = plain_gpu_batch(group, at, instant, now, self.source, known, limits, offline_by_gpu)
+            if batch is not None:  # the common case: one record for the partition's nodes
+                out.events.append(batch)
+            else:
+                self._judge_nodes(group, at, now, when, instant, out)
+        return out
+
+    def _by_partition(self, nodes: list[list[GpuReading]]) -> list[list[list[GpuReading]]]:
+        """The nodes grouped by the topic partition their key maps to, in order of first appearance."""
+        groups: dict[int, list[list[GpuReading]]] = {}
+        for node in nodes:
+            groups.setdefault(_partition_of(node[0].node_id, self.partitions), []).append(node)
+        return list(groups.values())
+
+    def _judge_nodes(
+        self, nodes: list[list[GpuReading]], at: float, now: float, when: datetime, instant: datetime, out: TickOutput
+    ) -> None:
+        """A node at a time, and a reading at a time for a node that is not plainly valid."""
+        known, limits, offline_by_gpu = self.known_gpus, self.limits, self.offline_by_gpu
         for node_readings in nodes:
+            batch = plain_gpu_batch([node_readings], at, instant, now, self.source, known, limits, offline_by_gpu)
+            if batch is not None:
+                out.events.append(batch)
+                continue
             valid = []
             for reading in node_readings:
                 taken = reading.taken_at if reading.taken_at is not None else at
@@ -98,7 +137,6 @@ class Ingest:
                 valid.append(reading)
             if valid:
                 out.events.append(gpu_batch(valid[0].node_id, valid, at, instant, self.source))
-        return out
 
     def node_samples(self, readings: Iterable[NodeReading], at: float, now: float) -> TickOutput:
         out = TickOutput()
