@@ -23,7 +23,7 @@ from operator import attrgetter, le
 from typing import Any
 
 from hivemux.events import GpuProcess, GpuTelemetryBatch, GpuTelemetrySample, NodeTelemetry
-from hivemux.events.telemetry import node_indices, gpu_ref
+from hivemux.events.telemetry import gpu_ref, node_indices
 
 from .readings import GpuReading, NodeReading
 
