@@ -167,7 +167,12 @@ def test_refuses_files_of_another_layout(plain_native, workload):
 def test_a_forked_child_is_a_process_of_the_workload(native, workload):
     """A data-loader style fork: the child accounts in its own slot, and its memory is the
     workload's only while it lives."""
-    out = probe(native, workload.env(native), "proc", "init", "alloc:linear:16777216", "fork", "init",
+    # Under the sanitizers, no leak check: the parent runs the shim's helper thread, and
+    # LeakSanitizer's exit-time check in a child forked from a multi-threaded process can hang
+    # (google/sanitizers#836; measured under load: 2 hangs in 25 runs with it, none in 65 without). ASan and UBSan still check
+    # every access and the exit codes.
+    extra = {"ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=66"} if native.sanitized else {}
+    out = probe(native, workload.env(native, extra), "proc", "init", "alloc:linear:16777216", "fork", "init",
                 "alloc:linear:8388608", "info")
     child = out[out.index("child") + 1:out.index("child") + 4]
     parent = out[out.index(next(line for line in out if line.startswith("parent"))) + 1:]
