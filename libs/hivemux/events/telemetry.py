@@ -144,8 +144,8 @@ class GpuTelemetryBatch(Event):
                 raise ValueError("nodes and node_gpus come together")
             if self.nodes[0] != self.node_id or len(set(self.nodes)) != len(self.nodes):
                 raise ValueError("nodes must start with node_id and name each node once")
-            counts = self.node_gpus if type(self.node_gpus) is tuple else (self.node_gpus,) * len(self.nodes)
-            if len(counts) != len(self.nodes) or sum(counts) != n:  # type: ignore[arg-type]
+            counts = self._node_gpu_counts()
+            if len(counts) != len(self.nodes) or sum(counts) != n:
                 raise ValueError(f"node_gpus {self.node_gpus} does not give {len(self.nodes)} nodes {n} GPUs")
         return self
 
@@ -159,21 +159,20 @@ class GpuTelemetryBatch(Event):
             return text
         return text.replace(".0,", ",").replace(".0]", "]").replace(".0}", "}")
 
+    def _node_gpu_counts(self) -> tuple[int, ...]:
+        """GPUs of each of `nodes` (a multi-node batch)."""
+        assert self.nodes is not None and self.node_gpus is not None
+        return self.node_gpus if type(self.node_gpus) is tuple else (self.node_gpus,) * len(self.nodes)  # type: ignore[return-value]
+
     @cached_property
     def node_ids(self) -> tuple[str, ...]:
         """Per GPU: its node."""
         if self.nodes is None:
             return (self.node_id,) * len(self.gpu_util)
-        counts = self.node_gpus if type(self.node_gpus) is tuple else (self.node_gpus,) * len(self.nodes)
-        return tuple(node for node, count in zip(self.nodes, counts, strict=True) for _ in range(count))  # type: ignore[arg-type]
+        return tuple(node for node, count in zip(self.nodes, self._node_gpu_counts(), strict=True) for _ in range(count))
 
     @cached_property
     def gpu_ids(self) -> tuple[str, ...]:
-        if self.nodes is None:
-            node = self.node_id
-            if self.gpus is None:
-                return tuple(f"{node}/gpu-{i}" for i in range(len(self.gpu_util)))
-            return tuple(f"{node}/gpu-{g}" if type(g) is int else g for g in self.gpus)  # type: ignore[misc]
         refs = self.gpus if self.gpus is not None else node_indices(self.node_ids)
         return tuple(f"{node}/gpu-{g}" if type(g) is int else g for node, g in zip(self.node_ids, refs, strict=True))  # type: ignore[misc]
 

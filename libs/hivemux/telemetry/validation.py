@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from operator import attrgetter, le
-from typing import Any
+from typing import Any, NamedTuple
 
 from hivemux.events import GpuProcess, GpuTelemetryBatch, GpuTelemetrySample, NodeTelemetry
 from hivemux.events.telemetry import gpu_ref, node_indices
@@ -167,7 +167,7 @@ def gpu_sample(reading: GpuReading, at: float | datetime) -> GpuTelemetrySample:
     )
 
 
-# The columns of a batch, read off every reading in one C call and transposed by `zip`.
+# The columns of a batch, read off every reading in one C call and transposed by `zip` (`_columns`).
 _COLUMNS = attrgetter(
     "gpu_type", "taken_at", "gpu_util", "memory_used_mib", "memory_total_mib", "sm_clock_mhz", "max_sm_clock_mhz",
     "sm_activity", "sm_occupancy", "power_w", "temperature_c", "last_xid", "online_workload",
@@ -175,6 +175,33 @@ _COLUMNS = attrgetter(
 )  # fmt: skip
 _OPTIONAL = ("sm_activity", "sm_occupancy", "power_w", "temperature_c", "last_xid", "online_workload")  # None: not reported
 _COUNTERS = ("xid_errors", "ecc_sbe", "ecc_dbe")  # 0 by default
+
+
+class _Columns(NamedTuple):
+    """A group of readings, one tuple per field (in `_COLUMNS` order)."""
+
+    gpu_types: tuple[Any, ...]
+    taken: tuple[Any, ...]
+    util: tuple[Any, ...]
+    used: tuple[Any, ...]
+    total: tuple[Any, ...]
+    clock: tuple[Any, ...]
+    max_clock: tuple[Any, ...]
+    activity: tuple[Any, ...]
+    occupancy: tuple[Any, ...]
+    power: tuple[Any, ...]
+    temperature: tuple[Any, ...]
+    last_xid: tuple[Any, ...]
+    online: tuple[Any, ...]
+    xid: tuple[Any, ...]
+    sbe: tuple[Any, ...]
+    dbe: tuple[Any, ...]
+    offline: tuple[Any, ...]
+    processes: tuple[Any, ...]
+
+
+def _columns(readings: Sequence[GpuReading]) -> _Columns:
+    return _Columns._make(zip(*map(_COLUMNS, readings)))
 
 
 @lru_cache(maxsize=1 << 16)
@@ -186,12 +213,9 @@ def gpu_batch(node_id: str, readings: Sequence[GpuReading], at: float, instant: 
     """The batch of one node's readings that passed `gpu_problem`, sampled at `at` (`instant`)
     unless a reading carries its own time. Columns at their default for every GPU are left out."""
     n = len(readings)
-    (gpu_types, taken, util, used, total, clock, max_clock, activity, occupancy, power, temperature, last_xid,
-     online, xid, sbe, dbe, offline, processes) = zip(*map(_COLUMNS, readings))  # fmt: skip
-    fields = _batch_fields(
-        [node_id] * n, [r.gpu_id for r in readings], source,
-        (gpu_types, util, used, total, clock, max_clock, activity, occupancy, power, temperature, last_xid, online, xid, sbe, dbe, offline),
-    )  # fmt: skip
+    columns = _columns(readings)
+    fields = _batch_fields([node_id] * n, [r.gpu_id for r in readings], source, columns)
+    taken, processes = columns.taken, columns.processes
     if taken.count(None) == n:
         fields["occurred_at"] = instant
     else:
@@ -222,7 +246,7 @@ def plain_gpu_batch(
     readings = [reading for node in nodes for reading in node]
     n = len(readings)
     (gpu_types, taken, util, used, total, clock, max_clock, activity, occupancy, power, temperature, last_xid,
-     online, xid, sbe, dbe, offline, processes) = zip(*map(_COLUMNS, readings))  # fmt: skip
+     online, xid, sbe, dbe, offline, processes) = columns = _columns(readings)  # fmt: skip
     if taken.count(None) != n or processes.count(()) != n:
         return None
     gpu_ids = [r.gpu_id for r in readings]
@@ -267,10 +291,7 @@ def plain_gpu_batch(
     names.discard(None)  # type: ignore[arg-type]
     if not _GOOD_NAMES.issuperset(names) and not all(_name_ok(name) for name in names):
         return None
-    fields = _batch_fields(
-        node_of, gpu_ids, source,
-        (gpu_types, util, used, total, clock, max_clock, activity, occupancy, power, temperature, last_xid, online, xid, sbe, dbe, offline),
-    )  # fmt: skip
+    fields = _batch_fields(node_of, gpu_ids, source, columns._replace(offline=offline))
     if len(nodes) > 1:
         if len(set(node_ids)) != len(node_ids):
             return None
@@ -286,35 +307,31 @@ _UNREPORTED = {
 }  # fmt: skip
 
 
-def _batch_fields(node_of: Sequence[str], gpu_ids: Sequence[str], source: str, columns: tuple[tuple[Any, ...], ...]) -> dict[str, Any]:
-    """The batch's fields from its columns (`node_of`: each GPU's node), leaving out what
-    holds only defaults."""
-    (gpu_types, util, used, total, clock, max_clock, activity, occupancy, power, temperature, last_xid, online,
-     xid, sbe, dbe, offline) = columns  # fmt: skip
-    n = len(util)
+def _batch_fields(node_of: Sequence[str], gpu_ids: Sequence[str], source: str, columns: _Columns) -> dict[str, Any]:
+    """The batch's fields from its columns (`node_of`: each GPU's node; the time and process
+    columns are the caller's), leaving out what holds only defaults."""
+    c = columns
+    n = len(c.util)
     fields: dict[str, Any] = {
-        "source": source, "node_id": node_of[0], "gpu_type": gpu_types[0], "gpu_util": util, "memory_used_mib": used,
-        "sm_clock_mhz": clock,
-        "memory_total_mib": total[0] if total.count(total[0]) == n else total,
-        "max_sm_clock_mhz": max_clock[0] if max_clock.count(max_clock[0]) == n else max_clock,
+        "source": source, "node_id": node_of[0], "gpu_type": c.gpu_types[0], "gpu_util": c.util,
+        "memory_used_mib": c.used, "sm_clock_mhz": c.clock,
+        "memory_total_mib": c.total[0] if c.total.count(c.total[0]) == n else c.total,
+        "max_sm_clock_mhz": c.max_clock[0] if c.max_clock.count(c.max_clock[0]) == n else c.max_clock,
     }  # fmt: skip
     gpus = tuple(map(_gpu_ref, node_of, gpu_ids))
-    if gpus != (_INDICES[:n] if node_of.count(node_of[0]) == n else node_indices(node_of)):  # type: ignore[union-attr]
+    if gpus != node_indices(node_of):
         fields["gpus"] = gpus
-    if gpu_types.count(gpu_types[0]) != n:
-        fields["gpu_types"] = gpu_types
-    for name, column in zip(_OPTIONAL, (activity, occupancy, power, temperature, last_xid, online), strict=True):
+    if c.gpu_types.count(c.gpu_types[0]) != n:
+        fields["gpu_types"] = c.gpu_types
+    for name, column in zip(_OPTIONAL, (c.activity, c.occupancy, c.power, c.temperature, c.last_xid, c.online), strict=True):
         if column.count(None) != n:
             fields[name] = column
-    for name, column in zip(_COUNTERS, (xid, sbe, dbe), strict=True):
+    for name, column in zip(_COUNTERS, (c.xid, c.sbe, c.dbe), strict=True):
         if column.count(0) != n:
             fields[name] = column
-    if offline.count(()) != n:
-        fields["offline_workloads"] = offline
+    if c.offline.count(()) != n:
+        fields["offline_workloads"] = c.offline
     return fields
-
-
-_INDICES = tuple(range(64))
 
 
 def node_problem(reading: NodeReading, at: float, now: float, limits: Limits = Limits()) -> str | None:
