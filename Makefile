@@ -37,7 +37,7 @@ schemas: install
 
 # Regenerate the gRPC code of the cell allocator's inspect API from its .proto.
 proto: install
-	cd libs && ../$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. hivemux/cells/inspect_api/cells_inspect.proto
+	cd libs && ../$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. hivemux/cells_inspect/cells_inspect.proto
 	cd libs && ../$(BIN)/python -m grpc_tools.protoc -I . --python_out=. --grpc_python_out=. hivemux/salus/gate.proto
 
 clean:

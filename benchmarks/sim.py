@@ -22,9 +22,9 @@ import math
 import statistics
 import time
 
-from hivemux.sim.cluster_configs import cluster_config
-from hivemux.sim.hived_experiments import run_cluster
-from hivemux.sim.scenarios import Workload, build_workload
+from hivemux.experiments.cluster_configs import cluster_config
+from hivemux.experiments.hived_experiments import run_cluster
+from hivemux.experiments.scenarios import Workload, build_workload
 
 
 def measure(w: Workload, repeats: int, seed: int) -> dict[str, float]:

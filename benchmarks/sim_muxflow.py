@@ -19,8 +19,8 @@ import math
 import time
 from pathlib import Path
 
-from hivemux.sim.muxflow_experiments import POLICIES, MuxflowParams, run_policy, speed_models
-from hivemux.sim.muxflow_trace import offline_trace
+from hivemux.experiments.muxflow_experiments import POLICIES, MuxflowParams, run_policy, speed_models
+from hivemux.experiments.muxflow_trace import offline_trace
 
 
 def measure(gpus: int, jobs: int, seed: int) -> dict[str, float]:

@@ -23,7 +23,7 @@ from hivemux.cells.config import (
     pod_spec_from_annotation,
     pod_spec_to_annotation,
 )
-from hivemux.cells.inspect_api.server import start_inspect_server
+from hivemux.cells_inspect.server import start_inspect_server
 from hivemux.cells.job_allocator import (
     Decision,
     JobAllocator,

@@ -5,7 +5,7 @@ progress is measured on the wall clock of the node it runs on.
 Two backends (``HIVEMUX_EXECUTOR_BACKEND``):
 
 - ``simulated`` (default; `hivemux up`, the demo and the end-to-end tests): one instance plays
-  every node of the simulated fleet as a consumer-group member (`hivemux.sim.node_agent`);
+  every node of the simulated fleet as a consumer-group member (`hivemux.simulated.node_agent`);
 - ``process``: the node agent of one real node (``HIVEMUX_EXECUTOR_NODE_ID``), run as a
   DaemonSet. It runs workloads as real processes under MPS and xCUDA
   (`hivemux.executor.node.ProcessNode`) and receives exactly its node's commands: it pins
@@ -43,9 +43,9 @@ from hivemux.events import (
 from hivemux.executor.node import NodeConfig, ProcessNode
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.sim.catalog import solo_profile
-from hivemux.sim.interference import shared_execution
-from hivemux.sim.node_agent import Progress, RunningWorkload, SimulatedNode
+from hivemux.simulated.catalog import solo_profile
+from hivemux.simulated.interference import shared_execution
+from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
 from hivemux.topics import EXECUTOR_COMMANDS, GPU_TELEMETRY
 
 NAME = "executor"

@@ -17,7 +17,7 @@ from hivemux.events import Event, JobKind, JobLifecycleEvent, JobState, JobSubmi
 from hivemux.observability import serve
 from hivemux.profiling.runner import Counters, TorchProfile, profile_torch
 from hivemux.settings import ServiceSettings
-from hivemux.sim.catalog import solo_profile, workload_signature
+from hivemux.simulated.catalog import solo_profile, workload_signature
 from hivemux.store import ProfileRecord, ProfileStore, connect, migrate
 from hivemux.topics import JOBS_SUBMITTED
 

@@ -24,12 +24,12 @@ from hivemux.bus import metrics as bus_metrics
 from hivemux.events import CommandAction, Event, ExecutorCommand, ExecutorReport, ReportState
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.sim.catalog import solo_profile
-from hivemux.sim.fleet import FleetSpec, OfflineLoad, SimulatedFleet
+from hivemux.simulated.catalog import solo_profile
+from hivemux.simulated.fleet import FleetSpec, OfflineLoad, SimulatedFleet
 from hivemux.telemetry.backend import GpuBackend, NodeBackend
 from hivemux.telemetry.ingest import Ingest, TickOutput
 from hivemux.telemetry.readings import GpuReading, NodeReading
-from hivemux.telemetry.simulated import SimulatedBackend
+from hivemux.simulated.telemetry_source import SimulatedBackend
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS, GPU_TELEMETRY
 
 NAME = "telemetry-ingester"

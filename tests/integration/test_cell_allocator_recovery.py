@@ -16,8 +16,8 @@ from google.protobuf.json_format import MessageToDict
 from support.buskit import eventually, read_all
 
 from hivemux.bus import Publisher, ensure_topics
-from hivemux.cells.inspect_api import cells_inspect_pb2 as pb
-from hivemux.cells.inspect_api import cells_inspect_pb2_grpc as pb_grpc
+from hivemux.cells_inspect import cells_inspect_pb2 as pb
+from hivemux.cells_inspect import cells_inspect_pb2_grpc as pb_grpc
 from hivemux.events import JobKind, JobLifecycleEvent, JobState, JobSubmission, Priority, WorkloadSpec
 from hivemux.infra import Endpoints, free_port
 from hivemux.topics import ALL_TOPICS, CELL_BINDINGS

@@ -6,9 +6,9 @@ import grpc
 import pytest
 
 from hivemux.cells.api import GroupStatus, PhysicalCellStatus, VirtualCellStatus
-from hivemux.cells.inspect_api import cells_inspect_pb2 as pb
-from hivemux.cells.inspect_api import cells_inspect_pb2_grpc as pb_grpc
-from hivemux.cells.inspect_api.server import start_inspect_server
+from hivemux.cells_inspect import cells_inspect_pb2 as pb
+from hivemux.cells_inspect import cells_inspect_pb2_grpc as pb_grpc
+from hivemux.cells_inspect.server import start_inspect_server
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import pytest
 from hivemux.bus import RecordContext
 from hivemux.events import JobKind, JobState, JobSubmission, Profile, WorkloadSpec
 from hivemux.services.profiler.service import Profiler, ProfilerSettings
-from hivemux.sim.catalog import solo_profile
+from hivemux.simulated.catalog import solo_profile
 
 pytestmark = pytest.mark.integration
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PROTOS = [Path("hivemux/cells/inspect_api/cells_inspect.proto"), Path("hivemux/salus/gate.proto")]
+PROTOS = [Path("hivemux/cells_inspect/cells_inspect.proto"), Path("hivemux/salus/gate.proto")]
 
 
 @pytest.mark.parametrize("proto", PROTOS, ids=[p.stem for p in PROTOS])

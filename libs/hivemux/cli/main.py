@@ -164,8 +164,8 @@ def cells_replay(file: Path, scenario_ids: tuple[str, ...], json_only: bool) -> 
     """Replay HiveD scenarios: one JSON line per op, then a summary; exit 1 if any check failed."""
     import yaml
 
-    from ..cells import replay
-    from ..cells.replay_factory import hived_factory
+    from ..hived_scenarios import replay
+    from ..hived_scenarios.factory import hived_factory
     from ..errors import ConfigurationError
 
     try:
@@ -261,7 +261,7 @@ def sim_group() -> None:
 @sim_group.command("list")
 def sim_list() -> None:
     """The named scenarios, with their paper experiment and full/small parameters."""
-    from ..sim.scenarios import SCENARIOS, describe_params
+    from ..experiments.scenarios import SCENARIOS, describe_params
 
     for s in SCENARIOS.values():
         click.echo(f"{s.name}  [{s.paper}]\n  {s.description}")
@@ -282,8 +282,8 @@ def sim_run(name: str, seed: int, out_dir: Path | None, scale: str, config_path:
     import time
 
     from ..errors import ConfigurationError
-    from ..sim.report import write_outputs
-    from ..sim.scenarios import load_user_config, run_scenario, runs_per_workload, scenario_params, total_jobs
+    from ..experiments.report import write_outputs
+    from ..experiments.scenarios import load_user_config, run_scenario, runs_per_workload, scenario_params, total_jobs
 
     try:
         params = scenario_params(name, scale)
@@ -315,9 +315,9 @@ def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[
     import time
 
     from ..errors import ConfigurationError
-    from ..sim.report import write_outputs
-    from ..sim.results_table import results_markdown
-    from ..sim.scenarios import SCENARIOS, run_scenario, runs_per_workload, scenario_params, total_jobs
+    from ..experiments.report import write_outputs
+    from ..experiments.results_table import results_markdown
+    from ..experiments.scenarios import SCENARIOS, run_scenario, runs_per_workload, scenario_params, total_jobs
 
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:

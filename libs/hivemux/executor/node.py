@@ -72,7 +72,7 @@ from hivemux.executor.supervisor import Exit, group_rss_mib, launch
 from hivemux.executor.workload import Workload, lifecycle, report
 from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
 from hivemux.salus.server import LaneServer
-from hivemux.sim.catalog import solo_profile
+from hivemux.simulated.catalog import solo_profile
 from hivemux.telemetry.backend import GpuBackend
 from hivemux.workloads.progress import ProgressReader
 from hivemux.xcuda import LaunchControl

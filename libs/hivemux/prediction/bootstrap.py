@@ -2,12 +2,12 @@
 
 Paper: MuxFlow preprint §6 "We collect about 2,000 data for each GPU type to train the speed
 predictor": profiled sharing pairs. A fresh hivemux cluster has no observation yet, so the
-predictor bootstraps each GPU type's MLP from pairs that `hivemux.sim.interference` (the
+predictor bootstraps each GPU type's MLP from pairs that `hivemux.simulated.interference` (the
 simulation's ground truth) labels, then retrains on the `sharing.observations` the executors
-report. This module is the one place outside `hivemux.sim` that calls the interference model,
+report. This module is the one place outside `hivemux.simulated` and `hivemux.experiments` that calls the interference model,
 and only to make that first dataset; the matcher never sees it.
 
-Sampling (seeded): an offline job is a catalog family (`hivemux.sim.catalog.FAMILIES`) at a
+Sampling (seeded): an offline job is a catalog family (`hivemux.simulated.catalog.FAMILIES`) at a
 batch size of ``b_ref`` x {1/4, 1/2, 1, 2, 4}, profiled alone on the GPU type; the online
 workload's SM activity x is uniform in [0, 95] %; the SM share is the dynamic allocation's
 integer ``floor(100 - x)`` (at least 10) for ``dynamic_fraction`` of the pairs (what the
@@ -25,8 +25,8 @@ import random
 
 import numpy as np
 
-from hivemux.sim.catalog import FAMILIES, solo_profile
-from hivemux.sim.interference import shared_execution
+from hivemux.simulated.catalog import FAMILIES, solo_profile
+from hivemux.simulated.interference import shared_execution
 
 from .speed_predictor import FEATURES, Dataset
 

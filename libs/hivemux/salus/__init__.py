@@ -1,8 +1,6 @@
-"""Salus on one GPU: lanes (Salus §3.3, Algorithm 1), iteration scheduling (§3.2, §4: FIFO,
-PACK, SRTF, FAIR), the gate serving them over gRPC on a Unix socket, and the workload adaptor.
-
-- ``lanes.py``: ``LaneManager``, ``find_lane``, the safety condition (pure).
-- ``iteration_scheduler.py``: ``IterationScheduler``, ``Policy`` (pure).
+"""The Salus execution service on one GPU (Salus §3.1): the gate serving lanes and iteration
+scheduling over gRPC on a Unix socket, and the workload adaptor. The lane assignment
+(Algorithm 1) and the iteration policies are pure and live in ``hivemux.lanes``.
 - ``server.py``: ``LaneServer`` (the executor runs one per GPU; grpcio's core server on a thread
   of its own, or grpc.aio on the event loop).
 - ``client.py``: the adaptor, re-exported here::

@@ -72,8 +72,8 @@ from hivemux.errors import ConfigurationError
 from . import gate_pb2 as pb
 from . import gate_pb2_grpc as pb_grpc
 from .client import GRPC_OPTIONS
-from .iteration_scheduler import Grant, IterationScheduler, Policy
-from .lanes import JobMemory, Lane, LaneAssigned, LaneEvent, LaneManager, Queued, Refused
+from hivemux.lanes.iteration_scheduler import Grant, IterationScheduler, Policy
+from hivemux.lanes.lane_assignment import JobMemory, Lane, LaneAssigned, LaneEvent, LaneManager, Queued, Refused
 
 log = logging.getLogger("hivemux.salus.server")
 

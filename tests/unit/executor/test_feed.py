@@ -11,8 +11,8 @@ from hivemux.events import GpuTelemetrySample
 from hivemux.executor.launch import WorkloadFiles, create_xcuda_files
 from hivemux.executor.node import NodeConfig, ProcessNode
 from hivemux.executor.workload import Workload
-from hivemux.sim.fleet import FleetSpec, SimulatedFleet
-from hivemux.telemetry.simulated import SimulatedBackend
+from hivemux.simulated.fleet import FleetSpec, SimulatedFleet
+from hivemux.simulated.telemetry_source import SimulatedBackend
 
 NOW = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
 

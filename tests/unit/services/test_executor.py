@@ -22,8 +22,8 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.services.executor.service import Executor, ExecutorSettings
-from hivemux.sim.catalog import solo_profile
-from hivemux.sim.interference import shared_execution
+from hivemux.simulated.catalog import solo_profile
+from hivemux.simulated.interference import shared_execution
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 NODE = "node-00"

@@ -12,8 +12,8 @@ from hivemux.bus import RecordContext
 from hivemux.events import PredictorModel, Profile, SharingObservation, derived_id
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.services.predictor.service import Predictor, PredictorSettings
-from hivemux.sim.catalog import solo_profile
-from hivemux.sim.interference import shared_execution
+from hivemux.simulated.catalog import solo_profile
+from hivemux.simulated.interference import shared_execution
 from hivemux.topics import PREDICTOR_MODELS, topic_for
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

@@ -1,0 +1,351 @@
+"""Named simulator scenarios: one per paper experiment, each with full- and reduced-scale
+parameters. ``run_scenario`` returns a JSON-ready result (metrics, configuration, seed, series
+for the plots); ``sim.report`` writes it out.
+
+HiveD scenarios (this module; MuxFlow and Salus scenarios come with their mechanisms):
+
+* ``hived-sharing-safety`` — HiveD §5.2 / Figure 7: the same trace on the same cluster under
+  HiveD and under the quota-based (YARN-CS-like) scheduler, and every tenant alone in its
+  private cluster under each; per-tenant queuing delay shared vs private, the sharing-anomaly
+  flag, JCT, makespan, GPU utilization, fragmentation of GPU affinity, preempted GPUs.
+* ``hived-binding`` — HiveD §5.3 / Figures 10–11: HiveD with dynamic vs static cell binding
+  (preempted GPUs) and with single- vs multi-level cells (fragmentation), as configurations of
+  the real ``HivedScheduler`` (``sim.cluster_configs``).
+
+Workloads (``experiments.traces``): ``table1`` — a HiveD-like synthetic trace from Table 1's 11 tenants
+(quota shares of the cluster, job-size mix), Philly run times and Poisson arrivals at ``load`` ×
+quota; ``philly-week`` — the real Philly week, VCs sized from ``philly_vc_nodes.csv`` ×
+``node_scale``. A user's own cluster and trace come in through ``--config`` (``load_user_config``).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hivemux.errors import ConfigurationError
+from hivemux.experiments import traces
+from hivemux.experiments.cluster_configs import cluster_config
+from hivemux.experiments.hived_experiments import ClusterRun, run_cluster, tenant_comparison
+from hivemux.experiments.muxflow_experiments import POLICIES as MUXFLOW_POLICIES
+from hivemux.experiments.muxflow_experiments import MuxflowParams, run_traces
+from hivemux.experiments.salus_experiments import SalusParams, run_policies
+
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str = "table1"  # table1 | philly-week | philly-random | csv
+    nodes: int = 200  # table1: cluster size in 8-GPU nodes
+    load: float = 1.2  # table1: offered load / quota
+    days: float = 7.0  # window length
+    start_day: float = 0.0  # philly: window start
+    node_scale: float = 0.25  # philly: × philly_vc_nodes.csv
+    max_duration_h: float | None = None  # table1: run-time cap (default: a quarter of the window)
+    trace_file: str | None = None  # csv: a Philly-format CSV
+    vc_nodes: Mapping[str, int] | None = None  # csv: VC sizes in nodes (else philly_vc_nodes × node_scale)
+
+    def label(self) -> str:
+        if self.kind == "table1":
+            return f"table1 ({self.nodes} nodes, load {self.load}, {self.days:g} d)"
+        if self.kind == "csv":
+            return f"csv {Path(self.trace_file or '').name} ({self.days:g} d)"
+        return f"{self.kind} (VC nodes x{self.node_scale}, days {self.start_day:g}-{self.start_day + self.days:g})"
+
+
+@dataclass(frozen=True)
+class Params:
+    workloads: tuple[Workload, ...]
+    safety_every: int = 1  # check HiveD's invariant (2) after every k-th event batch (0: never)
+    salus: SalusParams | None = None  # salus-policies: the one-GPU job mix (no cluster workloads)
+    muxflow: MuxflowParams | None = None  # muxflow-*: online GPUs shared with offline traces A-D
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    paper: str
+    description: str
+    full: Params
+    small: Params
+    runner: Callable[[Params, int, ProgressFn | None], dict[str, Any]] = field(repr=False)
+
+
+def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> traces.TraceSplit:
+    """The jobs and VC sizes of a workload (deterministic for a seed)."""
+    d = traces.traces_dir(traces_path)
+    span = w.days * 86400
+    if w.kind == "table1":
+        tenants = traces.load_table1(d / traces.HIVED_TABLE1)
+        sizes = traces.table1_vc_nodes(tenants, w.nodes)
+        durations = traces.load_philly(d / traces.PHILLY_WEEK)
+        jobs = traces.table1_jobs(tenants, sizes, durations, load=w.load, span_s=span, rng=random.Random(seed),
+                                   max_duration_s=None if w.max_duration_h is None else w.max_duration_h * 3600)
+        return traces.split_by_vc(jobs, sizes)
+    if w.kind in ("philly-week", "philly-random", "csv"):
+        path = {"philly-week": d / traces.PHILLY_WEEK, "philly-random": d / traces.PHILLY_RANDOM}.get(w.kind)
+        if w.kind == "csv":
+            if not w.trace_file:
+                raise ConfigurationError("workload kind csv needs trace_file")
+            path = Path(w.trace_file)
+        jobs = traces.load_philly(path, start_s=w.start_day * 86400, end_s=(w.start_day + w.days) * 86400)
+        vc_nodes = dict(w.vc_nodes) if w.vc_nodes else traces.load_vc_nodes(d / traces.PHILLY_VC_NODES)
+        scale = 1.0 if w.vc_nodes else w.node_scale
+        return traces.split_by_vc(jobs, vc_nodes, node_scale=scale)
+    raise ConfigurationError(f"unknown workload kind {w.kind!r} (table1, philly-week, philly-random, csv)")
+
+
+def total_jobs(params: Params, seed: int, runs_per_workload: int) -> int:
+    if params.muxflow is not None:  # every placing policy finishes each job of each trace once
+        placing = sum(1 for p in params.muxflow.policies if MUXFLOW_POLICIES[p].placement != "none")
+        return sum(params.muxflow.job_counts()) * placing
+    return sum(len(build_workload(w, seed).jobs) * runs_per_workload for w in params.workloads)
+
+
+def _run_summary(run: ClusterRun) -> dict[str, Any]:
+    return {"name": run.name, "scheduler": run.scheduler, "gpus": run.total_gpus, "nodes": run.nodes, **run.summary()}
+
+
+def _tenant_preemptions(run: ClusterRun) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in run.records.values():
+        out[r.job.vc] = out.get(r.job.vc, 0) + r.preemptions * r.job.gpus
+    return dict(sorted(out.items()))
+
+
+def run_sharing_safety(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    results = []
+    for w in params.workloads:
+        split = build_workload(w, seed)
+        by_vc = split.by_vc()
+        entry: dict[str, Any] = {
+            "workload": asdict(w), "label": w.label(), "vc_nodes": dict(split.vc_nodes), "jobs": len(split.jobs),
+            "dropped": dict(split.dropped), "schedulers": {},
+        }
+        for kind in ("quota", "hived"):
+            shared = run_cluster("shared", kind, cluster_config(split.vc_nodes), split.jobs, seed=seed,
+                                 safety_every=params.safety_every, progress=progress)
+            private = {
+                vc: run_cluster(f"private-{vc}", kind, cluster_config({vc: split.vc_nodes[vc]}), jobs, seed=seed,
+                                safety_every=params.safety_every, progress=progress)
+                for vc, jobs in by_vc.items() if jobs
+            }
+            tenants = tenant_comparison(shared, private)
+            entry["schedulers"][kind] = {
+                "shared": _run_summary(shared),
+                "tenants": tenants,
+                "anomalous_tenants": [vc for vc, t in tenants.items() if t["anomaly"]],
+                "max_excess_min": max((t["excess_min"] for t in tenants.values()), default=0.0),
+                "preempted_gpus_by_tenant": _tenant_preemptions(shared),
+                "private_safety_checks": sum(r.safety_checks for r in private.values()),
+                "series": shared.series,
+            }
+        q, h = entry["schedulers"]["quota"], entry["schedulers"]["hived"]
+        entry["hived_vs_quota"] = {
+            vc: {
+                "quota_min": q["tenants"][vc]["shared_min"],
+                "hived_min": h["tenants"][vc]["shared_min"],
+                "reduction": (1 - h["tenants"][vc]["shared_min"] / q["tenants"][vc]["shared_min"])
+                if q["tenants"][vc]["shared_min"] > 0 else None,
+            }
+            for vc in q["tenants"]
+        }
+        results.append(entry)
+    return {"workloads": results}
+
+
+BINDING_VARIANTS = (
+    ("dynamic, single-level", "dynamic", "single"),
+    ("static, single-level", "static", "single"),
+    ("dynamic, multi-level", "dynamic", "multi"),
+)
+
+
+def run_binding(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    results = []
+    for w in params.workloads:
+        split = build_workload(w, seed)
+        entry: dict[str, Any] = {"workload": asdict(w), "label": w.label(), "vc_nodes": dict(split.vc_nodes),
+                                 "jobs": len(split.jobs), "dropped": dict(split.dropped), "variants": {}}
+        for label, binding, levels in BINDING_VARIANTS:
+            config = cluster_config(split.vc_nodes, binding=binding, levels=levels, jobs_by_vc=split.by_vc())
+            run = run_cluster(label, "hived", config, split.jobs, seed=seed, pinned=binding == "static",
+                              safety_every=params.safety_every, progress=progress)
+            entry["variants"][label] = {
+                "binding": binding, "levels": levels, "summary": _run_summary(run), "series": run.series,
+                "virtual_cells": {vc: spec.get("virtualCells") or spec.get("pinnedCells") for vc, spec in config["virtualClusters"].items()},
+            }
+        v = entry["variants"]
+        dyn, sta, multi = (v[label]["summary"] for label, _, _ in BINDING_VARIANTS)
+        entry["preemption_reduction_dynamic_vs_static"] = (
+            1 - dyn["preempted_gpus"] / sta["preempted_gpus"] if sta["preempted_gpus"] else None
+        )
+        entry["fragmentation_single_minus_multi"] = dyn["fragmentation"] - multi["fragmentation"]
+        results.append(entry)
+    return {"workloads": results}
+
+
+def run_salus(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Salus §5.1: FIFO, SRTF, PACK, FAIR on one GPU (``sim.salus_experiments``)."""
+    return run_policies(params.salus or SalusParams(), seed)
+
+
+def run_muxflow(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """MuxFlow §7.2-7.4 (``sim.muxflow_experiments``)."""
+    return run_traces(params.muxflow or MuxflowParams(), seed, progress)
+
+
+_MUXFLOW_SMALL = dict(gpus={"T4": 64}, hours=6.0, horizon_h=24.0, predictor_pairs=1000, predictor_epochs=40)
+RELATED_WORK = ("Online-only", "Time-sharing", "PB-time-sharing", "PB-multi-stream", "MuxFlow")
+ABLATION = ("Online-only", "MuxFlow", "MuxFlow-S", "MuxFlow-M", "MuxFlow-S-M")
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "hived-sharing-safety",
+            "HiveD (OSDI '20) §5.2, Figures 6-7",
+            "HiveD vs the quota-based scheduler on one trace and cluster; per-tenant queuing delay vs the tenant's private cluster",
+            full=Params((Workload("table1", nodes=200, load=1.2, days=7.0), Workload("philly-week", node_scale=0.25, days=7.0))),
+            small=Params((Workload("table1", nodes=30, load=1.4, days=2.0),)),
+            runner=run_sharing_safety,
+        ),
+        Scenario(
+            "hived-binding",
+            "HiveD (OSDI '20) §5.3, Figures 10-11",
+            "HiveD with dynamic vs static cell binding (preempted GPUs) and multi- vs single-level cells (fragmentation)",
+            full=Params((Workload("table1", nodes=200, load=1.2, days=7.0), Workload("philly-week", node_scale=0.25, days=7.0))),
+            small=Params((Workload("table1", nodes=30, load=1.4, days=1.0),)),
+            runner=run_binding,
+        ),
+        Scenario(
+            "salus-policies",
+            "Salus (MLSys '20) §5.1, Table 2 and Figure 8",
+            "FIFO, SRTF, PACK and FAIR on one 16 GiB GPU driving the real LaneManager and IterationScheduler; JCT, makespan, queuing, lanes, fairness",
+            full=Params((), salus=SalusParams(jobs=100, mean_interarrival_s=180.0, iter_median=600.0)),
+            small=Params((), salus=SalusParams(jobs=16, mean_interarrival_s=60.0, iter_median=300.0, iter_max=3000)),
+            runner=run_salus,
+        ),
+        Scenario(
+            "muxflow-testbed",
+            "MuxFlow (preprint §7.2, Figure 10; journal §7.2)",
+            "1,000 online GPUs shared with a 12-hour offline trace: online latency vs Online-only, offline normalized throughput, oversold GPU, evictions, GPU utilization, SM activity and memory",
+            full=Params((), muxflow=MuxflowParams(traces=("A",), jobs=(3000,), hours=12.0, horizon_h=36.0, policies=("Online-only", "MuxFlow"))),
+            small=Params((), muxflow=MuxflowParams(traces=("A",), jobs=(150,), policies=("Online-only", "MuxFlow"), **_MUXFLOW_SMALL)),
+            runner=run_muxflow,
+        ),
+        Scenario(
+            "muxflow-related-work",
+            "MuxFlow (preprint §7.3, Figure 11; journal §7.3, Figure 8)",
+            "MuxFlow vs Online-only, Time-sharing, PB-time-sharing and PB-multi-stream on traces A-D (1,000 GPUs, 24 h): normalized latency, average JCT, oversold GPU",
+            full=Params((), muxflow=MuxflowParams(policies=RELATED_WORK)),
+            small=Params((), muxflow=MuxflowParams(traces=("A", "B"), jobs=(100, 150), policies=RELATED_WORK, **_MUXFLOW_SMALL)),
+            runner=run_muxflow,
+        ),
+        Scenario(
+            "muxflow-ablation",
+            "MuxFlow (preprint §7.4, Figure 13)",
+            "MuxFlow vs MuxFlow-S (no dynamic SM), MuxFlow-M (FCFS, no matching) and MuxFlow-S-M on traces A-D (1,000 GPUs, 24 h)",
+            full=Params((), muxflow=MuxflowParams(policies=ABLATION)),
+            small=Params((), muxflow=MuxflowParams(traces=("A", "B"), jobs=(100, 150), policies=ABLATION, **_MUXFLOW_SMALL)),
+            runner=run_muxflow,
+        ),
+    )
+}
+
+
+def describe_params(params: Params) -> str:
+    """One line for ``hivemux sim list``: the workloads a scale runs."""
+    if params.muxflow is not None:
+        m = params.muxflow
+        gpus = ", ".join(f"{n} {t}" for t, n in m.gpus.items())
+        traces = ", ".join(f"{t} ({n} jobs)" for t, n in zip(m.traces, m.job_counts(), strict=True))
+        return f"{gpus} online GPUs; traces {traces} over {m.hours:g} h; {', '.join(m.policies)}"
+    if params.salus is not None:
+        s = params.salus
+        return f"one 16 GiB GPU; {s.jobs} jobs, mean inter-arrival {s.mean_interarrival_s:g} s, median {s.iter_median:g} iterations"
+    return "; ".join(w.label() for w in params.workloads)
+
+
+def scenario_params(name: str, scale: str) -> Params:
+    if name not in SCENARIOS:
+        raise ConfigurationError(f"unknown scenario {name!r}; known: {', '.join(sorted(SCENARIOS))}")
+    if scale not in ("full", "small"):
+        raise ConfigurationError(f"scale must be full or small, not {scale!r}")
+    s = SCENARIOS[name]
+    return s.full if scale == "full" else s.small
+
+
+def load_user_config(path: Path, base: Params) -> Params:
+    """A user's cluster and trace: YAML ``{workloads: [{kind, nodes, load, days, trace_file,
+    vc_nodes, ...}], safety_every}`` for the HiveD scenarios, ``{muxflow: {gpus: {T4: 500},
+    traces: [A, B], jobs: [2000, 4000], hours, load, trace_file, ...}}`` for the MuxFlow ones;
+    omitted keys keep the scenario's values. Validated here, once."""
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path}: expected a mapping")
+    unknown = set(raw) - {"workloads", "safety_every", "muxflow"}
+    if unknown:
+        raise ConfigurationError(f"{path}: unknown keys {sorted(unknown)}")
+    if "muxflow" in raw:
+        if base.muxflow is None:
+            raise ConfigurationError(f"{path}: 'muxflow' applies only to the muxflow-* scenarios")
+        return replace(base, muxflow=_muxflow_config(path, raw["muxflow"], base.muxflow))
+    workloads = base.workloads
+    if "workloads" in raw:
+        fields = set(Workload.__dataclass_fields__)
+        built = []
+        for i, w in enumerate(raw["workloads"] or []):
+            bad = set(w) - fields
+            if bad:
+                raise ConfigurationError(f"{path}: workloads[{i}] has unknown keys {sorted(bad)}")
+            if w.get("trace_file"):
+                w = {**w, "trace_file": str((path.parent / w["trace_file"]).resolve())}
+            built.append(replace(Workload(), **w))
+        workloads = tuple(built)
+    return Params(workloads, int(raw.get("safety_every", base.safety_every)))
+
+
+def _muxflow_config(path: Path, raw: Any, base: MuxflowParams) -> MuxflowParams:
+    if not isinstance(raw, dict):
+        raise ConfigurationError(f"{path}: muxflow must be a mapping")
+    bad = set(raw) - set(MuxflowParams.__dataclass_fields__)
+    if bad:
+        raise ConfigurationError(f"{path}: muxflow has unknown keys {sorted(bad)}")
+    values = dict(raw)
+    for key in ("traces", "jobs", "policies"):
+        if key in values and values[key] is not None:
+            values[key] = tuple(values[key])
+    if values.get("trace_file"):
+        values["trace_file"] = str((path.parent / values["trace_file"]).resolve())
+    try:
+        params = replace(base, **values)
+        params.job_counts()
+        unknown = [p for p in params.policies if p not in MUXFLOW_POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; known: {', '.join(MUXFLOW_POLICIES)}")
+        if not params.gpus or any(not isinstance(n, int) or n < 1 for n in params.gpus.values()):
+            raise ValueError("gpus must map GPU types to positive counts")
+    except (TypeError, ValueError) as error:
+        raise ConfigurationError(f"{path}: muxflow: {error}") from error
+    return params
+
+
+def run_scenario(name: str, params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    s = SCENARIOS[name]
+    return {"scenario": name, "paper": s.paper, "description": s.description, "seed": seed,
+            "params": {"workloads": [asdict(w) for w in params.workloads], "safety_every": params.safety_every},
+            "results": s.runner(params, seed, progress)}
+
+
+def runs_per_workload(name: str, params: Params, seed: int) -> int:
+    """How many times each job is simulated (progress bar length)."""
+    if name == "hived-binding":
+        return len(BINDING_VARIANTS)
+    return 4  # shared + private, for both schedulers

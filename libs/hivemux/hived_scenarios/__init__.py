@@ -1,0 +1,12 @@
+"""Replay of HiveD's scenario files (``hivemux cells replay``), the conformance harness for the
+cell schedulers. It drives any ``cells.api.CellScheduler``; it is not part of the algorithm.
+
+- ``replay.py``: reads a scenario file, runs its ops (schedule, add/delete pod, bad/healthy
+  node, reconfigure) against a fresh scheduler per scenario and reports each op.
+- ``checks.py``: what each op's expected result means and the verdict of each check.
+- ``invariants.py``: the invariants checked after every op (I1 gang atomicity, ..., I5 no
+  preemption at equal priority).
+- ``factory.py``: builds the HiveD scheduler for the CLI.
+
+Format: ``../shared/hived/hived-scenario-format.md``.
+"""

@@ -1,0 +1,12 @@
+"""Salus's GPU lanes and iteration scheduling on one GPU, pure (no I/O, no clock, no threads).
+
+- ``lane_assignment.py``: Salus §3.3, Algorithm 1 — ``LaneManager`` assigns each job's
+  ephemeral memory to a lane (``find_lane``), opening, growing or sharing lanes, under the
+  safety condition ``Σ P_i + Σ L_j ≤ C`` (persistent memory ``P_i`` of every admitted job plus
+  every lane's size ``L_j`` within the GPU's capacity ``C``), checked before every admission.
+- ``iteration_scheduler.py``: Salus §3.2 and §4 — ``IterationScheduler`` grants one iteration
+  at a time per lane under the policies FIFO, PACK, SRTF and FAIR (``Policy``).
+
+The gRPC gate that serves them to workloads is ``hivemux.salus`` (I/O); the simulator drives
+them in event time (``hivemux.experiments.salus_experiments``).
+"""
