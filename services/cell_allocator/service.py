@@ -50,6 +50,7 @@ from hivemux.events import (
     Priority,
     derived_id,
 )
+from hivemux.gpu_ids import gpu_ids
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED
@@ -104,11 +105,6 @@ def training_job(job: JobSubmission) -> TrainingJob:
         pinned_cell_id=job.pinned_cell_id or "",
         lazy_preemption=job.lazy_preemption,
     )
-
-
-def gpu_ids(node: str, indices: tuple[int, ...]) -> tuple[str, ...]:
-    """GPU ids as node agents name them (`<node>/gpu-<index>`)."""
-    return tuple(f"{node}/gpu-{i}" for i in indices)
 
 
 class CellAllocatorShell:

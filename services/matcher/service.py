@@ -30,6 +30,7 @@ from hivemux.events import (
     PredictorModel,
     Profile,
     ReportState,
+    clip_reason,
     derived_id,
 )
 from hivemux.matching.efficiency import EfficiencyReport, JobRun, offline_efficiency
@@ -304,7 +305,7 @@ class Matcher:
         to jobs worth more than its restart cost."""
         placed = self.running.pop(stop.job_id)
         decision = derived_id("stop", placed.event_id, at.isoformat())
-        reason = stop.reason[:2000]
+        reason = clip_reason(stop.reason)
         return [
             Placement(
                 event_id=decision,
@@ -335,7 +336,7 @@ class Matcher:
                 source=self.source,
                 job_id=stop.job_id,
                 state=JobState.PREEMPTED,
-                reason=reason if moved_to else reason[:1960] + "; the job waits for the next round",
+                reason=reason if moved_to else clip_reason(stop.reason, "; the job waits for the next round"),
                 node_id=placed.node_id,
                 gpu_ids=(placed.gpu_id,),
             ),
@@ -358,7 +359,7 @@ class Matcher:
             predicted_normalized_throughput=planned.predicted_normalized_throughput,
             predicted_online_slowdown=planned.predicted_online_slowdown,
             model_version=model.version if model else None,
-            reason=planned.reason[:2000],
+            reason=clip_reason(planned.reason),
             inputs={
                 **planned.inputs,
                 "online_workload": gpu.online_workload,
@@ -381,7 +382,7 @@ class Matcher:
                 memory_quota_mib=self.policy.memory_quota_fraction * gpu.memory_total_mib,
                 workload=submission.workload,
                 solo_iteration_time_ms=self.profiles[planned.job_id].iteration_time_ms,
-                reason=planned.reason[:2000],
+                reason=clip_reason(planned.reason),
             ),
             JobLifecycleEvent(
                 event_id=derived_id("placed", decision),
@@ -389,7 +390,7 @@ class Matcher:
                 source=self.source,
                 job_id=planned.job_id,
                 state=JobState.PLACED,
-                reason=planned.reason[:2000],
+                reason=clip_reason(planned.reason),
                 node_id=planned.node_id,
                 gpu_ids=(planned.gpu_id,),
             ),

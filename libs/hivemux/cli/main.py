@@ -235,8 +235,9 @@ def health_drain(gpu_id: str, reason: str, undo: bool) -> None:
     """Drain a GPU (SysMonitor Disabled, offline work evicted) or, with --undo, undrain it."""
     from ..bus import Publisher
     from ..events import DeviceControl
+    from ..gpu_ids import node_of
 
-    node_id = gpu_id.rsplit("/", 1)[0] if "/" in gpu_id else None
+    node_id = node_of(gpu_id)
     if node_id is None:
         raise click.BadParameter("expected NODE/GPU, e.g. node-00/gpu-1", param_hint="GPU_ID")
     try:

@@ -1,6 +1,6 @@
 """Event models: every record on the bus, as frozen pydantic v2 models."""
 
-from .base import Event, Record, derived_id
+from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState
 from .jobs import (
     JobKind,
@@ -29,6 +29,9 @@ from .telemetry import (
 )
 
 __all__ = [
+    "REASON_MAX",
+    "Reason",
+    "clip_reason",
     "CellBinding",
     "CellConfig",
     "CommandAction",

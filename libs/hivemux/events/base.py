@@ -20,6 +20,16 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"
 Percent = Annotated[float, Field(ge=0.0, le=100.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 
+# Why a decision was made (or what a finding saw), in words for the user. Bounded so that a
+# decision explaining many inputs still fits a record; producers clip with `clip_reason`.
+REASON_MAX = 2000
+Reason = Annotated[str, Field(max_length=REASON_MAX)]
+
+
+def clip_reason(text: str, suffix: str = "") -> str:
+    """`text` cut to fit a `Reason` with `suffix` kept whole at its end."""
+    return text[: REASON_MAX - len(suffix)] + suffix
+
 
 class Record(BaseModel):
     """A frozen, strict value nested inside events."""

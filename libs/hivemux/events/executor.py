@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Event, Name, NonNegative, Percent
+from .base import Event, Name, NonNegative, Percent, Reason
 from .jobs import WorkloadSpec
 
 
@@ -31,7 +31,7 @@ class ExecutorCommand(Event):
     memory_quota_mib: NonNegative | None = None
     workload: WorkloadSpec | None = None
     solo_iteration_time_ms: float | None = Field(default=None, gt=0, description="Profiled solo speed, to normalize progress")
-    reason: str = Field(default="", max_length=2000)
+    reason: Reason = ""
 
     @model_validator(mode="after")
     def _starts_carry_a_workload(self) -> "ExecutorCommand":
@@ -64,7 +64,7 @@ class ExecutorReport(Event):
     throughput_it_s: NonNegative = 0.0
     normalized_throughput: NonNegative | None = None
     sm_share: Percent | None = None
-    detail: str = Field(default="", max_length=2000)
+    detail: Reason = ""
     cuda_error: int | None = Field(default=None, description="A CUDA driver error the workload hit (e.g. 700, 805-810)")
     mps_server: Literal["running", "crashed", "hung"] | None = Field(default=None, description="The MPS server's state as the executor saw it")
     step: str | None = Field(

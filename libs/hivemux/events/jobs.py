@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Event, Name, Record, NonNegative, Percent
+from .base import Event, Name, Record, NonNegative, Percent, Reason
 
 
 class JobKind(StrEnum):
@@ -90,7 +90,7 @@ class JobState(StrEnum):
 class JobLifecycleEvent(Event):
     job_id: Name
     state: JobState
-    reason: str = Field(default="", max_length=2000)
+    reason: Reason = ""
     node_id: Name | None = None
     gpu_ids: tuple[Name, ...] = ()
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field
 
-from .base import Event, Name, NonNegative, Percent
+from .base import Event, Name, NonNegative, Percent, Reason
 from .jobs import Priority
 
 
@@ -58,7 +58,7 @@ class CellBinding(Event):
     cell_type: Name | None = Field(default=None, description="The cell chain (or type) the job is bound in")
     node_ids: tuple[Name, ...] = ()
     gpu_ids: tuple[Name, ...] = ()
-    reason: str = Field(max_length=2000)
+    reason: Reason
     inputs: dict[str, float | int | str] = Field(default_factory=dict)
 
 
@@ -84,5 +84,5 @@ class Placement(Event):
     predicted_normalized_throughput: NonNegative | None = None
     predicted_online_slowdown: float | None = None
     model_version: int | None = None
-    reason: str = Field(max_length=2000)
+    reason: Reason
     inputs: dict[str, float | int | str | None] = Field(default_factory=dict)

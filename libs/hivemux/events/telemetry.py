@@ -1,6 +1,7 @@
 """Telemetry, health and fault events (MuxFlow §3 GPU monitor, §4.2 SysMonitor)."""
 
 from __future__ import annotations
+from hivemux.gpu_ids import gpu_id, gpu_index
 
 import uuid
 from collections.abc import Sequence
@@ -11,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AwareDatetime, Field, PositiveInt, StringConstraints, model_validator
 
-from .base import Event, Name, NonNegative, Percent, Record
+from .base import Event, Name, NonNegative, Percent, Record, Reason
 
 
 class GpuProcess(Record):
@@ -174,7 +175,7 @@ class GpuTelemetryBatch(Event):
     @cached_property
     def gpu_ids(self) -> tuple[str, ...]:
         refs = self.gpus if self.gpus is not None else node_indices(self.node_ids)
-        return tuple(f"{node}/gpu-{g}" if type(g) is int else g for node, g in zip(self.node_ids, refs, strict=True))  # type: ignore[misc]
+        return tuple(gpu_id(node, g) if type(g) is int else g for node, g in zip(self.node_ids, refs, strict=True))  # type: ignore[misc]
 
     def per_gpu(self, name: str) -> tuple[Any, ...]:
         """Column `name` with one entry per GPU, defaults and shared values spelt out."""
@@ -251,14 +252,10 @@ def node_indices(node_ids: Sequence[str]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def gpu_ref(node_id: str, gpu_id: str) -> int | str:
+def gpu_ref(node_id: str, gpu: str) -> int | str:
     """How a batch names a GPU: its index when the id is ``f"{node_id}/gpu-{index}"``, else the id."""
-    prefix = f"{node_id}/gpu-"
-    if gpu_id.startswith(prefix):
-        index = gpu_id[len(prefix):]
-        if index.isdigit() and index.isascii() and str(int(index)) == index:
-            return int(index)
-    return gpu_id
+    index = gpu_index(gpu, node_id)
+    return gpu if index is None else index
 
 
 class NodeTelemetry(Event):
@@ -294,7 +291,7 @@ class HealthTransition(Event):
     gpu_type: Name
     from_state: HealthState
     to_state: HealthState
-    reason: str = Field(max_length=2000)
+    reason: Reason
     metrics: dict[str, float] = Field(default_factory=dict, description="The inputs of the decision")
     online_workload: Name | None = None
     sample_event_id: str | None = None
@@ -327,7 +324,7 @@ class Fault(Event):
     gpu_id: Name
     node_id: Name
     kind: FaultKind
-    detail: str = Field(max_length=2000)
+    detail: Reason
     xid: int | None = None
     cuda_error: int | None = None
     job_id: Name | None = Field(default=None, description="The workload that hit the error, when known")
@@ -340,7 +337,7 @@ class DeviceControl(Event):
     gpu_id: Name
     node_id: Name
     action: Literal["drain", "undrain"]
-    reason: str = Field(default="", max_length=2000)
+    reason: Reason = ""
 
 
 class NodePressure(Event):
@@ -348,7 +345,7 @@ class NodePressure(Event):
 
     node_id: Name
     pressured: bool
-    reason: str = Field(max_length=2000)
+    reason: Reason
     metrics: dict[str, float] = Field(default_factory=dict)
     evicted_workloads: tuple[Name, ...] = ()
 

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from hivemux import gpu_ids
 
 from hivemux.workloads.progress import CHECKPOINT_DIR_ENV, PROGRESS_FILE_ENV
 from hivemux.xcuda import ControlBlock, LaunchControl, StateFile, preload_env
@@ -32,11 +33,11 @@ MIB = 1 << 20
 
 
 def gpu_index(gpu_id: str) -> int:
-    """``"node-00/gpu-3"`` → 3 (the id convention of the telemetry backends)."""
-    tail = gpu_id.rsplit("/", 1)[-1]
-    if not tail.startswith("gpu-") or not tail[4:].isdigit():
+    """``"node-00/gpu-3"`` → 3 (`hivemux.gpu_ids`); ValueError for any other id."""
+    index = gpu_ids.gpu_index(gpu_id)
+    if index is None:
         raise ValueError(f"GPU id {gpu_id!r} does not end in gpu-<index>")
-    return int(tail[4:])
+    return index
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ re-handling the same cause yields the same ids; periodic progress reports add th
 """
 
 from __future__ import annotations
+from hivemux.events.base import clip_reason
 
 from collections import deque
 from collections.abc import Iterable
@@ -106,7 +107,7 @@ def report(w: Workload, *, node_id: str, source: str, cause: UUID, state: Report
         iterations_total=w.total,
         throughput_it_s=w.throughput(),
         sm_share=w.sm_share,
-        detail=detail[:2000],
+        detail=clip_reason(detail),
         cuda_error=w.cuda_error,
         mps_server=mps_server,  # type: ignore[arg-type]
         step=step,
@@ -120,6 +121,6 @@ def lifecycle(w: Workload, *, node_id: str, source: str, cause: UUID, state: Job
               reason: str) -> JobLifecycleEvent:
     return JobLifecycleEvent(
         event_id=derived_id("lifecycle", cause, w.job_id, state.value),
-        occurred_at=at, source=source, job_id=w.job_id, state=state, reason=reason[:2000],
+        occurred_at=at, source=source, job_id=w.job_id, state=state, reason=clip_reason(reason),
         node_id=node_id, gpu_ids=w.gpu_ids,
     )

@@ -34,6 +34,7 @@ utilization, the clock drop above 60 % of TDP, 30 + 48 x power fraction C).
 """
 
 from __future__ import annotations
+from hivemux.gpu_ids import gpu_id
 
 from dataclasses import dataclass
 
@@ -85,8 +86,8 @@ class OnlineWorld:
         self.n = len(types)
         self.gpu_types = np.array(types)
         self.type_names = sorted(set(types))
-        self.gpu_ids = [f"node-{i // 8:04d}/gpu-{i % 8}" for i in range(self.n)]
-        self.node_ids = [g.split("/")[0] for g in self.gpu_ids]
+        self.gpu_ids = [gpu_id(f"node-{i // 8:04d}", i % 8) for i in range(self.n)]
+        self.node_ids = [f"node-{i // 8:04d}" for i in range(self.n)]
         rng = np.random.default_rng([seed, 0xF1EE7])
         k = np.arange(self.n) % len(ONLINE_WORKLOADS)
         self.workload_names = [ONLINE_WORKLOADS[i].name for i in k]

@@ -13,6 +13,7 @@ SysMonitor state (back-off history included).
 """
 
 from __future__ import annotations
+from hivemux.events.base import clip_reason
 
 import functools
 from collections.abc import Iterable
@@ -311,7 +312,7 @@ class HealthProcessorCore:
                 HealthTransition(
                     event_id=transition_id, occurred_at=at, source=self.source, gpu_id=t.gpu_id,
                     node_id=monitor.node_id, gpu_type=monitor.gpu_type, from_state=t.from_state,
-                    to_state=t.to_state, reason=t.reason[:2000], metrics=t.metrics,
+                    to_state=t.to_state, reason=clip_reason(t.reason), metrics=t.metrics,
                     online_workload=monitor.online_workload, sample_event_id=str(origin), cause=t.cause,
                     evicted_workloads=t.evicted,
                 )
@@ -323,7 +324,7 @@ class HealthProcessorCore:
     def _evict(self, node_id: str, job_id: str, gpu_ids: tuple[str, ...], reason: str, origin: object, at: datetime) -> ExecutorCommand:
         return ExecutorCommand(
             event_id=derived_id("evict", origin, job_id), occurred_at=at, source=self.source, node_id=node_id,
-            action=CommandAction.EVICT, job_id=job_id, gpu_ids=gpu_ids, reason=reason[:2000],
+            action=CommandAction.EVICT, job_id=job_id, gpu_ids=gpu_ids, reason=clip_reason(reason),
         )  # fmt: skip
 
     def _remediate(self, monitor: SysMonitor, finding: Finding, at: float, origin: object) -> list[Event]:
@@ -333,11 +334,11 @@ class HealthProcessorCore:
         out: list[Event] = [
             Fault(
                 event_id=fault_id, occurred_at=when, source=self.source, gpu_id=finding.gpu_id,
-                node_id=monitor.node_id, kind=finding.kind, detail=finding.detail[:2000], xid=finding.xid,
+                node_id=monitor.node_id, kind=finding.kind, detail=clip_reason(finding.detail), xid=finding.xid,
                 cuda_error=finding.cuda_error, job_id=finding.job_id, remediation=remediation,
             )
         ]  # fmt: skip
-        reason = f"{finding.kind}: {finding.detail}"[:2000]
+        reason = clip_reason(f"{finding.kind}: {finding.detail}")
         if remediation == "drain":
             transition = monitor.disable(at, "fault", f"drained after {reason}")
             if transition is not None:

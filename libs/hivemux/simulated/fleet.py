@@ -36,6 +36,7 @@ Calibration and assumptions:
 """
 
 from __future__ import annotations
+from hivemux.gpu_ids import gpu_id as make_gpu_id
 
 import hashlib
 import math
@@ -140,7 +141,7 @@ class SimulatedFleet:
         services: dict[str, _Service] = {}
         for n, node_id in enumerate(self.nodes):
             for i in range(spec.gpus_per_node):
-                gpu_id = f"{node_id}/gpu-{i}"
+                gpu_id = make_gpu_id(node_id, i)
                 name = None
                 if n < spec.serving_nodes:
                     k = n * spec.gpus_per_node + i

@@ -47,6 +47,7 @@ gpu_type="T4", sm_activity=40.0, memory_used_mib=1024.0, memory_total_mib=15360.
 """
 
 from __future__ import annotations
+from hivemux.gpu_ids import gpu_id
 
 import http.client
 import math
@@ -186,7 +187,7 @@ def _reading(gpu: _Series, max_sm_clock_by_type: Mapping[str, float]) -> GpuRead
         max_sm_clock = max_sm_clock_by_type.get(gpu_type)
     xid = values.get("xid")
     return GpuReading(
-        gpu_id=f"{gpu.node_id}/gpu-{gpu.index}",
+        gpu_id=gpu_id(gpu.node_id, gpu.index),
         node_id=gpu.node_id,
         gpu_type=gpu_type,
         gpu_util=values.get("gpu_util"),

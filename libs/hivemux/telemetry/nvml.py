@@ -32,6 +32,7 @@ checks (a process holds one NVML library, whatever pynvml is asked).
 """
 
 from __future__ import annotations
+from hivemux.gpu_ids import gpu_id
 
 import ctypes
 import logging
@@ -192,7 +193,7 @@ class NvmlBackend:
         with self._lock:
             xid_errors, last_xid = self._xid_counts[index], self._last_xid[index]
         return GpuReading(
-            gpu_id=f"{self.node_id}/gpu-{index}",
+            gpu_id=gpu_id(self.node_id, index),
             node_id=self.node_id,
             gpu_type=gpu_type_of(self._names[index]),
             gpu_util=None if util is None else float(util.gpu),
