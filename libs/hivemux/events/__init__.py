@@ -1,4 +1,13 @@
-"""Event models: every record on the bus, as frozen pydantic v2 models."""
+"""Event models: every record on the bus, as frozen pydantic v2 models (the edge of the system:
+decoded and validated once, converted to domain values by the code that consumes them).
+
+- ``base.py``: the envelope (``event_id``, ``occurred_at`` event time, ``source``), ``derived_id``
+  (ids derived from inputs, so replays emit the same ids), ``Name``, ``Reason``/``clip_reason``.
+- ``jobs.py``: submissions, profiles, lifecycle; ``scheduling.py``: cell bindings and
+  configuration, placements, speed models, sharing observations; ``executor.py``: executor
+  commands and reports, dead letters; ``telemetry.py``: columnar GPU batches, node samples,
+  SysMonitor transitions and snapshots, faults, device control.
+"""
 
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState
