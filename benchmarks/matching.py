@@ -5,7 +5,7 @@ services (many replicas each; a replica's SM activity is its service's level plu
 J offline jobs of M distinct models (many replicas each, Zipf-like popularity), four GPU
 types. One round = dynamic SM shares, the MLP's predictions (once per class pair, one batch
 per GPU type), exclusion rules, the class-level transportation LP and its expansion to
-concrete placements with reasons (`hivemux.matching.planner.plan_matching`). Figures:
+concrete placements with reasons (`hivemux.matching.plan.plan_matching`). Figures:
 - seconds per round at 5,000 x 5,000 (target <= 5 s), fresh (all jobs pending) and in a
   steady state (half of them running: hysteresis columns), median of repeats;
 - exactness: the total weight equals dense Kuhn-Munkres (`plan_dense`, scipy
@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from hivemux.matching.planner import MatchingPolicy, OnlineGpu, PendingJob, plan_dense, plan_matching
+from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_dense, plan_matching
 from hivemux.prediction.bootstrap import simulated_pairs
 from hivemux.prediction.speed_predictor import MlpSpeedModel, TrainingSettings, fit
 

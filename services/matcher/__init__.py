@@ -6,7 +6,7 @@ running; computes each pair's SM share by dynamic SM allocation (100 − online 
 whole percent); predicts the weights with the GPU type's speed predictor (analytic or MLP,
 the newest version on `predictor.models`) in one batch per GPU type; excludes pairs over the
 slowdown bound or the memory quota; and solves the maximum-weight bipartite matching
-(`hivemux.matching.planner`: exact, over classes of identical GPUs and jobs). A running job is
+(`hivemux.matching.plan`: exact, over classes of identical GPUs and jobs). A running job is
 moved or stopped only when the plan gains more than its restart cost (hysteresis). FCFS
 placement is offered as the comparison policy (`HIVEMUX_MATCHER_POLICY=fcfs`). Unhealthy,
 Overlimit and Disabled GPUs never receive offline work; an offline job on a GPU that turns

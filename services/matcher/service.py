@@ -34,7 +34,7 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.matching.efficiency import EfficiencyReport, JobRun, offline_efficiency
-from hivemux.matching.planner import (
+from hivemux.matching.plan import (
     MatchingPolicy,
     OnlineGpu,
     PendingJob,

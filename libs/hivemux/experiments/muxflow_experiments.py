@@ -69,7 +69,7 @@ from hivemux.errors import InvariantViolation
 from hivemux.events.telemetry import HealthState
 from hivemux.health.config import HealthConfig, load_config
 from hivemux.health.sysmonitor import SysMonitor, values_of
-from hivemux.matching.planner import MatchingPolicy, OnlineGpu, PendingJob, plan_fcfs, plan_matching
+from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_fcfs, plan_matching
 from hivemux.prediction.bootstrap import simulated_pairs
 from hivemux.prediction.features import SpeedModel
 from hivemux.prediction.speed_predictor import TrainingSettings, fit

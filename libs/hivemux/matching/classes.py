@@ -37,7 +37,7 @@ cost) or join its class's pool like a pending job. Which GPU of a class it holds
 matter to anyone else (they are identical), so "stay" is a class-level choice: a job staying
 in its own class takes its own GPU, and the rest of the class serves the pools. The same
 three steps prove this network LP exact against the concrete matching whose own-GPU pairs
-carry the bonus (`planner.plan_dense`).
+carry the bonus (`plan.plan_dense`).
 
 The solver refuses a non-integral answer (`InvariantViolation`) rather than rounding it: by
 (2) that would be a solver defect.

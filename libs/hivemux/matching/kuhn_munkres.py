@@ -4,7 +4,7 @@ Paper: MuxFlow preprint §5 "Matching-based scheduling", Figure 9 and Algorithm 
 online workloads and offline workloads are the two node sets, the weight of edge (u, v) is
 the predicted normalized throughput of offline job v beside online workload u, and the
 sharing plan is the maximum weighted matching, found with the Kuhn-Munkres algorithm
-(O(|V|^3)). The journal version schedules FCFS instead (journal §6, see `planner.plan_fcfs`).
+(O(|V|^3)). The journal version schedules FCFS instead (journal §6, see `plan.plan_fcfs`).
 
 Name mapping: rows of ``weights`` = one node set (the planner uses GPUs, i.e. their online
 workloads, W_on), columns = the other (offline jobs, W_off), ``weights[i, j]`` = edge weight,

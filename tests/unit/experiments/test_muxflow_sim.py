@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from hivemux.matching.planner import MatchingPolicy, OnlineGpu, PendingJob, plan_matching
+from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_matching
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.simulated.catalog import solo_profile
 from hivemux.simulated.interference import shared_execution, shared_execution_arrays

@@ -1,4 +1,4 @@
-"""Class-level matching (`hivemux.matching.classes`, `planner.plan_matching`): equal to dense
+"""Class-level matching (`hivemux.matching.classes`, `plan.plan_matching`): equal to dense
 Kuhn-Munkres and to brute force, with replicas, running jobs and hysteresis."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from hivemux.matching.classes import ClassEdges, transport_assignment
 from hivemux.matching.kuhn_munkres import max_weight_matching
-from hivemux.matching.planner import MatchingPolicy, OnlineGpu, PendingJob, plan_dense, plan_fcfs, plan_matching
+from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_dense, plan_fcfs, plan_matching
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.prediction.features import PairFeatures, SpeedPrediction
 
@@ -96,9 +96,9 @@ def test_class_matching_equals_dense_and_brute_force(seed: int) -> None:
     dense = plan_dense(gpus, jobs, MODELS, policy)
     assert classes.total_weight == pytest.approx(dense.total_weight, abs=1e-9)
 
-    from hivemux.matching.planner import _build, dense_weights
+    from hivemux.matching.bipartite_graph import build_graph, dense_weights
 
-    w, ok = dense_weights(_build(gpus, jobs, MODELS, policy))
+    w, ok = dense_weights(build_graph(gpus, jobs, MODELS, policy))
     bonus = policy.restart_cost * len(classes.kept)
     assert classes.total_weight + bonus == pytest.approx(_brute_force(w, ok), abs=1e-9)
     # a valid plan: one job per GPU, every job accounted for once

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from hivemux.matching.planner import (
+from hivemux.matching.plan import (
     MatchingPolicy,
     NotPlaced,
     OnlineGpu,

@@ -1,0 +1,285 @@
+"""One scheduling round's plan for offline jobs on online GPUs: matching-based, or FCFS.
+
+Paper: MuxFlow preprint §5 "Matching-based scheduling", Algorithm 1: the graph G of online x
+offline workloads weighted by predicted normalized throughput (`bipartite_graph`), then
+``M <- G.GetMatching()`` with the Kuhn-Munkres algorithm (lines 9-10): `plan_matching`. The
+journal version (§6, "Global manager") runs FCFS in production because the matching's cost
+grows with the cluster ("the efficiency of the scheduling strategy is more important than
+the optimality"): `plan_fcfs`.
+
+`plan_matching` solves the matching as a transportation problem between classes of identical
+GPUs and jobs (`classes.transport_with_stays`, exact by total unimodularity) and expands the
+flow to concrete pairs; `plan_dense` solves the same weights with dense Kuhn-Munkres
+(`kuhn_munkres.max_weight_matching`) and is the reference: tests and `benchmarks/matching.py`
+check the totals agree. Running jobs (`PendingJob.running_on`) take part in every round and
+leave their GPU only past their restart cost (`policy`, hysteresis). Every placement, refusal
+and stop carries its reason (`explanations`).
+
+How it departs from the paper: the caller passes only GPUs that may take an offline job
+(SysMonitor Healthy, preprint §4.1 "offline workloads can only be scheduled to Healthy GPUs";
+`scheduler` chooses them).
+
+Worked example (preprint Figure 9): GPUs A, B; jobs C, D, E with predicted throughput
+A: C 0.3, D 0.8, E 0.2 and B: C 0.8, D 0.4, E 0.4. `plan_matching` places D on A and C on B
+(total 1.6) and reports E as feasible but given to others; `plan_fcfs` with C, D, E submitted
+in that order places C on A (0.3) and D on B (0.4), total 0.7.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from hivemux.prediction.features import SpeedModel
+
+from .bipartite_graph import BipartiteGraph, OnlineGpu, PendingJob, build_graph, dense_weights
+from .classes import ClassEdges, Stays, transport_with_stays
+from .explanations import fcfs_reason, pair_inputs, placement_reason, why_not_placed, why_stopped
+from .kuhn_munkres import max_weight_matching
+from .policy import MatchingPolicy
+
+# The round's vocabulary, importable from here (callers plan a round with one import).
+__all__ = [
+    "MatchingPolicy", "NotPlaced", "OnlineGpu", "PendingJob", "PlannedPlacement", "RoundPlan", "Stopped",
+    "plan_dense", "plan_fcfs", "plan_matching",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PlannedPlacement:
+    job_id: str
+    gpu_id: str
+    node_id: str
+    sm_share: float
+    predicted_normalized_throughput: float
+    predicted_online_slowdown: float
+    reason: str
+    inputs: dict[str, float | str]
+    moved_from: str | None = None  # a running job moved from this GPU
+
+
+@dataclass(frozen=True)
+class NotPlaced:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A running job the plan takes off its GPU without a new one (it waits again)."""
+
+    job_id: str
+    gpu_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    placements: tuple[PlannedPlacement, ...]
+    not_placed: tuple[NotPlaced, ...]
+    kept: tuple[str, ...] = ()  # running jobs that stay where they are
+    stopped: tuple[Stopped, ...] = ()
+    total_weight: float = 0.0  # predicted normalized throughput of every matched job
+    classes: tuple[int, int] = field(default=(0, 0), compare=False)  # (GPU classes, job classes)
+
+
+def _placement(graph: BipartiteGraph, gi: int, ji: int, why: str, name: str, moved_from: str | None) -> PlannedPlacement:
+    g, j = graph.gpus[gi], graph.jobs[ji]
+    a, b = graph.gpu_class[gi], graph.job_class[ji]
+    return PlannedPlacement(
+        job_id=j.job_id,
+        gpu_id=g.gpu_id,
+        node_id=g.node_id,
+        sm_share=float(graph.share[a]),
+        predicted_normalized_throughput=float(graph.throughput[a, b]),
+        predicted_online_slowdown=float(graph.slowdown[a, b]),
+        reason=placement_reason(graph, gi, ji, why, moved_from),
+        inputs=pair_inputs(graph, gi, ji, name),
+        moved_from=moved_from,
+    )
+
+
+def _plan(graph: BipartiteGraph, assigned: dict[int, int], name: str, why: str, lost: str) -> RoundPlan:
+    """The plan for a concrete assignment {job index: GPU index}."""
+    gpu_index = {g.gpu_id: i for i, g in enumerate(graph.gpus)}
+    total = float(sum(graph.throughput[graph.gpu_class[gi], graph.job_class[ji]] for ji, gi in assigned.items()))
+    why = why.format(total=total, pairs=len(assigned))
+    lost = lost.format(total=total)
+    placements, kept, stopped, not_placed = [], [], [], []
+    refusals: dict[int, str] = {}
+    for ji, j in enumerate(graph.jobs):
+        gi = assigned.get(ji)
+        if gi is not None and j.running_on == graph.gpus[gi].gpu_id:
+            kept.append(j.job_id)
+        elif gi is not None:
+            placements.append((ji, gi))
+        elif j.running_on is not None:
+            still = bool(graph.feasible[graph.gpu_class[gpu_index[j.running_on]], int(graph.job_class[ji])])
+            stopped.append(Stopped(j.job_id, j.running_on, why_stopped(graph, ji, still, name, total, lost)))
+        else:
+            b = int(graph.job_class[ji])
+            if b not in refusals:
+                refusals[b] = why_not_placed(graph, b, lost)
+            not_placed.append(NotPlaced(j.job_id, refusals[b]))
+    planned = tuple(_placement(graph, gi, ji, why, name, graph.jobs[ji].running_on) for ji, gi in placements)
+    return RoundPlan(
+        placements=planned,
+        not_placed=tuple(not_placed),
+        kept=tuple(kept),
+        stopped=tuple(stopped),
+        total_weight=total,
+        classes=(len(graph.class_rep), len(graph.job_rep)),
+    )
+
+
+_MATCHING_WHY = "maximum-weight matching of {gpus} GPU(s) x {jobs} job(s), {{pairs}} pair(s), total predicted normalized throughput {{total:.3f}}"
+_MATCHING_LOST = "the maximum-weight matching (total {total:.3f}) gave its feasible GPUs to other jobs"
+
+
+def plan_matching(
+    gpus: Sequence[OnlineGpu],
+    jobs: Sequence[PendingJob],
+    models: Mapping[str, SpeedModel],
+    policy: MatchingPolicy,
+) -> RoundPlan:
+    """Maximum total predicted normalized throughput (MuxFlow Algorithm 1), solved over classes
+    (see the module docstring). Placements and refusals are listed by ``job_id``."""
+    r = build_graph(gpus, jobs, models, policy)
+    feasible = r.feasible
+    own = r.own_gpu()
+    n_profiles = len(r.job_rep)
+    order = sorted(range(len(r.jobs)), key=lambda i: (r.jobs[i].submitted_seq, r.jobs[i].job_id))
+    pending = np.zeros(n_profiles, dtype=np.int64)
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)  # (own GPU class, job class) -> running jobs
+    for ji in order:
+        b = int(r.job_class[ji])
+        if own[ji] < 0:
+            pending[b] += 1
+        else:
+            groups[(int(r.gpu_class[own[ji]]), b)].append(ji)
+    group_keys = sorted(groups)
+    stays = Stays(
+        np.array([a for a, _ in group_keys], dtype=np.int64),
+        np.array([b for _, b in group_keys], dtype=np.int64),
+        np.array([len(groups[k]) for k in group_keys], dtype=np.int64),
+        np.array([policy.stay_weight(r.throughput[a, b], feasible[a, b]) for a, b in group_keys]),
+    )
+    e_rows, e_cols = np.nonzero(feasible)
+    edges = ClassEdges(e_rows, e_cols, r.throughput[e_rows, e_cols])
+    flow = transport_with_stays(r.class_size.tolist(), pending.tolist(), edges, stays)
+    # expansion: stays keep their GPU; each class's pool (pending jobs, then running ones that
+    # left, each by submission order) takes free GPUs of the classes the flow gives it, a
+    # running job first taking its own GPU if the flow sends its pool there
+    assigned: dict[int, int] = {}
+    taken: set[int] = set()
+    pool: dict[int, list[int]] = defaultdict(list)
+    for ji in order:
+        if own[ji] < 0:
+            pool[int(r.job_class[ji])].append(ji)
+    for g, key in enumerate(group_keys):
+        members = groups[key]
+        for ji in members[: flow.stay[g]]:
+            assigned[ji] = int(own[ji])
+            taken.add(int(own[ji]))
+        pool[key[1]].extend(members[flow.stay[g] :])
+    gpus_of: dict[int, list[int]] = defaultdict(list)
+    for gi in range(len(r.gpus)):
+        gpus_of[int(r.gpu_class[gi])].append(gi)
+    free_of = {a: [gi for gi in members if gi not in taken] for a, members in gpus_of.items()}
+    for a, b, x in sorted(zip(edges.rows.tolist(), edges.cols.tolist(), flow.units.tolist(), strict=True)):
+        if x <= 0:
+            continue
+        candidates = pool[b]
+        home = [ji for ji in candidates if own[ji] >= 0 and r.gpu_class[own[ji]] == a and int(own[ji]) in free_of[a]][:x]
+        chosen = home + [ji for ji in candidates if ji not in home][: x - len(home)]
+        chosen_set = set(chosen)
+        keep = _homes(own, [ji for ji in candidates if ji not in chosen_set], a, r)
+        home_set = set(home)
+        for ji in chosen:
+            if ji in home_set:
+                gi = int(own[ji])
+            else:  # prefer a GPU no waiting running job calls home
+                gi = next((g for g in free_of[a] if g not in keep), free_of[a][0])
+            free_of[a].remove(gi)
+            assigned[ji] = gi
+        pool[b] = [ji for ji in candidates if ji not in chosen_set]
+    why = _MATCHING_WHY.format(gpus=len(r.gpus), jobs=len(r.jobs))
+    return _plan(r, assigned, "matching", why, _MATCHING_LOST)
+
+
+def _homes(own: np.ndarray, candidates: list[int], a: int, r: BipartiteGraph) -> set[int]:
+    """GPUs of class ``a`` that belong to running jobs still waiting in a pool (kept for them
+    while another free GPU exists)."""
+    return {int(own[ji]) for ji in candidates if own[ji] >= 0 and r.gpu_class[own[ji]] == a}
+
+
+def plan_dense(
+    gpus: Sequence[OnlineGpu],
+    jobs: Sequence[PendingJob],
+    models: Mapping[str, SpeedModel],
+    policy: MatchingPolicy,
+) -> RoundPlan:
+    """The same round solved with dense Kuhn-Munkres on the concrete GPU x job matrix: the
+    reference `plan_matching` is checked against (its totals are equal)."""
+    r = build_graph(gpus, jobs, models, policy)
+    w, ok = dense_weights(r)
+    assigned = {c: g for g, c in max_weight_matching(w, ok)}
+    why = _MATCHING_WHY.format(gpus=len(r.gpus), jobs=len(r.jobs))
+    return _plan(r, assigned, "matching", why, _MATCHING_LOST)
+
+
+def plan_fcfs(
+    gpus: Sequence[OnlineGpu],
+    jobs: Sequence[PendingJob],
+    models: Mapping[str, SpeedModel],
+    policy: MatchingPolicy,
+) -> RoundPlan:
+    """First-come-first-serve (MuxFlow journal §6): running jobs stay where they are (while
+    still feasible there); pending jobs in ``(submitted_seq, job_id)`` order each take the
+    first feasible free GPU in ``gpu_id`` order."""
+    r = build_graph(gpus, jobs, models, policy)
+    feasible = r.feasible
+    own = r.own_gpu()
+    assigned: dict[int, int] = {}
+    taken: set[int] = set()
+    for ji in np.flatnonzero(own >= 0):
+        gi = int(own[ji])
+        if feasible[r.gpu_class[gi], r.job_class[ji]]:
+            assigned[int(ji)] = gi
+            taken.add(gi)
+    order = sorted((i for i in range(len(r.jobs)) if own[i] < 0), key=lambda i: (r.jobs[i].submitted_seq, r.jobs[i].job_id))
+    positions = {}
+    # free GPUs per class in gpu_id order; a job takes the smallest-id head among the classes
+    # it is feasible on (the first feasible free GPU), so a round costs jobs x classes
+    free_of: dict[int, deque[int]] = defaultdict(deque)
+    for gi in range(len(r.gpus)):
+        if gi not in taken:
+            free_of[int(r.gpu_class[gi])].append(gi)
+    free_left = sum(len(q) for q in free_of.values())
+    classes_of = {b: np.flatnonzero(feasible[:, b]).tolist() for b in range(feasible.shape[1])}
+    for position, ji in enumerate(order, start=1):
+        if free_left == 0:
+            break
+        heads = [(free_of[a][0], a) for a in classes_of[int(r.job_class[ji])] if free_of[a]]
+        if heads:
+            gi, a = min(heads)
+            free_of[a].popleft()
+            free_left -= 1
+            assigned[ji] = gi
+            taken.add(gi)
+            positions[ji] = position
+    plan = _plan(r, assigned, "fcfs", "FCFS", "every one was taken by a job submitted earlier")
+    # FCFS lists placements in submission order, each with its position
+    by_job = {p.job_id: p for p in plan.placements}
+    ordered = []
+    for ji in order:
+        if ji in positions:
+            p = by_job[r.jobs[ji].job_id]
+            ordered.append(replace(p, reason=p.reason.removesuffix("FCFS") + fcfs_reason(positions[ji], len(order))))
+    rank = {ji: k for k, ji in enumerate(order)}
+    index = {j.job_id: i for i, j in enumerate(r.jobs)}
+    not_placed = tuple(sorted(plan.not_placed, key=lambda n: rank.get(index[n.job_id], -1)))
+    return replace(plan, placements=tuple(ordered), not_placed=not_placed)
