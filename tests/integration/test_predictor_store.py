@@ -29,7 +29,7 @@ async def test_versions_recorded_and_restored(pg_dsn: str) -> None:
     try:
         restored = await second.publish_first() + await second.maintain()
         assert [(m.kind, m.version, m.event_id) for m in restored] == [("mlp", 2, published[1].event_id)]
-        assert second.current["T4"].version == 2 and not second.due("T4")
+        assert second.core.current["T4"].version == 2 and not second.core.due("T4")
         assert await second.publish_first() == [] and await second.maintain() == []
     finally:
         await second.stop()

@@ -47,9 +47,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .features import PairFeatures, SpeedPrediction
+from .features import COLUMN, PairFeatures, SpeedPrediction
 
 _EPS_SM = 1.0  # % SM activity below which an offline job counts as using (almost) nothing
+_ONLINE, _OFFLINE, _SHARE = COLUMN["online_sm_activity"], COLUMN["offline_sm_activity"], COLUMN["sm_share"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class AnalyticSpeedModel:
         if not pairs:
             return []
         rows = np.clip(np.array([p.as_row() for p in pairs], dtype=float), 0.0, 100.0)
-        online_sm, offline_sm, share = rows[:, 0], rows[:, 2], rows[:, 5]
+        online_sm, offline_sm, share = rows[:, _ONLINE], rows[:, _OFFLINE], rows[:, _SHARE]
         speed = np.minimum(1.0, share / np.maximum(offline_sm, _EPS_SM))
         throughput = np.clip(speed * (1.0 - self.contention * online_sm / 100.0), 0.0, 1.0)
         slowdown = np.maximum(

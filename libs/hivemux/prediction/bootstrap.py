@@ -28,7 +28,8 @@ import numpy as np
 from hivemux.simulated.catalog import FAMILIES, solo_profile
 from hivemux.simulated.interference import shared_execution
 
-from .speed_predictor import FEATURES, Dataset
+from .features import FEATURES, PairFeatures
+from .speed_predictor import Dataset
 
 BATCH_SCALES = (0.25, 0.5, 1.0, 2.0, 4.0)
 
@@ -51,7 +52,7 @@ def simulated_pairs(gpu_type: str, n: int, *, seed: int, dynamic_fraction: float
         else:
             share = float(rng.randint(10, 100))
         effect = shared_execution(solo, sm_share=share, online_sm_activity=online)
-        rows[i] = (online, solo.sm_activity, solo.gpu_util, solo.sm_occupancy, solo.iteration_time_ms, share)
+        rows[i] = PairFeatures.of(online, solo, sm_share=share).as_row()
         throughput[i] = effect.normalized_throughput
         slowdown[i] = effect.online_slowdown
     return Dataset(rows, throughput, slowdown)

@@ -1,15 +1,22 @@
-"""When a retrained speed predictor replaces the published one (MuxFlow §5.2, §6).
+"""When the speed predictor is retrained, and when a retrained one replaces the published one
+(MuxFlow preprint §5 and §6).
 
 The paper trains each GPU type's MLP once on about 2 000 profiled pairs; a running cluster
-keeps reporting what sharing really did (`sharing.observations`), so hivemux retrains when
-enough new observations arrived and publishes the new version only if it is not worse: both
-the candidate and the model in use are scored on the same held-out split of the data, and
-the candidate wins when its held-out error (MAPE of the normalized throughput) is lower or
-equal. A refused candidate is still recorded (with its error) by the caller.
+keeps reporting what sharing really did (`sharing.observations`, joined with profiles in
+`training_set`), so hivemux retrains. `RetrainPolicy` says when and on what:
+- when: a GPU type has no MLP yet (bootstrap), or at least ``retrain_after`` observations
+  joined since the last training;
+- on what: ``bootstrap_pairs`` simulator pairs (`bootstrap.simulated_pairs`, seeded) followed by
+  every observation so far.
+`train_version` says whether the new version is published: the candidate and the model in use
+are scored on the same held-out split of the data, and the candidate wins when its held-out
+error (MAPE of the normalized throughput) is lower or equal. A refused candidate is still
+recorded (with its error) by the caller.
 
 Worked example: the published v2 scores 0.061 on the held-out split, a candidate trained for
 one epoch scores 0.4: `train_version(...)` returns ``publish=False`` with the reason
-"held-out error 0.400 > 0.061 of the model in use (v2)".
+"held-out error 0.400 > 0.061 of the model in use (v2)". With ``retrain_after=200``, a T4 MLP
+trained on 150 observations is due again once 350 have joined.
 """
 
 from __future__ import annotations
@@ -19,8 +26,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .bootstrap import simulated_pairs
 from .features import PairFeatures, SpeedModel
 from .speed_predictor import Dataset, Errors, FitReport, TrainingSettings, errors_of, fit, split
+
+
+@dataclass(frozen=True)
+class RetrainPolicy:
+    retrain_after: int = 200  # new observations of a GPU type that make it due
+    bootstrap_pairs: int = 2000  # simulator pairs per GPU type (the paper: about 2 000)
+    seed: int = 0  # of the bootstrap pairs; version v trains with seed + v
+
+    def due(self, *, has_mlp: bool, observations: int, trained_on: int) -> bool:
+        """Train now: no MLP yet, or enough observations since the last training."""
+        return not has_mlp or observations - trained_on >= self.retrain_after
+
+    def training_data(self, gpu_type: str, observed: Dataset) -> Dataset:
+        """The bootstrap pairs, then the observations (in arrival order)."""
+        return simulated_pairs(gpu_type, self.bootstrap_pairs, seed=self.seed).concat(observed)
 
 
 def evaluate(model: SpeedModel, data: Dataset) -> Errors:
@@ -29,18 +52,7 @@ def evaluate(model: SpeedModel, data: Dataset) -> Errors:
     if arrays is not None:
         t, s = arrays(data.rows)
         return errors_of(np.asarray(t), np.asarray(s), data)
-    pairs = [
-        PairFeatures(
-            online_sm_activity=float(r[0]),
-            online_gpu_util=0.0,
-            offline_sm_activity=float(r[1]),
-            offline_gpu_util=float(r[2]),
-            offline_sm_occupancy=float(r[3]),
-            sm_share=float(r[5]),
-            offline_iteration_time_ms=float(r[4]),
-        )
-        for r in data.rows.tolist()
-    ]
+    pairs = [PairFeatures.from_row(r) for r in data.rows.tolist()]
     predicted = model.predict(pairs)
     t = np.array([p.normalized_throughput for p in predicted])
     s = np.array([p.online_slowdown for p in predicted])

@@ -1,16 +1,16 @@
-"""The speed predictor: one MLP per GPU type (MuxFlow preprint §5.2 and §6, journal §4.3).
+"""The speed predictor: one MLP per GPU type (MuxFlow preprint §5 and §6).
 
 Paper: "We can use the profiled separate execution features of online and offline workloads as
 input, and employ a DL model to get shared throughput. Specifically, we choose highly related
 execution features, e.g., GPU utilization, SM activity, SM occupancy, separate execution time,
 and assigned SM percentage, as input. We employ the multi-layer perceptron (MLP) ... we train
-multiple MLPs for each GPU type" (§5.2); "The MLPs of the speed predictor have four layers
+multiple MLPs for each GPU type" (§5); "The MLPs of the speed predictor have four layers
 with hidden size 64x64 ... trained with momentum SGD" (§6); §7.4 picks 4 layers / 64 for
 accuracy and inference time. `P.CalcNormTput(u, v, sm)` of Algorithm 1 is `predict`.
 
-Name mapping: the input row is `FEATURES` (online SM activity x of the last interval, the
-offline job's solo SM activity, GPU utilization, SM occupancy and iteration time, the SM share
-``sm`` from dynamic SM allocation); the outputs are the offline job's *normalized throughput*
+Name mapping: the input row is `FEATURES` (defined once, in `features`: online SM activity x
+of the last interval, the offline job's solo SM activity, GPU utilization, SM occupancy and
+iteration time, the SM share ``sm`` from dynamic SM allocation); the outputs are the offline job's *normalized throughput*
 (the matching weight) and the online workload's *slowdown* (which the matcher bounds).
 
 Network: ``Linear(6, 64) - tanh - Linear(64, 64) - tanh - Linear(64, 64) - tanh - Linear(64, 2)``
@@ -48,45 +48,25 @@ import numpy as np
 import torch
 from torch import nn
 
-from .features import PairFeatures, SpeedPrediction
+from .features import COLUMN, FEATURES, PairFeatures, SpeedPrediction
 
-FEATURES = (
-    "online_sm_activity",
-    "offline_sm_activity",
-    "offline_gpu_util",
-    "offline_sm_occupancy",
-    "offline_iteration_time_ms",
-    "sm_share",
-)
 HIDDEN = 64
 LAYERS = 4
 _THROUGHPUT_FLOOR = 0.05  # relative-error denominator floor
 _SLOWDOWN_UNIT = 0.05
 _CLIP_NORM = 1.0  # momentum SGD on a relative loss takes a few huge steps early without it
+_TIME = COLUMN["offline_iteration_time_ms"]  # the one input not in percent
 
 
 def feature_rows(pairs: Sequence[PairFeatures]) -> np.ndarray:
     """The raw (unscaled) input rows, float32, shape (n, 6), columns as `FEATURES`."""
-    return np.array(
-        [
-            (
-                p.online_sm_activity,
-                p.offline_sm_activity,
-                p.offline_gpu_util,
-                p.offline_sm_occupancy,
-                p.offline_iteration_time_ms,
-                p.sm_share,
-            )
-            for p in pairs
-        ],
-        dtype=np.float32,
-    ).reshape(len(pairs), len(FEATURES))
+    return np.array([p.as_row() for p in pairs], dtype=np.float32).reshape(len(pairs), len(FEATURES))
 
 
 def _scaled(rows: torch.Tensor) -> torch.Tensor:
     """Fixed input scaling: percents to [0, 1], iteration time to log10(ms) / 4."""
     out = rows / 100.0
-    out[:, 4] = torch.log10(rows[:, 4].clamp(min=1e-3)) / 4.0
+    out[:, _TIME] = torch.log10(rows[:, _TIME].clamp(min=1e-3)) / 4.0
     return out
 
 

@@ -1,6 +1,7 @@
-"""The predictor shell (`hivemux.services.predictor.service.Predictor`): publishes version 1 of
-the analytic speed model per configured GPU type, once; bootstraps the MLP from simulator
-pairs; retrains on observations and publishes only a version that is not worse."""
+"""The predictor shell (`hivemux.services.predictor.service.Predictor`) over its core
+(`hivemux.prediction.predictor.PredictorCore`): publishes version 1 of the analytic speed model
+per configured GPU type, once; bootstraps the MLP from simulator pairs; retrains on observations
+and publishes only a version that is not worse."""
 
 from __future__ import annotations
 
@@ -64,14 +65,14 @@ def test_type_folded_from_the_topic_is_not_republished() -> None:
     predictor.on_model(published("A10", 1), CTX)
     predictor.on_model(published("V100", 3), CTX)
     assert [m.gpu_type for m in predictor.publish_missing()] == ["T4", "A100"]
-    assert predictor.latest == {"A10": 1, "V100": 3, "T4": 1, "A100": 1}
+    assert predictor.core.latest == {"A10": 1, "V100": 3, "T4": 1, "A100": 1}
 
 
 def test_older_version_does_not_lower_the_latest() -> None:
     predictor = Predictor(PredictorSettings())
     predictor.on_model(published("T4", 3), CTX)
     predictor.on_model(published("T4", 2), CTX)
-    assert predictor.latest["T4"] == 3
+    assert predictor.core.latest["T4"] == 3
 
 
 def test_observations_are_counted_per_type() -> None:
@@ -83,7 +84,7 @@ def test_observations_are_counted_per_type() -> None:
     )  # fmt: skip
     for _ in range(3):
         predictor.on_observation(observation, RecordContext("sharing.observations", 0, 0, None))
-    assert predictor.observations == {"T4": 3}
+    assert predictor.core.observations == {"T4": 3}
     assert [m.trained_on for m in predictor.publish_missing()] == [0, 0, 0, 0]  # the analytic model is not fitted yet
 
 
@@ -120,13 +121,13 @@ async def test_bootstraps_an_mlp_then_refuses_a_worse_retrained_one() -> None:
         online = 5.0 + 2.5 * i
         effect = shared_execution(solo, sm_share=100.0 - online, online_sm_activity=online)
         predictor.on_observation(_observation("job-a", online, 100.0 - online, effect.normalized_throughput, effect.online_slowdown, i), CTX)
-    assert predictor.observed("T4").rows.shape == (0, 6)
+    assert predictor.core.observed("T4").rows.shape == (0, 6)
     predictor.on_profile(_profile("job-a"), CTX)
-    assert predictor.observed("T4").rows.shape == (30, 6) and predictor.due("T4")
+    assert predictor.core.observed("T4").rows.shape == (30, 6) and predictor.core.due("T4")
 
     predictor.settings = settings.model_copy(update={"epochs": 1})  # a deliberately poor training run
     assert await predictor.maintain() == []
-    refused = predictor.refused["T4"]
+    refused = predictor.core.refused["T4"]
     assert refused.report.model.version == 3 and not refused.publish
-    assert predictor.latest["T4"] == 2 and predictor.current["T4"].version == 2
-    assert not predictor.due("T4")
+    assert predictor.core.latest["T4"] == 2 and predictor.core.current["T4"].version == 2
+    assert not predictor.core.due("T4")
