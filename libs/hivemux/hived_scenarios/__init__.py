@@ -6,7 +6,8 @@ cell schedulers. It drives any ``cells.api.CellScheduler``; it is not part of th
 - ``checks.py``: what each op's expected result means and the verdict of each check.
 - ``invariants.py``: the invariants checked after every op (I1 gang atomicity, ..., I5 no
   preemption at equal priority).
-- ``factory.py``: builds the HiveD scheduler for the CLI.
+- ``factory.py``: the CLI's scheduler factory (HiveD), a thin adapter over
+  ``cells.schedulers.build_scheduler``, the one place schedulers are built; tests replace it.
 
 Format: ``../shared/hived/hived-scenario-format.md``.
 """

@@ -728,13 +728,12 @@ def test_examples_use_only_supported_checks() -> None:
 def test_examples_replay_cleanly_on_the_quota_baseline() -> None:
     """The engine on real HiveD configs (two chains on one node, irregular GPU order): no
     harness problems. The baseline's scheduling verdicts are not the point here."""
-    baseline = pytest.importorskip("hivemux.cells.quota_baseline")
-    config = pytest.importorskip("hivemux.cells.config")
+    schedulers = pytest.importorskip("hivemux.cells.schedulers")
     if not EXAMPLES.exists():
         pytest.skip(f"{EXAMPLES} not present")
     file = replay.load_scenarios(yaml.safe_load(EXAMPLES.read_text()))
     for scenario_id in file.scenarios:
-        report = replay.run_scenario(file, scenario_id, lambda c, o: baseline.QuotaScheduler(config.parse_config(c)))
+        report = replay.run_scenario(file, scenario_id, lambda c, o: schedulers.build_scheduler("quota", c))
         notes = [v.note for op in report.ops for v in op.verdicts]
         assert not [n for n in notes if n.startswith(("unsupported", "malformed"))], scenario_id
         json.dumps([op.to_json() for op in report.ops])

@@ -1,0 +1,151 @@
+"""The cell allocator's deciding core: HiveD's scheduler over event time, as a pure state object.
+
+It folds what the cell-allocator consumes, as domain inputs (training jobs, job ends, GPU
+health, cell configurations, the recorded bindings), and returns what each input decided as an
+`Allocation`: the decisions (`cells.job_allocator`: pods bound, released, preempted, jobs
+waiting or refused, each with its reason), the jobs whose every pod is now bound, the event
+time they are stamped with and the id of the input that caused them. `cells.allocator_events`
+turns that into the events the service publishes; nothing here knows the bus.
+
+What it holds, and the HiveD section each part follows:
+
+- the jobs and their pods on a `CellScheduler` (`job_allocator`: one affinity group per job,
+  preemption, weighted max-min fairness for opportunistic capacity, §3.3);
+- bad nodes (`bad_hardware`: a node is bad while any of its GPUs is Disabled, §4 "Handling
+  faulty hardware"); they are applied again to the scheduler a reconfiguration builds;
+- the configuration version: a newer cell configuration builds a new scheduler
+  (`schedulers.build_scheduler`) and keeps every placement (§4 "Reconfiguration");
+- the latest event time consumed, which stamps the retry pass.
+
+Determinism (ARCHITECTURE.md "Determinism"). Nothing here reads a clock: every decision is a
+function of the inputs folded so far and their event time. A decision caused by an input is
+stamped with that input's event time and derives its ids from that input's id. The retry pass
+(`retry`) has no input of its own: the shell triggers it from a periodic ticker, and the pass is
+stamped with the latest event time consumed (`latest`), its cause being that time. So replaying
+the same topics in the same order reproduces the same decisions with the same event ids, however
+often the ticker fired; a pass that finds nothing new decides nothing, and a second pass at the
+same event time cannot repeat a first one's decision (the state it acts on has moved). Before
+this, the pass was stamped with the wall clock when it was later than the latest event, so two
+replays of one log stamped and identified its decisions differently. What updates `latest`:
+every input the allocator acts on (training submissions, job ends, GPU health and, new with the
+retry pass's event time, cell configurations); the recorded bindings it folds after a restart
+do not (they are its own output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from . import api
+from .bad_hardware import BadNodes, NodeHealth
+from .job_allocator import Decision, JobAllocator, PodBound, TrainingJob
+from .schedulers import build_scheduler
+
+NEVER = datetime.min.replace(tzinfo=UTC)  # the latest event time before any event
+
+
+@dataclass(frozen=True)
+class JobPlaced:
+    """A job whose every pod is bound, and where: ``node[leaf indices]`` per pod."""
+
+    job_id: str
+    placement: str
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What one input (or one retry pass) decided."""
+
+    at: datetime  # event time the decisions are stamped with
+    cause: str  # the causing input's event id; for a retry pass, its event time (ISO 8601)
+    decisions: tuple[Decision, ...] = ()
+    placed: tuple[JobPlaced, ...] = ()  # jobs fully placed by these decisions, in decision order
+    node_health: NodeHealth | None = None  # the node this input turned bad or healthy, if any
+
+
+class CellAllocator:
+    """Single-threaded; every input goes through one of the methods below."""
+
+    def __init__(self, scheduler: api.CellScheduler, kind: str = "hived", weights: Mapping[str, float] | None = None) -> None:
+        self.jobs = JobAllocator(scheduler, dict(weights or {}))
+        self.kind = kind  # which scheduler a reconfiguration builds
+        self.config_version = 0  # 0: the configuration the allocator started with
+        self.bad_nodes = BadNodes()
+        self.latest = NEVER  # latest event time consumed
+
+    @property
+    def scheduler(self) -> api.CellScheduler:
+        return self.jobs.scheduler
+
+    # -- inputs -------------------------------------------------------------------------------
+    def submit(self, job: TrainingJob, *, at: datetime, cause: str) -> Allocation:
+        """A training job submitted: schedule it now."""
+        self._saw(at)
+        return self._allocation(self.jobs.submit(job), at, cause)
+
+    def enqueue(self, job: TrainingJob, *, at: datetime) -> None:
+        """A submission from the job log replayed after a restart: take it in, decide nothing
+        (its bindings, already recorded, are restored by `restore`)."""
+        self._saw(at)
+        self.jobs.enqueue(job)
+
+    def restore(self, job_id: str, pod: api.Pod, bind_info: api.BindInfo) -> None:
+        """A recorded binding (crash recovery, HiveD §4 "Fault tolerance")."""
+        self.jobs.restore(job_id, pod, bind_info)
+
+    def forget(self, job_id: str, pod_name: str) -> None:
+        """A recorded release or preemption of one pod (crash recovery)."""
+        self.jobs.forget(job_id, pod_name)
+
+    def end(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
+        """The job completed, failed or was stopped: its cells are free, the queue is retried."""
+        self._saw(at)
+        return self._allocation(self.jobs.end(job_id), at, cause)
+
+    def gpu_health(self, node: str, gpu: str, *, disabled: bool, at: datetime, cause: str) -> Allocation:
+        """A GPU entered or left Disabled: its node may turn bad or healthy (`bad_hardware`)."""
+        self._saw(at)
+        change = self.bad_nodes.observe(node, gpu, disabled=disabled)
+        decisions: list[Decision] = []
+        if change is not None and change.bad:
+            self.jobs.set_node_bad(node)
+        elif change is not None:
+            decisions = self.jobs.set_node_healthy(node)  # cells came back: retry the queue
+        return self._allocation(decisions, at, cause, change)
+
+    def reconfigure(self, version: int, config: Mapping[str, Any], *, at: datetime, cause: str) -> Allocation:
+        """A cell configuration: a newer version replaces the scheduler, keeping every placement
+        and every bad node; an older or equal one changes nothing. Raises `ConfigurationError`
+        (and keeps the current configuration) when the new one is invalid."""
+        self._saw(at)
+        if version <= self.config_version:
+            return Allocation(at, cause)
+        scheduler = build_scheduler(self.kind, config)
+        self.config_version = version
+        decisions = self.jobs.reconfigure(scheduler)
+        for node in self.bad_nodes.bad():
+            self.jobs.set_node_bad(node)
+        return self._allocation(decisions, at, cause)
+
+    def retry(self) -> Allocation:
+        """Try the waiting jobs again, stamped with the latest event time consumed (see the
+        module docstring: never the wall clock)."""
+        return self._allocation(self.jobs.retry_waiting(), self.latest, self.latest.isoformat())
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _saw(self, at: datetime) -> None:
+        self.latest = max(self.latest, at)
+
+    def _allocation(self, decisions: list[Decision], at: datetime, cause: str, change: NodeHealth | None = None) -> Allocation:
+        placed = tuple(
+            JobPlaced(job_id, self._placement(job_id))
+            for job_id in dict.fromkeys(d.job_id for d in decisions if isinstance(d, PodBound))
+            if self.jobs.fully_placed(job_id)
+        )
+        return Allocation(at, cause, tuple(decisions), placed, change)
+
+    def _placement(self, job_id: str) -> str:
+        return ", ".join(f"{info.node}{list(info.leaf_cell_isolation)}" for _, info in self.jobs.placed[job_id].values())

@@ -1,0 +1,200 @@
+"""The cell allocator at its edges: consumed events in, the events to publish out.
+
+`AllocatorEvents` converts each consumed event into a domain input of `cells.allocator`
+(a training submission into a `TrainingJob`, i.e. one affinity group per job; a health
+transition into "GPU Disabled or not"; a recorded binding into HiveD's pod spec and bind info),
+makes the one call, and turns the returned `Allocation` into events:
+
+- `PodBound` -> a ``bound`` `CellBinding` carrying HiveD's pod scheduling spec and pod bind info
+  (the binding log alone rebuilds the allocator, HiveD §4 "Fault tolerance") and a
+  ``start_training`` `ExecutorCommand` on the bound GPUs;
+- `PodReleased` -> a ``released`` binding;
+- `PodPreempted` -> a ``preempted`` binding, an ``evict`` command and a ``preempted`` lifecycle
+  event (the job waits to resume, HiveD §3.3);
+- `JobWaiting` -> a ``waiting`` lifecycle event with the reason;
+- `JobRefused` -> a ``rejected`` lifecycle event and a ``refused`` binding;
+- a job whose every pod is bound -> a ``bound`` lifecycle event naming its placement.
+
+Events are stamped with the allocation's event time and their ids derived from its cause
+(`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
+after a restart (``replaying``), decisions change the state but nothing is published: what they
+decided was published before the restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from hivemux.errors import ConfigurationError, InvalidEvent
+from hivemux.events import (
+    CellBinding,
+    CellConfig,
+    CommandAction,
+    Event,
+    ExecutorCommand,
+    HealthState,
+    HealthTransition,
+    JobKind,
+    JobLifecycleEvent,
+    JobState,
+    JobSubmission,
+    Priority,
+    clip_reason,
+    derived_id,
+)
+from hivemux.gpu_ids import gpu_ids
+
+from . import api
+from .allocator import Allocation, CellAllocator
+from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
+from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
+
+ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
+
+
+def training_job(job: JobSubmission) -> TrainingJob:
+    """A submission as HiveD's input: its pods form one affinity group (`TrainingJob.pods`)."""
+    return TrainingJob(
+        job_id=job.job_id,
+        vc=job.vc,
+        priority=api.OPPORTUNISTIC_PRIORITY if job.priority is Priority.OPPORTUNISTIC else max(0, job.priority_value),
+        pod_sizes=job.pod_sizes,
+        leaf_type=job.gpu_type or "",
+        pinned_cell_id=job.pinned_cell_id or "",
+        lazy_preemption=job.lazy_preemption,
+    )
+
+
+class AllocatorEvents:
+    """One method per consumed topic; each returns the events to publish."""
+
+    def __init__(self, core: CellAllocator, source: str) -> None:
+        self.core = core
+        self.source = source
+        self.submissions: dict[str, JobSubmission] = {}  # the job's VC, priority and workload, for its events
+
+    def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
+        if job.kind is not JobKind.TRAINING:
+            return []
+        self.submissions[job.job_id] = job
+        if replaying:
+            self.core.enqueue(training_job(job), at=job.occurred_at)
+            return []
+        return self.events(self.core.submit(training_job(job), at=job.occurred_at, cause=str(job.event_id)))
+
+    def on_binding(self, binding: CellBinding, *, replaying: bool) -> None:
+        """Crash recovery: restore the bindings published before a restart."""
+        if not replaying or binding.pod is None:
+            return
+        if binding.state == "bound" and binding.pod_spec and binding.bind_info:
+            pod = api.Pod(binding.pod, pod_spec_from_annotation(binding.pod_spec))
+            self.core.restore(binding.job_id, pod, bind_info_from_annotation(binding.bind_info))
+        elif binding.state in ("released", "preempted"):
+            self.core.forget(binding.job_id, binding.pod)
+
+    def on_config(self, change: CellConfig, *, replaying: bool) -> list[Event]:
+        """A newer cell configuration: reconfigure without losing placements (HiveD §4)."""
+        try:
+            allocation = self.core.reconfigure(change.version, change.config, at=change.occurred_at, cause=str(change.event_id))
+        except ConfigurationError as error:
+            raise InvalidEvent(f"cell configuration version {change.version} is refused: {error}") from error
+        return [] if replaying else self.events(allocation)
+
+    def on_lifecycle(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
+        if change.state not in ENDED:
+            return []
+        allocation = self.core.end(change.job_id, at=change.occurred_at, cause=str(change.event_id))
+        return [] if replaying else self.events(allocation)
+
+    def on_health(self, transition: HealthTransition, *, replaying: bool) -> list[Event]:
+        allocation = self.core.gpu_health(
+            transition.node_id, transition.gpu_id, disabled=transition.to_state is HealthState.DISABLED,
+            at=transition.occurred_at, cause=str(transition.event_id),
+        )  # fmt: skip
+        return [] if replaying else self.events(allocation)
+
+    def retry(self) -> list[Event]:
+        return self.events(self.core.retry())
+
+    # -- decisions to events --------------------------------------------------------------------
+    def events(self, allocation: Allocation) -> list[Event]:
+        at, cause = allocation.at, allocation.cause
+        out: list[Event] = []
+        for decision in allocation.decisions:
+            out += self._events(decision, at, cause)
+        for placed in allocation.placed:
+            out.append(self._lifecycle(placed.job_id, JobState.BOUND, at, cause, f"all pods bound: {placed.placement}"))
+        return out
+
+    def _events(self, d: Decision, at: datetime, cause: str) -> list[Event]:
+        job = self.submissions.get(d.job_id)
+        vc = job.vc if job else "-"
+        priority = job.priority if job else Priority.GUARANTEED
+        match d:
+            case PodBound(pod=pod, bind=bind):
+                key = derived_id("bound", pod.name, cause)
+                gpus = gpu_ids(bind.node, bind.leaf_cells)
+                out: list[Event] = [
+                    CellBinding(
+                        event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="bound",
+                        priority=priority, cell_type=bind.bind_info.cell_chain, pod=pod.name, node_ids=(bind.node,),
+                        gpu_ids=gpus, reason=clip_reason(bind.reason or f"bound to {bind.node}"),
+                        pod_spec=pod_spec_to_annotation(pod.spec), bind_info=bind_info_to_annotation(bind.bind_info),
+                    ),  # fmt: skip
+                ]
+                if job is not None:
+                    out.append(
+                        ExecutorCommand(
+                            event_id=derived_id("start", key), occurred_at=at, source=self.source, node_id=bind.node,
+                            action=CommandAction.START_TRAINING, job_id=d.job_id, gpu_ids=gpus, workload=job.workload,
+                            reason=clip_reason(f"pod {pod.name} bound to {bind.node} GPUs {list(bind.leaf_cells)}"),
+                        )  # fmt: skip
+                    )
+                return out
+            case PodReleased(pod=pod, node=node):
+                return [
+                    CellBinding(
+                        event_id=derived_id("released", pod.name, cause), occurred_at=at, source=self.source,
+                        job_id=d.job_id, vc=vc, state="released", priority=priority, pod=pod.name,
+                        node_ids=(node,), reason="job ended: its cells are free again",
+                    )  # fmt: skip
+                ]
+            case PodPreempted(pod=pod, node=node, by=by):
+                reason = f"preempted by {by}"
+                key = derived_id("preempted", pod.name, cause)
+                return [
+                    CellBinding(
+                        event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="preempted",
+                        priority=priority, pod=pod.name, node_ids=(node,), reason=reason,
+                    ),  # fmt: skip
+                    ExecutorCommand(
+                        event_id=derived_id("evict", key), occurred_at=at, source=self.source, node_id=node,
+                        action=CommandAction.EVICT, job_id=d.job_id, reason=reason,
+                    ),  # fmt: skip
+                    self._lifecycle(d.job_id, JobState.PREEMPTED, at, cause, reason + "; it waits to resume"),
+                ]
+            case JobWaiting(reason=reason):
+                return [self._lifecycle(d.job_id, JobState.WAITING, at, cause, reason)]
+            case JobRefused(reason=reason):
+                return [
+                    self._lifecycle(d.job_id, JobState.REJECTED, at, cause, reason),
+                    CellBinding(
+                        event_id=derived_id("refused", d.job_id, cause), occurred_at=at, source=self.source,
+                        job_id=d.job_id, vc=vc, state="refused", priority=priority, reason=clip_reason(reason),
+                    ),  # fmt: skip
+                ]
+        raise AssertionError(d)
+
+    def _lifecycle(self, job_id: str, state: JobState, at: datetime, cause: str, reason: str) -> JobLifecycleEvent:
+        return JobLifecycleEvent(
+            event_id=derived_id("lifecycle", job_id, state.value, cause), occurred_at=at, source=self.source,
+            job_id=job_id, state=state, reason=clip_reason(reason),
+        )  # fmt: skip
+
+
+def allocator_events(
+    scheduler: api.CellScheduler, source: str, kind: str = "hived", weights: Mapping[str, float] | None = None
+) -> AllocatorEvents:
+    """A fresh allocator (configuration version 0) over `scheduler`, at its edges."""
+    return AllocatorEvents(CellAllocator(scheduler, kind, weights), source)
