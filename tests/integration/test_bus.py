@@ -102,3 +102,20 @@ async def test_invalid_records_go_to_the_dead_letter_topic_and_consumption_goes_
 async def _letters(infra: Endpoints, topic, count: int) -> list[DeadLetter] | None:  # type: ignore[no-untyped-def]
     found = [event for _, event in await read_all(infra.bootstrap_servers, topic.dead_letter)]
     return found if len(found) >= count else None  # type: ignore[return-value]
+
+
+async def test_partition_discovery_waits_for_the_topic_and_fails_on_a_missing_one(infra: Endpoints) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    from hivemux.bus.partitions import discover_partitions
+
+    topic = unique_topic(partitions=3)
+    consumer = AIOKafkaConsumer(bootstrap_servers=infra.bootstrap_servers, group_id=None)
+    await consumer.start()
+    try:
+        await ensure_topics(infra.bootstrap_servers, [topic])  # created after the consumer's first metadata
+        assert await discover_partitions(consumer, topic.name) == {0, 1, 2}
+        with pytest.raises(RuntimeError, match="has no partitions"):
+            await discover_partitions(consumer, unique_topic(partitions=1).name, attempts=2, pause_s=0.05)
+    finally:
+        await consumer.stop()

@@ -7,7 +7,6 @@ poll that returns nothing more.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -16,6 +15,7 @@ from ..errors import InvalidEvent
 from ..events import Event
 from ..topics import Topic
 from .codec import decode_value
+from .partitions import discover_partitions
 
 OnRecord = Callable[[ConsumerRecord], Awaitable[None]]
 
@@ -24,16 +24,7 @@ async def assign_from_beginning(consumer: AIOKafkaConsumer, topics: Sequence[str
     """Assign every partition of `topics` to a group-less consumer, at offset 0."""
     partitions: list[TopicPartition] = []
     for name in sorted(topics):
-        found: set[int] | None = None
-        for _ in range(50):
-            found = consumer.partitions_for_topic(name)
-            if found:
-                break
-            await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh in aiokafka
-            await asyncio.sleep(0.1)
-        if not found:
-            raise RuntimeError(f"topic {name!r} has no partitions on the broker")
-        partitions += [TopicPartition(name, p) for p in sorted(found)]
+        partitions += [TopicPartition(name, p) for p in sorted(await discover_partitions(consumer, name))]
     consumer.assign(partitions)
     await consumer.seek_to_beginning(*partitions)
 

@@ -48,6 +48,7 @@ from ..topics import ALL_TOPICS, Topic
 from . import metrics
 from .admin import ensure_topics
 from .codec import decode_key, decode_value, partition_for_key
+from .partitions import discover_partitions
 from .publisher import Publisher
 from .replay import assign_from_beginning, drain
 
@@ -284,15 +285,7 @@ class Service:
         )
         await consumer.start()
         try:
-            found: set[int] | None = None
-            for _ in range(50):
-                found = consumer.partitions_for_topic(pin.topic.name)
-                if found:
-                    break
-                await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh in aiokafka
-                await asyncio.sleep(0.1)
-            if not found:
-                raise RuntimeError(f"topic {pin.topic.name!r} has no partitions on the broker")
+            found = await discover_partitions(consumer, pin.topic.name)
             tp = TopicPartition(pin.topic.name, partition_for_key(pin.key, found))
             consumer.assign([tp])
             log.info("service %s pinned to %s[%d] for key %r", self.source, tp.topic, tp.partition, pin.key)
