@@ -3,8 +3,9 @@
 Backends (``HIVEMUX_INGESTER_BACKEND``): ``simulated`` (the simulated fleet), ``nvml`` (this
 node's GPUs through NVML) or ``dcgm`` (a dcgm-exporter endpoint, ``HIVEMUX_INGESTER_DCGM_URL``).
 Device reads run in a worker thread (NVML calls and HTTP scrapes block); the readings are then
-validated, batched and handed to the producer a chunk of nodes at a time, so the broker takes
-one chunk while the next is validated; a chunk's nodes travel as one record per topic partition.
+validated and batched by `hivemux.telemetry.ingest.Ingest` and handed to the producer a chunk of
+nodes at a time, so the broker takes one chunk while the next is validated. Which offline job
+runs where is folded from the executors (`hivemux.telemetry.offline.OfflineJobs`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -21,19 +21,20 @@ from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
 from hivemux.bus import metrics as bus_metrics
-from hivemux.events import CommandAction, Event, ExecutorCommand, ExecutorReport, ReportState
+from hivemux.events import Event, ExecutorCommand, ExecutorReport, WorkloadSpec
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.simulated.catalog import solo_profile
 from hivemux.simulated.fleet import FleetSpec, OfflineLoad, SimulatedFleet
-from hivemux.telemetry.backend import GpuBackend, NodeBackend
-from hivemux.telemetry.ingest import Ingest, TickOutput
-from hivemux.telemetry.readings import GpuReading, NodeReading
 from hivemux.simulated.telemetry_source import SimulatedBackend
+from hivemux.telemetry.backends import device_backends
+from hivemux.telemetry.ingest import Ingest
+from hivemux.telemetry.offline import OfflineJobs
+from hivemux.telemetry.readings import GpuReading, NodeReading
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS, GPU_TELEMETRY
 
 NAME = "telemetry-ingester"
-_GONE = {ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED}
+_FLEET = {"nodes", "gpus_per_node", "gpu_type", "serving_nodes", "hot_gpus", "seed", "time_scale", "start_hour"}
 
 
 class IngesterSettings(ServiceSettings):
@@ -44,7 +45,7 @@ class IngesterSettings(ServiceSettings):
     node_id: str = Field(default_factory=lambda: socket.gethostname().split(".")[0], description="This node (nvml, dcgm)")
     dcgm_url: str = "http://localhost:9400/metrics"
     nvml_library: str | None = Field(default=None, description="Path of libnvidia-ml.so.1; default: the loader's search")
-    # The simulated fleet:
+    # The simulated fleet (`FleetSpec`):
     nodes: int = Field(default=4, ge=1)
     gpus_per_node: int = Field(default=4, ge=1, le=16)
     gpu_type: str = "T4"
@@ -60,96 +61,40 @@ class IngesterSettings(ServiceSettings):
     )
 
 
-def make_backends(settings: IngesterSettings, offline: dict[str, OfflineLoad], *, started_at: float) -> tuple[GpuBackend, NodeBackend]:
-    if settings.backend == "simulated":
-        fleet = SimulatedFleet(
-            FleetSpec(
-                nodes=settings.nodes, gpus_per_node=settings.gpus_per_node, gpu_type=settings.gpu_type,
-                serving_nodes=settings.serving_nodes, hot_gpus=settings.hot_gpus, seed=settings.seed,
-                time_scale=settings.time_scale, start_hour=settings.start_hour, origin_s=started_at,
-            )
-        )  # fmt: skip
-        simulated = SimulatedBackend(fleet, offline)
-        return simulated, simulated
-    from hivemux.telemetry.procfs import ProcfsNodeBackend
-
-    if settings.backend == "nvml":
-        from hivemux.telemetry.nvml import NvmlBackend
-
-        gpu: GpuBackend = NvmlBackend(settings.node_id, library=settings.nvml_library)
-    else:
-        from hivemux.telemetry.dcgm import DcgmExporterBackend
-
-        gpu = DcgmExporterBackend(settings.dcgm_url, node_id=settings.node_id)
-    # The node sample lists the node's GPUs: take them from one reading of the backend.
-    first = gpu.read(datetime.now(UTC))
-    gpu_type = first[0].gpu_type if first else "unknown"
-    return gpu, ProcfsNodeBackend(settings.node_id, gpu_type=gpu_type, gpu_ids=tuple(r.gpu_id for r in first))
-
-
 class TelemetryIngester:
     """Samples the backends; knows which offline jobs run where from the executors."""
 
     def __init__(self, settings: IngesterSettings, *, started_at: float | None = None) -> None:
         self.settings = settings
         self.source = f"{NAME}/{settings.instance}"
-        self.offline: dict[str, OfflineLoad] = {}  # gpu_id -> the offline job sharing it (simulated load)
-        self.gpu_backend, self.node_backend = make_backends(settings, self.offline, started_at=started_at or time.time())
-        self.ingest = Ingest(self.source, known_gpus=getattr(self.gpu_backend, "gpu_ids", None))
+        if settings.backend == "simulated":  # the simulated GPUs feel the offline jobs placed on them
+            self.offline = OfflineJobs(self._simulated_load)
+            fleet = SimulatedFleet(FleetSpec(**settings.model_dump(include=_FLEET), origin_s=started_at or time.time()))
+            self.gpu_backend = self.node_backend = SimulatedBackend(fleet, self.offline.loads)
+        else:
+            self.offline = OfflineJobs()
+            self.gpu_backend, self.node_backend = device_backends(
+                settings.backend, settings.node_id, at=datetime.now(UTC), dcgm_url=settings.dcgm_url, nvml_library=settings.nvml_library
+            )
+        known = getattr(self.gpu_backend, "gpu_ids", None)
+        self.ingest = Ingest(self.source, known_gpus=known, offline_by_gpu=self.offline.by_gpu)
+
+    def _simulated_load(self, job_id: str, workload: WorkloadSpec, sm_share: float) -> OfflineLoad:
+        return OfflineLoad(job_id, solo_profile(workload.model, workload.batch_size, self.settings.gpu_type), sm_share)
 
     def on_command(self, command: ExecutorCommand, _: RecordContext) -> None:
-        if command.action in (CommandAction.START_OFFLINE, CommandAction.START_TRAINING) and command.workload is not None:
-            for gpu_id in command.gpu_ids:
-                self.ingest.offline_by_gpu[gpu_id] = (command.job_id,)
-            if command.action is CommandAction.START_OFFLINE or self.settings.backend == "simulated":
-                share = command.sm_share if command.action is CommandAction.START_OFFLINE else 100.0
-                solo = solo_profile(command.workload.model, command.workload.batch_size, self.settings.gpu_type)
-                for gpu_id in command.gpu_ids:
-                    self.offline[gpu_id] = OfflineLoad(command.job_id, solo, share or 0.0)
-        elif command.action in (CommandAction.STOP, CommandAction.EVICT):
-            self._forget(command.job_id)
+        self.offline.on_command(command)
 
     def on_report(self, report: ExecutorReport, _: RecordContext) -> None:
-        if report.state in _GONE:
-            self._forget(report.job_id)
-
-    def _forget(self, job_id: str) -> None:
-        for gpu_id in [g for g, load in self.offline.items() if load.job_id == job_id]:
-            del self.offline[gpu_id]
-        for gpu_id in [g for g, jobs in self.ingest.offline_by_gpu.items() if job_id in jobs]:
-            del self.ingest.offline_by_gpu[gpu_id]
-
-    def read(self, at: datetime, now: float | None = None) -> TickOutput:
-        """One sampling instant (blocking: runs in a worker thread). Timestamps are judged
-        against `now` (default: the wall clock)."""
-        now = time.time() if now is None else now
-        gpus, nodes = self.read_devices(at)
-        out = TickOutput()
-        for part in self.judge(gpus, nodes, at.timestamp(), now):
-            out.events += part.events
-            out.dead_letters += part.dead_letters
-        return out
+        self.offline.on_report(report)
 
     def read_devices(self, at: datetime) -> tuple[list[GpuReading], list[NodeReading]]:
         """The raw readings of the instant `at` (blocking: NVML calls, HTTP scrapes)."""
         return list(self.gpu_backend.read(at)), list(self.node_backend.read_nodes(at))
 
-    def judge(
-        self, gpus: list[GpuReading], nodes: list[NodeReading], stamp: float, now: float, nodes_per_chunk: int | None = None
-    ) -> Iterator[TickOutput]:
-        """Validate and batch the readings, `nodes_per_chunk` nodes' GPUs at a time; the node
-        samples come with the last chunk."""
-        chunks = self.ingest.gpu_batch_chunks(gpus, stamp, now, nodes_per_chunk)
-        last = next(chunks, TickOutput())
-        for chunk in chunks:
-            yield last
-            last = chunk
-        node_samples = self.ingest.node_samples(nodes, stamp, now)
-        yield TickOutput(last.events + node_samples.events, last.dead_letters + node_samples.dead_letters)
-
     def sample(self, at: datetime) -> list[Event]:
         """The valid events of the simulated instant `at`, as if it were now (tests)."""
-        return self.read(at, now=at.timestamp()).events
+        return [e for part in self.ingest.instant(*self.read_devices(at), at.timestamp(), at.timestamp()) for e in part.events]
 
 
 def build(settings: IngesterSettings, ingester: TelemetryIngester | None = None) -> Service:
@@ -166,17 +111,15 @@ def build(settings: IngesterSettings, ingester: TelemetryIngester | None = None)
         await asyncio.gather(*sends)  # a failed send fails the tick (and the service: KafkaError)
 
     async def tick() -> list[Event]:
-        now = time.time()
+        now = time.time()  # sampling is observation: the instant is the wall clock's
         at = datetime.now(UTC)
         gpus, nodes = await asyncio.to_thread(ingester.read_devices, at)
         # The previous instant's acknowledgements are awaited only now: the broker takes its
         # last chunk while this instant is read (at most one instant is in flight).
         await acknowledged()
-        # Publish chunk by chunk: the broker takes one chunk while the next is validated and
-        # encoded (2,500 nodes in one go leave the broker idle, then the ingester waiting).
         publisher = service.publisher
         assert publisher is not None
-        for part in ingester.judge(gpus, nodes, at.timestamp(), now, settings.nodes_per_chunk):
+        for part in ingester.ingest.instant(gpus, nodes, at.timestamp(), now, settings.nodes_per_chunk):
             for topic, letter in part.dead_letters:
                 bus_metrics.DEAD_LETTERS.labels(NAME, topic.name, "validate").inc()
                 await publisher.publish_to(topic.dead_letter, letter)

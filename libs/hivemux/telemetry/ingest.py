@@ -60,13 +60,14 @@ def _dead_letter(topic: Topic, key: str, raw: object, reason: str, at: datetime,
 class Ingest:
     def __init__(
         self, source: str, *, known_gpus: frozenset[str] | None = None, limits: Limits = Limits(),
-        partitions: int = GPU_TELEMETRY.partitions,
+        partitions: int = GPU_TELEMETRY.partitions, offline_by_gpu: dict[str, tuple[str, ...]] | None = None,
     ) -> None:  # fmt: skip
         self.source = source
         self.partitions = partitions  # of the GPU telemetry topic: a record holds the nodes of one
         self.known_gpus = known_gpus  # None: learnt from the first reading
         self.limits = limits
-        self.offline_by_gpu: dict[str, tuple[str, ...]] = {}  # from executor commands
+        # from executor commands (`offline.OfflineJobs.by_gpu`, shared: the fold updates it)
+        self.offline_by_gpu: dict[str, tuple[str, ...]] = {} if offline_by_gpu is None else offline_by_gpu
 
     def gpu_batches(self, readings: Iterable[GpuReading], at: float, now: float) -> TickOutput:
         out = TickOutput()
@@ -137,6 +138,19 @@ class Ingest:
                 valid.append(reading)
             if valid:
                 out.events.append(gpu_batch(valid[0].node_id, valid, at, instant, self.source))
+
+    def instant(
+        self, gpus: list[GpuReading], nodes: list[NodeReading], at: float, now: float, nodes_per_chunk: int | None = None
+    ) -> Iterator[TickOutput]:
+        """One sampling instant, `nodes_per_chunk` nodes' GPU batches at a time (all by default);
+        the node samples come with the last chunk."""
+        chunks = self.gpu_batch_chunks(gpus, at, now, nodes_per_chunk)
+        last = next(chunks, TickOutput())
+        for chunk in chunks:
+            yield last
+            last = chunk
+        node_samples = self.node_samples(nodes, at, now)
+        yield TickOutput(last.events + node_samples.events, last.dead_letters + node_samples.dead_letters)
 
     def node_samples(self, readings: Iterable[NodeReading], at: float, now: float) -> TickOutput:
         out = TickOutput()

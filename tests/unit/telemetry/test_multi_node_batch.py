@@ -146,3 +146,22 @@ def test_the_processor_judges_a_multi_node_batch_as_its_nodes_one_by_one(monkeyp
         assert sorted(moved[0]) == sorted(moved[1])
     assert {g: m.state for g, m in together.monitors.items()} == {g: m.state for g, m in apart.monitors.items()}
     assert len(together.monitors) == len(fleet())
+
+
+@pytest.mark.parametrize("per_chunk", [None, 1, 7, 100], ids=["all", "one", "seven", "more-than-nodes"])
+def test_an_instant_in_chunks_carries_the_node_samples_last(per_chunk: int | None) -> None:
+    from hivemux.events import NodeTelemetry
+    from hivemux.telemetry.readings import NodeReading
+
+    readings = fleet(12)
+    node_ids = sorted({r.node_id for r in readings})
+    nodes = [NodeReading(n, "A100", tuple(r.gpu_id for r in readings if r.node_id == n), 20.0, 1000.0, 64000.0, 0.0) for n in node_ids]
+    ingest = Ingest("telemetry-ingester/test", known_gpus=frozenset(r.gpu_id for r in readings))
+    ingest.offline_by_gpu["node-03/gpu-2"] = ("job-b",)
+    parts = list(ingest.instant(readings, nodes, AT.timestamp(), AT.timestamp(), per_chunk))
+    assert len(parts) == (1 if per_chunk is None else -(-len(node_ids) // per_chunk))
+    assert all(not any(isinstance(e, NodeTelemetry) for e in p.events) for p in parts[:-1])
+    samples = [e for e in parts[-1].events if isinstance(e, NodeTelemetry)]
+    assert [s.node_id for s in samples] == node_ids and samples[3].offline_workloads == ("job-b",)
+    batched = [s.gpu_id for p in parts for e in p.events if isinstance(e, GpuTelemetryBatch) for s in e.samples]
+    assert sorted(batched) == sorted(r.gpu_id for r in readings)

@@ -1,0 +1,59 @@
+"""Which offline job runs on which GPU, as the executors said (MuxFlow §3 "GPU monitor").
+
+NVML and dcgm-exporter see processes, not hivemux jobs: the ingester stamps each sample with the
+offline jobs the executors started on its GPU (`by_gpu`, read by `ingest.Ingest`), folded from
+`executor.commands` and `executor.reports`. A simulated fleet cannot see the jobs at all, so it
+is also told the load each one puts on its GPU (`loads`, built by the ``load_of`` the caller
+gives; no ``load_of``, no loads: real GPUs feel their jobs by themselves).
+
+Rules:
+- START_OFFLINE / START_TRAINING with a workload: the job is on each of its GPUs; its load is
+  the offline job at its SM share (0 if none given), a training job at 100 %;
+- STOP / EVICT commands, and reports that the job is gone (completed, failed, stopped,
+  evicted, refused): the job is on no GPU any more.
+
+Worked example: START_OFFLINE of ``job-a`` on ``node-00/gpu-1`` at 70 %: ``by_gpu ==
+{"node-00/gpu-1": ("job-a",)}`` and ``loads["node-00/gpu-1"] == load_of("job-a", workload,
+70.0)``; a COMPLETED report of ``job-a`` empties both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from hivemux.events import CommandAction, ExecutorCommand, ExecutorReport, ReportState, WorkloadSpec
+
+L = TypeVar("L")
+GONE = frozenset({ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED})
+_STARTS = (CommandAction.START_OFFLINE, CommandAction.START_TRAINING)
+_STOPS = (CommandAction.STOP, CommandAction.EVICT)
+
+
+class OfflineJobs(Generic[L]):
+    def __init__(self, load_of: Callable[[str, WorkloadSpec, float], L] | None = None) -> None:
+        self.load_of = load_of
+        self.by_gpu: dict[str, tuple[str, ...]] = {}  # gpu id -> offline jobs on it
+        self.loads: dict[str, L] = {}  # gpu id -> the load a simulated GPU feels
+
+    def on_command(self, command: ExecutorCommand) -> None:
+        if command.action in _STARTS and command.workload is not None:
+            for gpu_id in command.gpu_ids:
+                self.by_gpu[gpu_id] = (command.job_id,)
+            if self.load_of is not None:
+                share = (command.sm_share or 0.0) if command.action is CommandAction.START_OFFLINE else 100.0
+                load = self.load_of(command.job_id, command.workload, share)
+                for gpu_id in command.gpu_ids:
+                    self.loads[gpu_id] = load
+        elif command.action in _STOPS:
+            self.forget(command.job_id)
+
+    def on_report(self, report: ExecutorReport) -> None:
+        if report.state in GONE:
+            self.forget(report.job_id)
+
+    def forget(self, job_id: str) -> None:
+        # a start sets both maps for the same GPUs, so the job's GPUs in one are its GPUs in the other
+        for gpu_id in [g for g, jobs in self.by_gpu.items() if job_id in jobs]:
+            del self.by_gpu[gpu_id]
+            self.loads.pop(gpu_id, None)
