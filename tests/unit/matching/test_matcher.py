@@ -1,6 +1,7 @@
-"""The matcher shell (`hivemux.services.matcher.service.Matcher`): folds the cluster view and
-runs one scheduling round per interval of event time (MuxFlow §5-§6): dynamic SM share,
-memory quota, Kuhn-Munkres or FCFS, eviction from Overlimit GPUs."""
+"""The matcher's edge and scheduler, event in, events out (`hivemux.matching.matcher.MatcherCore`
+over `scheduler.Scheduler`): folds the cluster view and runs one scheduling round per interval
+of event time (MuxFlow §5-§6): dynamic SM share, memory quota, Kuhn-Munkres or FCFS, eviction
+from Overlimit GPUs. Moved from the service's tests when the rules left the shell."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hivemux.bus import RecordContext
 from hivemux.events import (
     CommandAction,
     Event,
@@ -29,15 +29,23 @@ from hivemux.events import (
     WorkloadSpec,
 )
 from hivemux.prediction.analytic import default_analytic_model
-from hivemux.services.matcher.service import Matcher, MatcherSettings
+from hivemux.matching.matcher import MatcherCore
+from hivemux.matching.policy import MatchingPolicy
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 GPU = "node-00/gpu-0"
 NODE = "node-00"
 ONLINE = "infer-resnet50-00"
 TOTAL_MIB = 15360.0
-LIVE = RecordContext("telemetry.gpu", 0, 0, GPU)
-REPLAY = RecordContext("telemetry.gpu", 0, 0, GPU, replaying=True)
+LIVE = True
+REPLAY = False
+
+
+def make(interval_s: float = 5, policy: str = "matching", restart_cost: float = 0.1) -> MatcherCore:
+    """What the service builds from its settings (interval, policy, restart cost)."""
+    return MatcherCore(
+        MatchingPolicy(restart_cost=restart_cost), interval=timedelta(seconds=interval_s), placement=policy, source="matcher/test"  # type: ignore[arg-type]
+    )
 
 
 def at(seconds: float) -> datetime:
@@ -87,31 +95,26 @@ def report(job_id: str, state: ReportState, seconds: float) -> ExecutorReport:
     )  # fmt: skip
 
 
-def feed(matcher: Matcher, samples: Iterable[tuple[float, float]], ctx: RecordContext = LIVE) -> list[Event]:
+def feed(matcher: MatcherCore, samples: Iterable[tuple[float, float]], live: bool = LIVE) -> list[Event]:
     out: list[Event] = []
     for seconds, sm in samples:
-        out += matcher.on_sample(gpu_sample(seconds, sm), ctx)
+        out += matcher.on_samples([gpu_sample(seconds, sm)], live=live).events
     return out
 
 
-def ready(jobs: dict[str, Profile], **settings: object) -> Matcher:
+def ready(jobs: dict[str, Profile], **settings: object) -> MatcherCore:
     """A matcher with the T4 model, one Healthy online GPU and the given profiled offline jobs."""
-    matcher = Matcher(MatcherSettings(interval_s=5, **settings))  # type: ignore[arg-type]
-    matcher.on_model(model_event(), LIVE)
-    matcher.on_health(health(HealthState.HEALTHY), LIVE)
+    matcher = make(**settings)  # type: ignore[arg-type]
+    matcher.on_model(model_event())
+    matcher.on_health(health(HealthState.HEALTHY), live=LIVE)
     for seq, (job_id, prof) in enumerate(jobs.items()):
-        matcher.on_submission(submission(job_id, seconds=seq), LIVE)
-        matcher.on_profile(prof, LIVE)
+        matcher.on_submission(submission(job_id, seconds=seq))
+        matcher.on_profile(prof)
     return matcher
 
 
 # SM activity 30, 40, 50, 40 over the first interval: mean 40 -> SM share 60.
 FIRST_INTERVAL = [(0, 30.0), (2, 40.0), (4, 50.0), (6, 40.0)]
-
-
-def test_settings_take_init_kwargs_by_field_name() -> None:
-    assert MatcherSettings(interval_s=5).interval_s == 5.0
-    assert MatcherSettings().interval_s == 900.0
 
 
 def test_round_places_a_job_with_the_dynamic_sm_share() -> None:
@@ -136,7 +139,7 @@ def test_round_places_a_job_with_the_dynamic_sm_share() -> None:
     assert (placed.job_id, placed.state, placed.node_id, placed.gpu_ids) == ("offline-a", JobState.PLACED, NODE, (GPU,))
     # the job is placed once: the next round has nothing to do
     assert feed(matcher, [(8, 40.0), (12, 40.0)]) == []
-    assert matcher.rounds == 2
+    assert matcher.scheduler.rounds == 2
 
 
 @pytest.mark.parametrize(
@@ -145,14 +148,14 @@ def test_round_places_a_job_with_the_dynamic_sm_share() -> None:
     ids=["no-model", "no-health", "no-profile"],
 )
 def test_nothing_is_placed_without_model_health_or_profile(missing: str, why: str) -> None:
-    matcher = Matcher(MatcherSettings(interval_s=5))
+    matcher = make()
     if missing != "model":
-        matcher.on_model(model_event(), LIVE)
+        matcher.on_model(model_event())
     if missing != "health":
-        matcher.on_health(health(HealthState.HEALTHY), LIVE)
-    matcher.on_submission(submission("offline-a"), LIVE)
+        matcher.on_health(health(HealthState.HEALTHY), live=LIVE)
+    matcher.on_submission(submission("offline-a"))
     if missing != "profile":
-        matcher.on_profile(profile("offline-a"), LIVE)
+        matcher.on_profile(profile("offline-a"))
     out = feed(matcher, FIRST_INTERVAL)
     assert not [e for e in out if isinstance(e, Placement)], why
     if missing == "model":
@@ -171,16 +174,16 @@ def test_job_over_the_memory_quota_waits_and_is_told_once() -> None:
     assert "memory peak 7000 MiB > quota 6144 MiB" in waiting.reason
     # the same reason in the next round is not published again
     assert feed(matcher, [(8, 40.0), (12, 40.0)]) == []
-    assert matcher.rounds == 2
+    assert matcher.scheduler.rounds == 2
 
 
 def test_overlimit_gpu_evicts_its_job_which_is_placed_again_later() -> None:
     matcher = ready({"offline-a": profile("offline-a")})
     [first, *_] = feed(matcher, FIRST_INTERVAL)
-    matcher.on_placement(first, LIVE)  # our own decision folded back
+    matcher.on_placement(first)  # our own decision folded back
 
     turned = health(HealthState.OVERLIMIT, seconds=7, reason="sm_activity=97.000 > overlimit 95.000")
-    out = matcher.on_health(turned, LIVE)
+    out = matcher.on_health(turned, live=LIVE)
     assert [type(e) for e in out] == [Placement, ExecutorCommand, JobLifecycleEvent]
     evict, command, evicted = out
     assert (evict.action, evict.job_id, evict.gpu_id, evict.sm_share) == ("evict", "offline-a", GPU, first.sm_share)
@@ -189,10 +192,10 @@ def test_overlimit_gpu_evicts_its_job_which_is_placed_again_later() -> None:
     assert (command.action, command.node_id, command.job_id, command.gpu_ids) == (CommandAction.EVICT, NODE, "offline-a", (GPU,))
     assert (evicted.state, evicted.occurred_at) == (JobState.EVICTED, at(7))
     assert evicted.reason.endswith("the job waits for the next round")
-    matcher.on_placement(evict, LIVE)
+    matcher.on_placement(evict)
 
     assert feed(matcher, [(8, 40.0), (12, 40.0)]) == []  # an Overlimit GPU takes no job
-    matcher.on_health(health(HealthState.HEALTHY, seconds=13), LIVE)
+    matcher.on_health(health(HealthState.HEALTHY, seconds=13), live=LIVE)
     again = [e for e in feed(matcher, [(14, 20.0), (18, 20.0)]) if isinstance(e, Placement)]
     assert [(p.action, p.job_id, p.gpu_id) for p in again] == [("place", "offline-a", GPU)]
     assert again[0].sm_share == pytest.approx(80.0)
@@ -201,17 +204,17 @@ def test_overlimit_gpu_evicts_its_job_which_is_placed_again_later() -> None:
 
 def test_overlimit_gpu_without_a_job_evicts_nothing() -> None:
     matcher = ready({"offline-a": profile("offline-a")})
-    assert matcher.on_health(health(HealthState.OVERLIMIT, seconds=1), LIVE) == []
+    assert matcher.on_health(health(HealthState.OVERLIMIT, seconds=1), live=LIVE) == []
 
 
 def test_replay_runs_no_round_and_returns_nothing() -> None:
-    matcher = Matcher(MatcherSettings(interval_s=5))
-    assert matcher.on_model(model_event(), REPLAY) is None
-    assert matcher.on_health(health(HealthState.HEALTHY), REPLAY) == []
-    matcher.on_submission(submission("offline-a"), REPLAY)
-    matcher.on_profile(profile("offline-a"), REPLAY)
+    matcher = make()
+    assert matcher.on_model(model_event()) is None
+    assert matcher.on_health(health(HealthState.HEALTHY), live=REPLAY) == []
+    matcher.on_submission(submission("offline-a"))
+    matcher.on_profile(profile("offline-a"))
     assert feed(matcher, [(s, 40.0) for s in range(0, 60, 2)], REPLAY) == []
-    assert matcher.rounds == 0
+    assert matcher.scheduler.rounds == 0
     # the folded view is used by the first live round
     [placement, *_] = feed(matcher, [(61, 40.0)])
     assert isinstance(placement, Placement) and placement.job_id == "offline-a"
@@ -220,7 +223,7 @@ def test_replay_runs_no_round_and_returns_nothing() -> None:
 def test_overlimit_during_replay_evicts_nothing() -> None:
     matcher = ready({"offline-a": profile("offline-a")})
     feed(matcher, FIRST_INTERVAL)
-    assert matcher.on_health(health(HealthState.OVERLIMIT, seconds=7), REPLAY) == []
+    assert matcher.on_health(health(HealthState.OVERLIMIT, seconds=7), live=REPLAY) == []
 
 
 @pytest.mark.parametrize(
@@ -237,7 +240,7 @@ def test_overlimit_during_replay_evicts_nothing() -> None:
 def test_executor_report_ends_or_frees_the_job(state: ReportState, placed_again: bool) -> None:
     matcher = ready({"offline-a": profile("offline-a")})
     feed(matcher, FIRST_INTERVAL)
-    matcher.on_report(report("offline-a", state, seconds=7), LIVE)
+    matcher.on_report(report("offline-a", state, seconds=7))
     placements = [e for e in feed(matcher, [(8, 40.0), (12, 40.0)]) if isinstance(e, Placement)]
     assert [p.job_id for p in placements] == (["offline-a"] if placed_again else [])
 
@@ -245,10 +248,10 @@ def test_executor_report_ends_or_frees_the_job(state: ReportState, placed_again:
 def test_completed_job_is_not_resubmitted_by_a_redelivered_submission() -> None:
     matcher = ready({"offline-a": profile("offline-a")})
     feed(matcher, FIRST_INTERVAL)
-    matcher.on_report(report("offline-a", ReportState.COMPLETED, seconds=7), LIVE)
-    matcher.on_submission(submission("offline-a"), LIVE)
-    matcher.on_profile(profile("offline-a"), LIVE)
-    assert "offline-a" not in matcher.submissions
+    matcher.on_report(report("offline-a", ReportState.COMPLETED, seconds=7))
+    matcher.on_submission(submission("offline-a"))
+    matcher.on_profile(profile("offline-a"))
+    assert "offline-a" not in matcher.scheduler.view.submissions
     assert feed(matcher, [(8, 40.0), (12, 40.0)]) == []
 
 
@@ -278,17 +281,17 @@ def test_policies(policy: str, winner: str, loser_reason: str) -> None:
 def test_no_second_eviction_command_for_a_job_sysmonitor_already_evicted() -> None:
     matcher = ready({"offline-a": profile("offline-a")})
     [first, *_] = feed(matcher, FIRST_INTERVAL)
-    matcher.on_placement(first, LIVE)
+    matcher.on_placement(first)
     turned = health(HealthState.OVERLIMIT, seconds=7).model_copy(update={"evicted_workloads": ("offline-a",)})
-    out = matcher.on_health(turned, LIVE)
+    out = matcher.on_health(turned, live=LIVE)
     assert [type(e) for e in out] == [Placement, JobLifecycleEvent]
-    assert out[0].action == "evict" and "offline-a" not in matcher.running
+    assert out[0].action == "evict" and "offline-a" not in matcher.scheduler.view.running
 
 
 @pytest.mark.parametrize("state", [HealthState.UNHEALTHY, HealthState.OVERLIMIT, HealthState.DISABLED, HealthState.INIT])
 def test_only_healthy_gpus_receive_offline_work(state: HealthState) -> None:
     matcher = ready({"offline-a": profile("offline-a")})
-    matcher.on_health(health(state, seconds=1), LIVE)
+    matcher.on_health(health(state, seconds=1), live=LIVE)
     out = feed(matcher, FIRST_INTERVAL)
     assert not [e for e in out if isinstance(e, (Placement, ExecutorCommand))]
 
@@ -302,9 +305,9 @@ def test_an_mlp_model_version_replaces_the_analytic_one() -> None:
     mlp = PredictorModel(
         occurred_at=T0, source="predictor/test", gpu_type="T4", version=2, kind="mlp", weights_b64=report.model.weights_b64(),
     )  # fmt: skip
-    matcher.on_model(mlp, LIVE)
-    matcher.on_model(model_event(version=1), LIVE)  # an older version changes nothing
-    assert matcher.models["T4"].version == 2
+    matcher.on_model(mlp)
+    matcher.on_model(model_event(version=1))  # an older version changes nothing
+    assert matcher.scheduler.models["T4"].version == 2
     [placement, *_] = [e for e in feed(matcher, FIRST_INTERVAL) if isinstance(e, Placement)] or [None]
     if placement is not None:
         assert placement.model_version == 2
@@ -314,19 +317,19 @@ def test_a_running_job_moves_only_past_its_restart_cost_and_old_reports_do_not_f
     second = "node-01/gpu-0"
     matcher = ready({"offline-a": profile("offline-a", sm_activity=90.0)}, restart_cost=0.05)
     [first, *_] = feed(matcher, [(0, 70.0), (6, 70.0)])  # share 30 on the only GPU
-    matcher.on_placement(first, LIVE)
+    matcher.on_placement(first)
     # a much idler GPU appears: share 95 instead of 30 is worth far more than the restart cost
-    matcher.on_health(health(HealthState.HEALTHY, gpu_id=second), LIVE)
+    matcher.on_health(health(HealthState.HEALTHY, gpu_id=second), live=LIVE)
     idle = gpu_sample(7, 5.0, gpu_id=second).model_copy(update={"node_id": "node-01"})
-    matcher.on_sample(idle, LIVE)
+    matcher.on_samples([idle], live=LIVE)
     out = feed(matcher, [(8, 70.0), (12, 70.0)])
     kinds = [(type(e).__name__, getattr(e, "action", None)) for e in out]
     assert kinds[:3] == [("Placement", "evict"), ("ExecutorCommand", CommandAction.STOP), ("JobLifecycleEvent", None)]
     placed = [e for e in out if isinstance(e, Placement) and e.action == "place"]
     assert [(p.job_id, p.gpu_id, p.inputs["moved_from"]) for p in placed] == [("offline-a", second, GPU)]
     # the old node's STOPPED report does not free the job's new placement
-    matcher.on_report(report("offline-a", ReportState.STOPPED, seconds=13), LIVE)
-    assert matcher.running["offline-a"].gpu_id == second
+    matcher.on_report(report("offline-a", ReportState.STOPPED, seconds=13))
+    assert matcher.scheduler.view.running["offline-a"].gpu_id == second
     # the next round keeps it there (no churn)
     again = feed(matcher, [(14, 70.0), (18, 70.0)])
     assert not [e for e in again if isinstance(e, (Placement, ExecutorCommand))]
@@ -336,7 +339,23 @@ def test_offline_efficiency_from_reports() -> None:
     matcher = ready({"offline-a": profile("offline-a")})  # solo 120 ms per iteration
     for seconds, done in ((0, 0), (12, 50)):
         r = report("offline-a", ReportState.RUNNING, seconds).model_copy(update={"iterations_done": done})
-        matcher.on_report(r, LIVE)
+        matcher.on_report(r)
     efficiency = matcher.efficiency()
     assert efficiency.normalized_throughput["offline-a"] == pytest.approx(50 * 0.12 / 12)
     assert efficiency.oversold_gpu == pytest.approx(0.5)
+
+
+def test_decision_events_derive_their_ids_from_the_decision() -> None:
+    from hivemux.events import derived_id
+    from hivemux.matching.decisions import PlacementChange
+    from hivemux.matching.matcher import decision_events
+
+    matcher = ready({"offline-a": profile("offline-a")})
+    placement, command, placed = feed(matcher, FIRST_INTERVAL)
+    decision = derived_id("place", "offline-a", GPU, at(6).isoformat())
+    assert (placement.event_id, command.event_id, placed.event_id) == (decision, derived_id("command", decision), derived_id("placed", decision))
+    stop = PlacementChange("stop", decision, at(9), "offline-a", GPU, NODE, 60.0, "matching", "x" * 3000, {}, waits=True)
+    record, stop_command, preempted = decision_events(stop, "matcher/test")
+    assert (record.action, stop_command.action, preempted.state) == ("evict", CommandAction.STOP, JobState.PREEMPTED)
+    assert preempted.event_id == derived_id("preempted", decision)
+    assert len(record.reason) == 2000 and preempted.reason.endswith("; the job waits for the next round")

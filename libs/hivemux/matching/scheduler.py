@@ -1,0 +1,170 @@
+"""The global manager's scheduler: the folded cluster view and one matching round per interval.
+
+Paper: MuxFlow preprint §3 "Global manager" (the pending queue; scheduling decisions made
+periodically), §5 "Matching-based scheduling" (Algorithm 1), §6 ("MuxFlow invokes the
+scheduler periodically to schedule all offline workloads"; the execution interval is 15
+minutes, journal §6). `Scheduler` is a pure state object: its fold methods take domain inputs
+(the matcher's edge, `matching.matcher`, decodes events into them) and are the only way its
+state changes; `on_readings` runs `round(at)` when an interval of *event time* has passed
+since the last round, so a replay of the same inputs reproduces the same decisions.
+
+One round (`round`): the view's candidates and jobs (`cluster_view.round_inputs`), the plan
+(`plan.plan_matching`, or `plan.plan_fcfs` for the FCFS policy), then the decisions in
+publication order: running jobs stopped without a new GPU, running jobs moved (stopped on
+their old GPU first), placements, and the waiting explanations. A job is told why it waits
+only when the reason changes (one lifecycle event per new reason, not one per round).
+Evictions follow health transitions (`eviction`), outside rounds.
+
+A decision made here is folded in at once (a placed job is running, a stopped one is not);
+the recorded `Placement` events folded back later (`on_placement`) agree with it, and are
+how a standby or restarted instance rebuilds the same view.
+
+Worked example: interval 5 s; samples of one Healthy GPU at t = 0, 2, 4, 6 s with SM activity
+30, 40, 50, 40 and one profiled job: the sample at t = 6 s ends the interval (next round due
+at 0 + 5 s), the round sees activity 40, and the job is placed with share 60 %.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from typing import Literal
+
+from hivemux.events import derived_id
+from hivemux.prediction.features import SpeedModel
+
+from .bipartite_graph import OnlineGpu
+from .cluster_view import ClusterView, GpuReading, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
+from .decisions import Decisions, OfflineStart, PlacementChange, Waiting
+from .efficiency import EfficiencyReport
+from .eviction import HealthChange, evictions
+from .plan import PlannedPlacement, plan_fcfs, plan_matching
+from .policy import MatchingPolicy
+
+Placement = Literal["matching", "fcfs"]
+
+
+class Scheduler:
+    def __init__(self, policy: MatchingPolicy, *, interval: timedelta, placement: Placement = "matching") -> None:
+        self.policy = policy
+        self.placement = placement
+        self.interval = interval
+        self.view = ClusterView()
+        self.models: dict[str, SpeedModel] = {}  # per GPU type: the newest version
+        self.rounds = 0
+        self.next_round_at: datetime | None = None
+        self.told: dict[str, str] = {}  # job id -> the last "why not placed" published
+
+    # -- folds ----------------------------------------------------------------------------
+    def on_submission(self, job: OfflineSubmission) -> None:
+        self.view.submit(job)
+
+    def on_profile(self, profile: SoloProfile) -> None:
+        self.view.profiled(profile)
+
+    def on_model(self, gpu_type: str, version: int, load: Callable[[], SpeedModel | None]) -> None:
+        """The newest version per GPU type wins, analytic or MLP (the predictor publishes a new
+        version only when its held-out error is not worse); ``load`` runs only for a newer one."""
+        known = self.models.get(gpu_type)
+        if known is not None and version <= known.version:
+            return
+        model = load()
+        if model is not None:
+            self.models[gpu_type] = model
+
+    def on_placement(self, placement: PlacementRecord) -> None:
+        self.view.record(placement)
+
+    def on_report(self, report: RunReport) -> None:
+        self.view.report(report)
+
+    def on_health(self, change: HealthChange, *, live: bool) -> Decisions:
+        self.view.health[change.gpu_id] = change.state
+        if not live:
+            return Decisions()
+        evicted = evictions(list(self.view.running.values()), change)
+        for eviction in evicted:
+            self.view.running.pop(eviction.job_id, None)
+        return Decisions(evicted)
+
+    def on_readings(self, readings: Iterable[GpuReading], *, live: bool) -> Decisions:
+        """Fold samples; a live sample at or past the due time ends the interval: a round."""
+        out = Decisions()
+        for reading in readings:
+            self.view.observe(reading)
+            at = reading.at
+            if self.next_round_at is None:
+                self.next_round_at = at + self.interval
+            if not live or at < self.next_round_at:
+                continue
+            self.next_round_at = at + self.interval
+            out += self.round(at)
+        return out
+
+    def efficiency(self) -> EfficiencyReport:
+        return self.view.efficiency()
+
+    # -- one round ------------------------------------------------------------------------
+    def round(self, at: datetime) -> Decisions:
+        """One scheduling round at event time `at`; the interval's windows start afresh."""
+        self.rounds += 1
+        candidates, jobs = self.view.round_inputs()
+        self.view.next_interval()
+        if not candidates or not jobs:
+            return Decisions()
+        plan = (plan_matching if self.placement == "matching" else plan_fcfs)(candidates, jobs, self.models, self.policy)
+        gpus = {g.gpu_id: g for g in candidates}
+        changes: list[PlacementChange | Waiting] = [self._stop(s.job_id, s.reason, at, moved_to=None) for s in plan.stopped]
+        changes += [self._stop(p.job_id, p.reason, at, moved_to=p.gpu_id) for p in plan.placements if p.moved_from is not None]
+        changes += [self._place(p, gpus[p.gpu_id], at) for p in plan.placements]
+        for refusal in plan.not_placed:
+            if self.told.get(refusal.job_id) != refusal.reason:  # say it again only when it changes
+                self.told[refusal.job_id] = refusal.reason
+                changes.append(Waiting(derived_id("waiting", refusal.job_id, at.isoformat()), at, refusal.job_id, refusal.reason))
+        return Decisions(tuple(changes), plan.total_weight)
+
+    def _stop(self, job_id: str, reason: str, at: datetime, *, moved_to: str | None) -> PlacementChange:
+        """Take a running job off its GPU: to move it (hysteresis passed) or to give the GPU
+        to jobs worth more than its restart cost (then it waits again)."""
+        placed = self.view.running.pop(job_id)
+        return PlacementChange(
+            action="stop",
+            decision_id=derived_id("stop", placed.decision_id, at.isoformat()),
+            at=at,
+            job_id=job_id,
+            gpu_id=placed.gpu_id,
+            node_id=placed.node_id,
+            sm_share=placed.sm_share,
+            policy=self.placement,
+            reason=reason,
+            inputs={"round": self.rounds, "moved_to": moved_to, "restart_cost": self.policy.restart_cost},
+            waits=moved_to is None,
+        )
+
+    def _place(self, planned: PlannedPlacement, gpu: OnlineGpu, at: datetime) -> PlacementChange:
+        _, submission = self.view.submissions[planned.job_id]
+        model = self.models.get(gpu.gpu_type)
+        decision = derived_id("place", planned.job_id, planned.gpu_id, at.isoformat())
+        self.view.running[planned.job_id] = PlacementRecord(
+            decision, "place", planned.job_id, planned.gpu_id, planned.node_id, planned.sm_share, self.placement
+        )
+        return PlacementChange(
+            action="place",
+            decision_id=decision,
+            at=at,
+            job_id=planned.job_id,
+            gpu_id=planned.gpu_id,
+            node_id=planned.node_id,
+            sm_share=planned.sm_share,
+            policy=self.placement,
+            reason=planned.reason,
+            inputs={**planned.inputs, "online_workload": gpu.online_workload, "round": self.rounds, "moved_from": planned.moved_from},
+            start=OfflineStart(
+                predicted_normalized_throughput=planned.predicted_normalized_throughput,
+                predicted_online_slowdown=planned.predicted_online_slowdown,
+                model_version=model.version if model else None,
+                memory_quota_mib=self.policy.memory_quota_mib(gpu.memory_total_mib),
+                workload=submission.workload,
+                solo_iteration_time_ms=self.view.profiles[planned.job_id].iteration_time_ms,
+            ),
+        )
