@@ -1,24 +1,35 @@
-"""One workload as the process executor tracks it, and the events that describe it.
+"""One workload as the process executor tracks it, the node's workloads, and the events that
+describe them.
 
 `Workload` holds a job's process, files and what its progress lines said (`absorb`: the
-protocol of `hivemux.workloads.progress`); `report` and `lifecycle` build its
-`executor.reports` and `jobs.lifecycle` records. Ids derive from the cause (the command, or
-the fault, that made the step happen), the job, the state, the step and the launch number, so
-re-handling the same cause yields the same ids; periodic progress reports add their time.
+protocol of `hivemux.workloads.progress`); `NodeWorkloads` is the node's table of them (jobs by
+id, online services by GPU, finished jobs), shared by the parts of the agent; `report` and
+`lifecycle` build the `executor.reports` and `jobs.lifecycle` records, and `Reporter` binds them
+to the node's id, source and clock. Ids derive from the cause (the command, or the fault, that
+made the step happen), the job, the state, the step and the launch number, so re-handling the
+same cause yields the same ids; periodic progress reports add their time.
 """
 
 from __future__ import annotations
-from hivemux.events.base import clip_reason
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from hivemux.events import ExecutorCommand, ExecutorReport, JobLifecycleEvent, JobState, ReportState, derived_id
-from hivemux.executor.launch import WorkloadFiles
+from hivemux.events import (
+    ExecutorCommand,
+    ExecutorReport,
+    JobLifecycleEvent,
+    JobState,
+    ReportState,
+    derived_id,
+)
+from hivemux.events.base import clip_reason
+from hivemux.executor.launch import WorkloadFiles, gpu_index
+from hivemux.executor.mps_control import MpsCheck
 from hivemux.executor.observations import ProgressPoint
 from hivemux.executor.supervisor import Exit, Supervised
 from hivemux.workloads.progress import ProgressReader
@@ -124,3 +135,49 @@ def lifecycle(w: Workload, *, node_id: str, source: str, cause: UUID, state: Job
         occurred_at=at, source=source, job_id=w.job_id, state=state, reason=clip_reason(reason),
         node_id=node_id, gpu_ids=w.gpu_ids,
     )
+
+
+class NodeWorkloads:
+    """The node's workloads: jobs (offline and training) by id, online services by GPU id, and the
+    jobs that completed here (a start for one of them changes nothing)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.jobs: dict[str, Workload] = {}
+        self.online: dict[str, Workload] = {}  # gpu_id -> online service
+        self.finished: set[str] = set()
+
+    def read_progress(self, w: Workload) -> None:
+        if w.reader is not None:
+            alone = not any(o.gpu_ids == w.gpu_ids for o in self.jobs.values())
+            w.absorb(w.reader.read(), now=self.clock(), gpu_alone=alone)
+
+    def forget(self, w: Workload) -> None:
+        """``w`` has ended: it leaves the table and its xCUDA files are closed."""
+        del self.jobs[w.job_id]
+        w.close_files()
+
+    def mps_clients(self, gpu: int) -> list[Workload]:
+        """The live MPS clients of GPU ``gpu``: its offline jobs and its online service."""
+        return [w for w in [*self.jobs.values(), *self.online.values()]
+                if w.kind in ("offline", "online") and gpu_index(w.gpu) == gpu and w.proc is not None and not w.done]
+
+
+@dataclass(frozen=True)
+class Reporter:
+    """`report` and `lifecycle` bound to the node, and the node's clock (epoch seconds)."""
+
+    node_id: str
+    source: str
+    clock: Callable[[], float]
+
+    def at(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    def report(self, w: Workload, cause: UUID, state: ReportState, at: datetime, *, step: str | None = None,
+               detail: str = "", exit_: Exit | None = None, mps: MpsCheck | None = None) -> ExecutorReport:
+        return report(w, node_id=self.node_id, source=self.source, cause=cause, state=state, at=at, step=step,
+                      detail=detail, exit_=exit_, mps_server=mps.state if mps is not None else None)
+
+    def lifecycle(self, w: Workload, cause: UUID, state: JobState, at: datetime, reason: str) -> JobLifecycleEvent:
+        return lifecycle(w, node_id=self.node_id, source=self.source, cause=cause, state=state, at=at, reason=reason)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hivemux.events import CommandAction, ExecutorCommand, ReportState, WorkloadSpec, derived_id
+from hivemux.events import CommandAction, ExecutorCommand, JobState, ReportState, WorkloadSpec, derived_id
 from hivemux.executor.launch import WorkloadFiles
-from hivemux.executor.workload import Workload, report
+from hivemux.executor.mps_control import MpsCheck
+from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, report
 from hivemux.workloads.progress import ProgressReader, ProgressWriter
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -75,3 +76,40 @@ def test_report_ids_derive_from_cause_step_and_launch(tmp_path: Path) -> None:
     assert make(state=ReportState.EVICTED) != first
     r = report(w, node_id="n", source="s", cause=cause, at=AT, state=ReportState.RUNNING, mps_server="hung")
     assert (r.mps_server, r.sm_share, r.command_id, r.step) == ("hung", 30.0, str(w.command.event_id), None)  # type: ignore[union-attr]
+
+
+def test_node_workloads_read_forget_and_mps_clients(tmp_path: Path) -> None:
+    table = NodeWorkloads(clock=lambda: 7.0)
+    offline = workload(tmp_path / "a")
+    training = Workload("t", "training", ("n/gpu-0",), WorkloadFiles(tmp_path / "t"), None)
+    online = Workload("svc", "online", ("n/gpu-0",), WorkloadFiles(tmp_path / "o"), None)
+    other_gpu = Workload("b", "offline", ("n/gpu-1",), WorkloadFiles(tmp_path / "b"), None)
+    table.jobs.update({"j": offline, "t": training, "b": other_gpu})
+    table.online["n/gpu-0"] = online
+    assert table.mps_clients(0) == []  # nothing launched yet: no process to terminate
+    for w in (offline, training, online, other_gpu):
+        w.proc = object()  # type: ignore[assignment]
+    assert table.mps_clients(0) == [offline, online]  # training pods are not MPS clients
+    offline.done = True
+    assert table.mps_clients(0) == [online]
+
+    path = tmp_path / "o" / "progress.jsonl"
+    path.parent.mkdir(parents=True)
+    ProgressWriter(path).write("latency", requests=3, mean_ms=8.0)
+    online.reader = ProgressReader(path)
+    table.read_progress(online)  # offline work runs on gpu-0: not a solo baseline
+    assert online.solo_latency_ms is None and online.latencies[-1][1] == 8.0
+    table.forget(offline)
+    assert "j" not in table.jobs and offline.control is None
+
+
+def test_reporter_binds_node_source_and_clock(tmp_path: Path) -> None:
+    w = workload(tmp_path)
+    reporter = Reporter("n", "executor/t", clock=lambda: AT.timestamp())
+    cause = derived_id("evict")
+    r = reporter.report(w, cause, ReportState.RUNNING, reporter.at(), step="mps_checked", mps=MpsCheck("crashed", (), "gone"))
+    assert r == report(w, node_id="n", source="executor/t", cause=cause, state=ReportState.RUNNING, at=AT,
+                       step="mps_checked", mps_server="crashed")  # fmt: skip
+    life = reporter.lifecycle(w, cause, JobState.EVICTED, AT, "x" * 5000)
+    assert (life.node_id, life.source, life.occurred_at, life.gpu_ids) == ("n", "executor/t", AT, ("n/gpu-0",))
+    assert len(life.reason) < 5000  # clipped to the event's limit

@@ -1,216 +1,41 @@
-"""The executor shell (`hivemux.services.executor.service.Executor`): commands in; executor
-reports, job lifecycle events and sharing observations out, on a simulated node."""
+"""The executor shell (`hivemux.services.executor.service`): the backend the settings pick and
+how `build` wires it to the bus. The backends are tested in tests/unit/executor."""
 
 from __future__ import annotations
 
-import math
-from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
-from hivemux.bus import RecordContext
-from hivemux.events import (
-    CommandAction,
-    ExecutorCommand,
-    ExecutorReport,
-    GpuTelemetrySample,
-    JobLifecycleEvent,
-    JobState,
-    ReportState,
-    SharingObservation,
-    WorkloadSpec,
-    derived_id,
-)
-from hivemux.services.executor.service import Executor, ExecutorSettings
-from hivemux.simulated.catalog import solo_profile
-from hivemux.simulated.interference import shared_execution
-
-T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
-NODE = "node-00"
-GPU = "node-00/gpu-0"
-CTX = RecordContext("executor.commands", 0, 0, NODE)
-SOURCE = "executor/0"
+from hivemux.executor.node import ProcessNode
+from hivemux.executor.simulated_node import SimulatedExecutor
+from hivemux.services.executor.service import ExecutorSettings, backend, build
+from hivemux.topics import EXECUTOR_COMMANDS, GPU_TELEMETRY
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+def test_simulated_by_default_as_a_group_member() -> None:
+    settings = ExecutorSettings(report_interval_s=0.5, default_gpu_type="A100", HIVEMUX_INSTANCE="3")
+    node = backend(settings)
+    assert isinstance(node, SimulatedExecutor) and (node.source, node.default_gpu_type) == ("executor/3", "A100")
+    service = build(settings)
+    assert set(service.subscriptions) == {EXECUTOR_COMMANDS.name} and not service.pins
+    assert set(service.folds) == {GPU_TELEMETRY.name}
+    assert [t.seconds for t in service.tickers] == [0.5]  # no xCUDA feed: nothing to feed
 
 
-def start_offline(job_id: str = "offline-a", iterations: int = 100, sm_share: float = 60.0) -> ExecutorCommand:
-    # solo 100 ms per iteration; ResNet-50's shape at a 60 % share alone: 0.625 normalized -> 6.25 it/s
-    return ExecutorCommand(
-        occurred_at=T0, source="matcher/test", node_id=NODE, action=CommandAction.START_OFFLINE, job_id=job_id,
-        gpu_ids=(GPU,), sm_share=sm_share, memory_quota_mib=6144.0,
-        workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=iterations), solo_iteration_time_ms=100.0,
-    )  # fmt: skip
+def test_process_backend_pins_its_node_and_feeds_xcuda(tmp_path: Path) -> None:
+    settings = ExecutorSettings(backend="process", node_id="node-07", work_dir=tmp_path, xcuda=False, tick_interval_s=0.1,
+                                feed_hz=20.0, grace_s=3.0)  # fmt: skip
+    node = backend(settings)
+    assert isinstance(node, ProcessNode)
+    assert (node.config.node_id, node.config.work_dir, node.config.grace_s) == ("node-07", tmp_path / "node-07", 3.0)
+    service = build(settings)
+    assert not service.subscriptions and [(p.topic.name, p.key) for p in service.pins] == [(EXECUTOR_COMMANDS.name, "node-07")]
+    assert [t.seconds for t in service.tickers] == [0.1, 0.05]
+    assert len(service.start_hooks) == len(service.stop_hooks) == 1
 
 
-def start_training(node_id: str, job_id: str = "train-1", iterations: int = 100) -> ExecutorCommand:
-    return ExecutorCommand(
-        occurred_at=T0, source="cell-allocator/test", node_id=node_id, action=CommandAction.START_TRAINING,
-        job_id=job_id, gpu_ids=(f"{node_id}/gpu-0", f"{node_id}/gpu-1"),
-        workload=WorkloadSpec(model="bert", batch_size=32, iterations=iterations),
-    )  # fmt: skip
-
-
-def evict(job_id: str = "offline-a", node_id: str = NODE) -> ExecutorCommand:
-    return ExecutorCommand(
-        occurred_at=at(1), source="matcher/test", node_id=node_id, action=CommandAction.EVICT, job_id=job_id,
-        gpu_ids=(GPU,), reason="GPU turned Overlimit",
-    )  # fmt: skip
-
-
-def online_sample(sm_activity: float, offline: tuple[str, ...] = ()) -> GpuTelemetrySample:
-    return GpuTelemetrySample(
-        occurred_at=T0, source="telemetry-ingester/test", gpu_id=GPU, node_id=NODE, gpu_type="T4", gpu_util=50.0,
-        sm_activity=sm_activity, memory_used_mib=4000.0, memory_total_mib=15360.0, sm_clock_mhz=1590.0,
-        max_sm_clock_mhz=1590.0, power_w=40.0, temperature_c=50.0, online_workload="infer-resnet50-00",
-        offline_workloads=offline,
-    )  # fmt: skip
-
-
-def reports(events: list) -> list[ExecutorReport]:
-    return [e for e in events if isinstance(e, ExecutorReport)]
-
-
-@pytest.fixture
-def executor() -> Executor:
-    return Executor(ExecutorSettings())
-
-
-def test_start_offline_is_accepted_and_running(executor: Executor) -> None:
-    command = start_offline()
-    out = executor.on_command(command, CTX, now=T0)
-    assert [type(e) for e in out] == [ExecutorReport, JobLifecycleEvent]
-    accepted, running = out
-    assert (accepted.state, accepted.node_id, accepted.job_id) == (ReportState.ACCEPTED, NODE, "offline-a")
-    assert (accepted.command_id, accepted.gpu_ids, accepted.sm_share) == (str(command.event_id), (GPU,), 60.0)
-    assert (accepted.iterations_done, accepted.iterations_total) == (0, 100)
-    assert accepted.event_id == derived_id("report", command.event_id, "accepted", T0.isoformat())
-    assert (running.job_id, running.state, running.node_id, running.gpu_ids) == ("offline-a", JobState.RUNNING, NODE, (GPU,))
-    assert running.reason == f"started on {NODE} {GPU} with 60 % of the SMs"
-    assert {accepted.source, running.source} == {SOURCE}
-
-
-def test_redelivered_start_changes_nothing(executor: Executor) -> None:
-    command = start_offline()
-    executor.on_command(command, CTX, now=T0)
-    assert executor.on_command(command, CTX, now=at(1)) == []
-    [progress, _] = executor.tick(at(4))
-    assert progress.iterations_done == 25  # progress counts from the first start
-
-
-def test_ticks_report_growing_progress_and_observations(executor: Executor) -> None:
-    command = start_offline()
-    executor.on_command(command, CTX, now=T0)
-    first = executor.tick(at(4))
-    second = executor.tick(at(8))
-    for out in (first, second):
-        assert [type(e) for e in out] == [ExecutorReport, SharingObservation]
-    (r1, o1), (r2, o2) = first, second
-    assert (r1.state, r2.state) == (ReportState.RUNNING, ReportState.RUNNING)
-    assert (r1.iterations_done, r2.iterations_done) == (25, 50)  # 6.25 it/s
-    assert r1.throughput_it_s == pytest.approx(6.25) and r1.normalized_throughput == pytest.approx(0.625)
-    assert r2.event_id == derived_id("report", command.event_id, "running", at(8).isoformat())
-    assert (o2.gpu_id, o2.node_id, o2.gpu_type, o2.offline_job_id) == (GPU, NODE, "T4", "offline-a")
-    assert o2.sm_share == 60.0 and o2.normalized_throughput == r2.normalized_throughput
-    assert (o2.window_start, o2.window_end, o2.occurred_at) == (at(4), at(8), at(8))
-    assert o2.gpu_metrics["online_sm_activity"] == 0.0
-    assert o1.event_id != o2.event_id
-
-
-def test_online_neighbour_slows_offline_progress(executor: Executor) -> None:
-    executor.on_sample(online_sample(40.0), RecordContext("telemetry.gpu", 0, 0, GPU))
-    executor.on_sample(online_sample(90.0, offline=("offline-a",)), RecordContext("telemetry.gpu", 0, 1, GPU))
-    executor.on_command(start_offline(), CTX, now=T0)
-    report, observation = executor.tick(at(10))
-    solo = solo_profile("resnet50", 32, "T4")
-    expected = shared_execution(solo, sm_share=60.0, online_sm_activity=40.0)  # the shared sample is not the online's own
-    assert report.normalized_throughput == pytest.approx(expected.normalized_throughput)
-    assert report.iterations_done == math.floor(10 * expected.normalized_throughput * 10)
-    assert observation.online_slowdown == pytest.approx(expected.online_slowdown)
-    assert observation.gpu_metrics["online_sm_activity"] == 40.0
-
-
-def test_job_completes_once(executor: Executor) -> None:
-    command = start_offline()
-    executor.on_command(command, CTX, now=T0)
-    executor.tick(at(8))
-    out = executor.tick(at(30))
-    assert [type(e) for e in out] == [ExecutorReport, SharingObservation, JobLifecycleEvent]
-    done, _, completed = out
-    assert (done.state, done.iterations_done, done.iterations_total) == (ReportState.COMPLETED, 100, 100)
-    assert (completed.state, completed.reason) == (JobState.COMPLETED, "100 iterations done")
-    assert completed.event_id == derived_id("lifecycle", command.event_id, "completed")
-    assert executor.tick(at(40)) == []
-    assert executor.on_command(command, CTX, now=at(41)) == []  # a finished job is not started again
-
-
-def test_evict_command(executor: Executor) -> None:
-    executor.on_command(start_offline(), CTX, now=T0)
-    executor.tick(at(4))
-    command = evict()
-    out = executor.on_command(command, CTX, now=at(6))
-    assert [type(e) for e in out] == [ExecutorReport, JobLifecycleEvent]
-    evicted, lifecycle = out
-    assert (evicted.state, evicted.job_id, evicted.command_id) == (ReportState.EVICTED, "offline-a", str(command.event_id))
-    assert (evicted.iterations_done, evicted.iterations_total) == (25, 100)  # progress up to the last tick
-    assert evicted.detail == "GPU turned Overlimit"
-    assert (lifecycle.state, lifecycle.reason, lifecycle.occurred_at) == (JobState.EVICTED, "GPU turned Overlimit", at(6))
-    assert executor.tick(at(10)) == []
-    assert executor.on_command(command, CTX, now=at(11)) == []  # re-delivered evict
-
-
-def test_stop_command_reports_stopped(executor: Executor) -> None:
-    executor.on_command(start_offline(), CTX, now=T0)
-    stop = evict().model_copy(update={"action": CommandAction.STOP})
-    [report, _] = executor.on_command(stop, CTX, now=at(2))
-    assert report.state is ReportState.STOPPED
-
-
-def test_evicted_job_can_be_started_again(executor: Executor) -> None:
-    executor.on_command(start_offline(), CTX, now=T0)
-    executor.on_command(evict(), CTX, now=at(1))
-    again = start_offline().model_copy(update={"event_id": derived_id("second placement")})
-    [accepted, _] = executor.on_command(again, CTX, now=at(2))
-    assert (accepted.state, accepted.command_id) == (ReportState.ACCEPTED, str(again.event_id))
-
-
-def test_training_gang_on_two_nodes_is_tracked_per_node(executor: Executor) -> None:
-    a, b = start_training("node-02"), start_training("node-03")
-    accepted = reports(executor.on_command(a, CTX, now=T0) + executor.on_command(b, CTX, now=T0))
-    assert [(r.node_id, r.state, r.sm_share) for r in accepted] == [
-        ("node-02", ReportState.ACCEPTED, None),
-        ("node-03", ReportState.ACCEPTED, None),
-    ]
-    iteration_ms = solo_profile("bert", 32, "T4").iteration_time_ms  # no profiled speed given: the catalog's
-    out = executor.tick(at(24))
-    assert not [e for e in out if isinstance(e, SharingObservation)]  # training does not share
-    expected = math.floor(24 * 1000 / iteration_ms)
-    assert [(r.node_id, r.state, r.iterations_done, r.gpu_ids) for r in out] == [
-        ("node-02", ReportState.RUNNING, expected, ("node-02/gpu-0", "node-02/gpu-1")),
-        ("node-03", ReportState.RUNNING, expected, ("node-03/gpu-0", "node-03/gpu-1")),
-    ]
-    assert [r.normalized_throughput for r in out] == [1.0, 1.0]
-
-    executor.on_command(evict("train-1", node_id="node-02"), CTX, now=at(25))  # one member only
-    [only] = executor.tick(at(30))
-    assert (only.node_id, only.job_id) == ("node-03", "train-1")
-
-    out = executor.tick(at(100))
-    done = [e for e in out if isinstance(e, JobLifecycleEvent)]
-    assert [(r.node_id, r.state) for r in reports(out)] == [("node-03", ReportState.COMPLETED)]
-    assert [(d.node_id, d.state) for d in done] == [("node-03", JobState.COMPLETED)]
-
-
-def test_training_gang_completes_on_both_nodes_with_distinct_ids(executor: Executor) -> None:
-    a, b = start_training("node-02"), start_training("node-03")
-    executor.on_command(a, CTX, now=T0)
-    executor.on_command(b, CTX, now=T0)
-    out = executor.tick(at(100))
-    done = [e for e in out if isinstance(e, JobLifecycleEvent)]
-    assert [(d.node_id, d.job_id, d.state) for d in done] == [
-        ("node-02", "train-1", JobState.COMPLETED),
-        ("node-03", "train-1", JobState.COMPLETED),
-    ]
-    assert [d.event_id for d in done] == [derived_id("lifecycle", c.event_id, "completed") for c in (a, b)]
+def test_process_backend_needs_its_node_id() -> None:
+    with pytest.raises(ValidationError, match="needs HIVEMUX_EXECUTOR_NODE_ID"):
+        ExecutorSettings(backend="process")

@@ -1,16 +1,19 @@
-"""The xCUDA feed of `ProcessNode`: every offline workload's control block gets its GPU's SM
-activity and clock, from folded telemetry or from a local GPU reader (the `GpuBackend` port;
-here the simulated fleet's backend, in production NVML)."""
+"""The xCUDA feed (`hivemux.executor.xcuda_feed`, driven by `ProcessNode.feed`): every offline
+workload's control block gets its GPU's SM activity and clock, from folded telemetry or from a
+local GPU reader (the `GpuBackend` port; here the simulated fleet's backend, in production NVML)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from hivemux.events import GpuTelemetrySample
 from hivemux.executor.launch import WorkloadFiles, create_xcuda_files
 from hivemux.executor.node import NodeConfig, ProcessNode
 from hivemux.executor.workload import Workload
+from hivemux.executor.xcuda_feed import XcudaFeed, feed_point
 from hivemux.simulated.fleet import FleetSpec, SimulatedFleet
 from hivemux.simulated.telemetry_source import SimulatedBackend
 
@@ -53,3 +56,24 @@ def test_feed_from_a_local_gpu_reader(tmp_path: Path) -> None:
         assert w.control.read()["sample_seq"] == expected_seq  # type: ignore[union-attr]
     values = w.control.read()  # type: ignore[union-attr]
     assert values["u_sm"] == reading.sm_activity / 100.0 and values["c_sm"] == reading.sm_clock_mhz
+
+
+@pytest.mark.parametrize(
+    ("activity", "clock", "max_clock", "expected"),
+    [(55.0, 1410.0, 1590.0, (0.55, 1410.0)), (70.0, 0.0, 1590.0, (0.70, 1590.0)), (70.0, None, None, (0.70, 1590.0)),
+     (0.0, 300.0, None, (0.0, 300.0))],
+    ids=["sm-activity-and-clock", "clock-unknown", "no-clocks-c_h", "idle"],
+)  # fmt: skip
+def test_feed_point(activity: float, clock: float | None, max_clock: float | None, expected: tuple[float, float]) -> None:
+    assert feed_point(activity, clock, max_clock, c_h=1590.0) == expected
+
+
+def test_only_live_offline_blocks_are_fed(tmp_path: Path) -> None:
+    feed = XcudaFeed("node-00", c_h=1590.0)
+    _, w = node_with_block(tmp_path)
+    plain = Workload("train", "training", ("node-00/gpu-1",), WorkloadFiles(tmp_path / "t").create(), None)
+    feed.now["node-00/gpu-1"] = (0.3, 1200.0)
+    assert feed.feed([w, plain], at=lambda: NOW) == 1  # a training pod has no control block
+    assert (w.control.read()["u_sm"], w.control.read()["c_sm"]) == (0.3, 1200.0)  # type: ignore[union-attr]
+    w.done = True
+    assert feed.feed([w], at=lambda: NOW) == 0  # a finished workload's block is left alone

@@ -1,0 +1,39 @@
+"""The process executor's configuration: one frozen record, built once by the service shell
+from its settings (`HIVEMUX_EXECUTOR_*`) and handed to every part of the node agent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hivemux.xcuda import LaunchControl
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: str
+    work_dir: Path
+    mps_binary: str = "nvidia-cuda-mps-control"
+    mps_timeout_s: float = 2.0
+    mps_check_interval_s: float = 1.0
+    grace_s: float = 10.0
+    checkpoint_every: int = 20
+    train_extra_args: tuple[str, ...] = ()
+    memory_quota_fraction: float = 0.4
+    gpu_memory_mib: float = 16384.0  # used when telemetry has not told the GPU's size yet
+    default_gpu_type: str = "T4"
+    xcuda: bool = True
+    real_libcuda: str | None = None
+    launch_control: LaunchControl = LaunchControl(t_sm=1200, c_h=1590, a_l=1.0, a_h=0.2, kp=300, ki=3000, kd=0, target=0.7)
+    cgroup_root: Path | None = None
+    online_cpu_fraction: float = 0.5
+    meminfo_path: Path = Path("/proc/meminfo")
+    min_available_memory_fraction: float = 0.0  # 0: never evict for node memory
+    online_services: Mapping[str, str] = field(default_factory=dict)  # gpu_id -> online workload name
+    online_args: tuple[str, ...] = ()
+    observation_window_s: float = 5.0
+    report_interval_s: float = 1.0
+    # Salus lanes: one lane server per GPU that training and offline workloads can use through
+    # `hivemux.salus` (HIVEMUX_SALUS_SOCKET is set for them); None turns lanes off.
+    salus_policy: str | None = "fifo"

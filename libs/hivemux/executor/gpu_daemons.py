@@ -1,0 +1,62 @@
+"""The per-GPU daemons of a node: one MPS control daemon and one Salus lane server per GPU.
+
+MuxFlow shares a GPU in space through NVIDIA MPS (preprint §3 "Local executor"): each GPU gets
+its own control daemon (`mps_control.MpsDaemon`, own pipe and log directories), so a crash or
+restart touches only that GPU's clients. Salus runs one execution service per GPU (§3: every
+GPU access of the sharing jobs goes through it; §3.3 GPU lanes; §4 scheduling policies): here
+a lane server (`hivemux.salus.server.LaneServer`, capacity: the GPU's memory) that training and
+offline workloads reach through ``HIVEMUX_SALUS_SOCKET``. Both are started on a
+workload's first use of the GPU and stopped with the agent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+
+from hivemux.executor.config import NodeConfig
+from hivemux.executor.mps_control import MpsDaemon
+from hivemux.salus.server import LaneServer
+
+
+class GpuDaemons:
+    def __init__(self, config: NodeConfig, base_env: Mapping[str, str]) -> None:
+        self.config = config
+        self.base_env = base_env
+        self.mps: dict[int, MpsDaemon] = {}
+        self.mps_state: dict[int, str] = {}  # gpu index -> the last known state of its MPS server
+        self.lanes: dict[int, LaneServer] = {}
+
+    async def daemon(self, gpu: int) -> MpsDaemon:
+        """The GPU's MPS daemon, with a server running."""
+        daemon = self.mps.get(gpu)
+        if daemon is None:
+            daemon = MpsDaemon(gpu, self.config.work_dir / "mps", binary=self.config.mps_binary,
+                               timeout_s=self.config.mps_timeout_s, base_env=self.base_env)
+            self.mps[gpu] = daemon
+        if daemon.server_pid is None:
+            await daemon.start()
+            self.mps_state[gpu] = "running"
+        return daemon
+
+    async def lane_server(self, gpu: int) -> LaneServer:
+        """The GPU's Salus lane server (capacity: the GPU's memory)."""
+        server = self.lanes.get(gpu)
+        if server is None:
+            socket = str(self.config.work_dir / f"salus-{gpu}.sock")
+            if len(socket) > 100:  # a Unix socket path holds at most 107 bytes
+                digest = hashlib.sha1(str(self.config.work_dir).encode()).hexdigest()[:12]
+                socket = os.path.join(tempfile.gettempdir(), f"hivemux-salus-{digest}-{gpu}.sock")
+            server = LaneServer(socket, capacity_mib=self.config.gpu_memory_mib, policy=self.config.salus_policy or "fifo")
+            await server.start()
+            self.lanes[gpu] = server
+        return server
+
+    async def close(self) -> None:
+        for daemon in self.mps.values():
+            await daemon.quit()
+        for lanes in self.lanes.values():
+            await lanes.stop()
+        self.lanes.clear()

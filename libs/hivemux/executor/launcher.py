@@ -1,0 +1,88 @@
+"""Starting a workload's process on the node (MuxFlow preprint §3 "Local executor", §6).
+
+`Launcher.launch` starts — or restarts from its checkpoint — one workload with what its kind
+needs (`launch` builds the environment and command line): offline work gets its GPU's MPS
+daemon (`GpuDaemons`, started on first use), its SM share, xCUDA preloaded with a node-owned
+control block (memory quota: the command's, else ``memory_quota_fraction`` of the GPU, §6:
+"fixed to 40 %") and the offline cpuset; online services get MPS and the online cpuset;
+training pods get whole GPUs. Training and offline work also get the GPU's Salus lane server.
+A relaunch resumes at the last checkpoint (what ran after it is lost) and starts unfrozen.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from hivemux.executor.config import NodeConfig
+from hivemux.executor.cpuset import Cpusets
+from hivemux.executor.gpu_daemons import GpuDaemons
+from hivemux.executor.gpu_readings import GpuReadings
+from hivemux.executor.launch import (
+    MIB,
+    create_xcuda_files,
+    gpu_index,
+    train_argv,
+    workload_env,
+)
+from hivemux.executor.supervisor import launch
+from hivemux.executor.workload import Workload
+from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
+from hivemux.workloads.progress import ProgressReader
+
+log = logging.getLogger("hivemux.executor.launcher")
+
+
+class Launcher:
+    def __init__(self, config: NodeConfig, *, base_env: Mapping[str, str], daemons: GpuDaemons, readings: GpuReadings,
+                 clock: Callable[[], float]) -> None:
+        self.config = config
+        self.base_env = base_env
+        self.daemons = daemons
+        self.readings = readings
+        self.clock = clock
+        self.cpusets = Cpusets(False, "not opened", Path("/"))
+
+    def quota_bytes(self, w: Workload) -> int:
+        """xCUDA's memory quota of ``w``: its command's, else a fraction of its GPU's memory."""
+        if w.memory_quota_mib is not None:
+            return int(w.memory_quota_mib * MIB)
+        total = self.readings.memory_total_mib(w.gpu, self.config.gpu_memory_mib)
+        return int(self.config.memory_quota_fraction * total * MIB)
+
+    async def launch(self, w: Workload) -> None:
+        """Start (or restart, from its checkpoint) the process of ``w``."""
+        indices = [gpu_index(g) for g in w.gpu_ids]
+        mps_env = None
+        if w.kind in ("offline", "online"):
+            mps_env = (await self.daemons.daemon(indices[0])).client_env()
+        if w.kind == "offline" and self.config.xcuda and w.control is None:
+            w.control, w.state = create_xcuda_files(w.files, mem_quota_bytes=self.quota_bytes(w),
+                                                     launch=self.config.launch_control)
+        elif w.control is not None:
+            w.control.set_flags(freeze=False)  # a relaunch starts unfrozen
+        env = workload_env(self.base_env, w.files, gpu_indices=indices, mps=mps_env,
+                           sm_share=w.sm_share if w.kind == "offline" else None,
+                           xcuda=w.control is not None, real_libcuda=self.config.real_libcuda)
+        if w.kind != "online" and self.config.salus_policy is not None:
+            env[SALUS_SOCKET_ENV] = (await self.daemons.lane_server(indices[0])).socket_path
+            env["HIVEMUX_JOB_ID"] = w.job_id
+        if w.kind == "online":
+            argv = [sys.executable, "-m", "hivemux.workloads.online", *self.config.online_args]
+        else:
+            assert w.command is not None and w.command.workload is not None
+            spec = w.command.workload
+            argv = train_argv(spec.model, spec.batch_size, spec.iterations, spec.command,
+                              checkpoint_every=self.config.checkpoint_every, extra=self.config.train_extra_args)
+        if w.launches:
+            w.iteration = w.checkpoint or 0  # what ran after the last checkpoint is lost; it resumes there
+        w.proc = await launch(argv, env=env, cwd=w.files.root, log_path=w.files.log)
+        w.reader = w.reader or ProgressReader(w.files.progress)
+        w.launches += 1
+        w.observed_until = w.reported_at = self.clock()  # the process's runtime is measured from here
+        w.points.clear()
+        problem = self.cpusets.place(w.proc.pid, online=w.kind == "online")
+        if problem and self.cpusets.available:
+            log.warning("%s: %s", w.job_id, problem)

@@ -1,0 +1,212 @@
+"""The simulated backend of the executor: every node of the simulated fleet, no processes.
+
+MuxFlow's local executor (preprint §3 "Local executor") runs the workloads the scheduler
+placed and reports their progress; its efficiency metric is the offline *normalized
+throughput* (§5.2) and the speed predictor learns from sharing observations (§5.2). Where there
+are no GPUs (`hivemux up`, the demo, the end-to-end tests) one service instance plays every
+node of its partitions: `SimulatedExecutor` keeps one `hivemux.simulated.node_agent.SimulatedNode`
+per node, starts offline jobs with their SM share and training pods on whole GPUs, advances
+them with the calibrated interference model (`hivemux.simulated.interference`) and returns
+`executor.reports`, `jobs.lifecycle` events and `sharing.observations`.
+
+The online service's own SM activity per GPU is folded from `telemetry.gpu` samples that show
+no offline work on the GPU (the sample of a shared GPU is not the online service's alone).
+
+Time: a simulated workload runs on the node's clock, like a real one: it starts when the start
+command is handled (``now``) and advances by the time elapsed between ticks. What a command
+decides carries the command's event time: the final ``stopped``/``evicted`` report and
+lifecycle event. A re-delivered start or stop changes nothing (`SimulatedNode.start` refuses a
+running or finished job; a stop of a job not running here returns nothing).
+
+Worked example: a start at 0 s of 100 iterations at 100 ms solo, 60 % of the SMs of a GPU with
+no online activity (ResNet-50's shape: normalized 0.625, 6.25 it/s): ticks at 4 s and 8 s report
+25 then 50 iterations, each with an observation of the window since the previous one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from hivemux.events import (
+    CommandAction,
+    Event,
+    ExecutorCommand,
+    ExecutorReport,
+    GpuTelemetrySample,
+    JobLifecycleEvent,
+    JobState,
+    ReportState,
+    SharingObservation,
+    derived_id,
+)
+from hivemux.simulated.catalog import solo_profile
+from hivemux.simulated.interference import shared_execution
+from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
+
+_STARTS = {CommandAction.START_OFFLINE: "offline", CommandAction.START_TRAINING: "training"}
+
+
+class SimulatedExecutor:
+    def __init__(self, *, source: str, default_gpu_type: str = "T4", clock: Callable[[], float] = time.time) -> None:
+        self.source = source
+        self.default_gpu_type = default_gpu_type
+        self.clock = clock
+        self.nodes: dict[str, SimulatedNode] = {}
+        self.commands: dict[tuple[str, str], ExecutorCommand] = {}  # (node, job) -> the command that started it
+        self.gpu_types: dict[str, str] = {}
+        # The online service's own SM activity per GPU, measured while no offline job shares it.
+        self.online_sm: dict[str, float] = {}
+        self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
+
+    # -- NodeBackend ----------------------------------------------------------------------------
+    async def start(self) -> list[Event]:
+        return []
+
+    async def stop(self) -> list[Event]:
+        return []  # simulated workloads hold nothing to release
+
+    def feed(self) -> int:
+        return 0  # no xCUDA control blocks: the interference model stands in for the shim
+
+    def on_sample(self, sample: GpuTelemetrySample) -> None:
+        self.gpu_types[sample.gpu_id] = sample.gpu_type
+        if not sample.offline_workloads:
+            self.online_sm[sample.gpu_id] = sample.sm_activity if sample.sm_activity is not None else sample.gpu_util
+
+    async def on_command(self, command: ExecutorCommand) -> list[Event]:
+        return self.handle(command, now=self.at())
+
+    async def tick(self) -> list[Event]:
+        return self.advance(self.at())
+
+    def at(self) -> datetime:
+        return datetime.fromtimestamp(self.clock(), UTC)
+
+    # -- the node core, time passed in ----------------------------------------------------------
+    def handle(self, command: ExecutorCommand, *, now: datetime) -> list[Event]:
+        """Apply ``command``; ``now`` (the node's clock) is when a started workload begins."""
+        node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
+        if command.action in _STARTS:
+            return self._start(node, command, now)
+        stopped = node.stop(command.job_id)
+        self.commands.pop((command.node_id, command.job_id), None)
+        self.observed_until.pop((command.node_id, command.job_id), None)
+        if stopped is None:
+            return []  # not running here (finished, or a re-delivered stop)
+        at = command.occurred_at  # the stop is the command's decision: its event time
+        evicted = command.action is CommandAction.EVICT
+        state = ReportState.EVICTED if evicted else ReportState.STOPPED
+        return [
+            self._report(command, state, at, iterations=int(stopped.iterations_done), total=stopped.iterations_total,
+                         detail=command.reason),
+            self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason),
+        ]
+
+    def _start(self, node: SimulatedNode, command: ExecutorCommand, now: datetime) -> list[Event]:
+        assert command.workload is not None  # the model validator guarantees it for starts
+        gpu_type = self.gpu_types.get(command.gpu_ids[0], self.default_gpu_type)
+        solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
+        workload = RunningWorkload(
+            job_id=command.job_id,
+            command_id=str(command.event_id),
+            kind=_STARTS[command.action],
+            gpu_ids=command.gpu_ids,
+            iterations_total=command.workload.iterations,
+            iterations_done=0.0,
+            solo_iteration_time_ms=command.solo_iteration_time_ms or solo.iteration_time_ms,
+            sm_share=command.sm_share if command.action is CommandAction.START_OFFLINE else None,
+            started_at=now,
+            last_progress_at=now,
+            solo=solo,
+        )
+        if not node.start(workload):
+            return []  # already running or finished here: a re-delivered command changes nothing
+        self.commands[(command.node_id, command.job_id)] = command
+        self.observed_until[(command.node_id, command.job_id)] = now
+        share = f" with {command.sm_share:.0f} % of the SMs" if command.sm_share is not None else ""
+        return [
+            self._report(command, ReportState.ACCEPTED, now, total=workload.iterations_total),
+            self._lifecycle(command, JobState.RUNNING, now, f"started on {command.node_id} {','.join(command.gpu_ids)}{share}"),
+        ]
+
+    def advance(self, now: datetime) -> list[Event]:
+        """Advance every workload to ``now``; report progress, completions and observations."""
+        out: list[Event] = []
+        for node_id, node in sorted(self.nodes.items()):
+            for progress in node.advance(now, self.online_sm):
+                key = (node_id, progress.job_id)
+                command = self.commands[key]
+                state = ReportState.COMPLETED if progress.finished else ReportState.RUNNING
+                out.append(self._report(command, state, now, progress=progress))
+                window_start = self.observed_until[key]
+                if command.action is CommandAction.START_OFFLINE and now > window_start:
+                    out.append(self._observation(command, progress, window_start, now))
+                    self.observed_until[key] = now
+                if progress.finished:
+                    out.append(self._lifecycle(command, JobState.COMPLETED, now, f"{progress.iterations_total} iterations done"))
+                    del self.commands[key], self.observed_until[key]
+        return out
+
+    # -- records ----------------------------------------------------------------------------------
+    def _observation(self, command: ExecutorCommand, progress: Progress, start: datetime, end: datetime) -> SharingObservation:
+        assert command.workload is not None and command.sm_share is not None
+        gpu_id = command.gpu_ids[0]
+        gpu_type = self.gpu_types.get(gpu_id, self.default_gpu_type)
+        online = self.online_sm.get(gpu_id, 0.0)
+        effect = shared_execution(
+            solo_profile(command.workload.model, command.workload.batch_size, gpu_type),
+            sm_share=command.sm_share,
+            online_sm_activity=online,
+        )
+        return SharingObservation(
+            event_id=derived_id("observation", command.event_id, end.isoformat()),
+            occurred_at=end,
+            source=self.source,
+            gpu_id=gpu_id,
+            node_id=command.node_id,
+            gpu_type=gpu_type,
+            offline_job_id=command.job_id,
+            sm_share=command.sm_share,
+            normalized_throughput=progress.normalized_throughput,
+            online_slowdown=effect.online_slowdown,
+            window_start=start,
+            window_end=end,
+            gpu_metrics={
+                "online_sm_activity": online,
+                "sm_activity": effect.combined_sm_activity,
+                "gpu_util": effect.combined_gpu_util,
+            },
+        )
+
+    def _report(self, command: ExecutorCommand, state: ReportState, at: datetime, *, progress: Progress | None = None,
+                iterations: int = 0, total: int = 0, detail: str = "") -> ExecutorReport:
+        return ExecutorReport(
+            event_id=derived_id("report", command.event_id, state.value, at.isoformat()),
+            occurred_at=at,
+            source=self.source,
+            node_id=command.node_id,
+            job_id=command.job_id,
+            command_id=str(command.event_id),
+            state=state,
+            gpu_ids=command.gpu_ids,
+            iterations_done=progress.iterations_done if progress else iterations,
+            iterations_total=progress.iterations_total if progress else total,
+            throughput_it_s=progress.throughput_it_s if progress else 0.0,
+            normalized_throughput=progress.normalized_throughput if progress else None,
+            sm_share=command.sm_share,
+            detail=detail,
+        )
+
+    def _lifecycle(self, command: ExecutorCommand, state: JobState, at: datetime, reason: str) -> JobLifecycleEvent:
+        return JobLifecycleEvent(
+            event_id=derived_id("lifecycle", command.event_id, state.value),
+            occurred_at=at,
+            source=self.source,
+            job_id=command.job_id,
+            state=state,
+            reason=reason,
+            node_id=command.node_id,
+            gpu_ids=command.gpu_ids,
+        )

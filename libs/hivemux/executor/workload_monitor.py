@@ -1,0 +1,105 @@
+"""Monitoring the running workloads on each tick (MuxFlow preprint §3 "Local executor": it
+"monitors the running workloads" and "can evict the offline workload if the online workload is
+under threat"; §6: offline work is evicted when node memory runs short).
+
+`WorkloadMonitor.progress` turns what one job's process did since the last tick into events:
+its exit (``completed`` when its progress said done and it exited 0, else ``failed``, with the
+lifecycle event), a progress report every ``report_interval_s`` (iterations, throughput, host
+RSS of its process group, GPU memory from its xCUDA state file) and, for offline work, one
+`SharingObservation` per ``observation_window_s`` (`observations.observe`: the speed
+predictor's training data, measured). `memory_watch` evicts every offline workload, through
+the graceful exit, while ``MemAvailable/MemTotal`` is below ``min_available_memory_fraction``.
+
+Time: these are observations of real processes; they carry the node's clock.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from hivemux.events import Event, JobState, ReportState, derived_id
+from hivemux.executor.config import NodeConfig
+from hivemux.executor.cpuset import memory_pressure
+from hivemux.executor.gpu_readings import GpuReadings
+from hivemux.executor.graceful_exit import GracefulExit
+from hivemux.executor.launch import MIB
+from hivemux.executor.observations import Window, observe
+from hivemux.executor.supervisor import group_rss_mib
+from hivemux.executor.workload import NodeWorkloads, Reporter, Workload
+from hivemux.simulated.catalog import solo_profile
+
+
+class WorkloadMonitor:
+    def __init__(self, config: NodeConfig, *, workloads: NodeWorkloads, readings: GpuReadings, reporter: Reporter,
+                 graceful: GracefulExit) -> None:
+        self.config = config
+        self.workloads = workloads
+        self.readings = readings
+        self.reporter = reporter
+        self.graceful = graceful
+
+    def progress(self, w: Workload, now_s: float) -> list[Event]:
+        assert w.command is not None and w.proc is not None
+        out: list[Event] = []
+        now = datetime.fromtimestamp(now_s, UTC)
+        cause = w.command.event_id
+        exit_ = w.proc.exit
+        report, lifecycle = self.reporter.report, self.reporter.lifecycle
+        if exit_ is not None:
+            self.workloads.forget(w)
+            if w.done and exit_.ok:
+                self.workloads.finished.add(w.job_id)
+                out.append(report(w, cause, ReportState.COMPLETED, now, step="exited", exit_=exit_))
+                out.append(lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done"))
+            else:
+                out.append(report(w, cause, ReportState.FAILED, now, step="exited", exit_=exit_, detail=exit_.describe()))
+                out.append(lifecycle(w, cause, JobState.FAILED, now, f"process {exit_.describe()}"))
+            return out
+        if now_s - w.reported_at >= self.config.report_interval_s:
+            w.reported_at = now_s
+            gpu_bytes = w.state.used_bytes() if w.state is not None else None
+            out.append(report(w, cause, ReportState.RUNNING, now).model_copy(update={
+                "host_memory_mib": group_rss_mib(w.proc.pid),
+                "gpu_memory_mib": gpu_bytes / MIB if gpu_bytes is not None else None,
+            }))
+        if w.kind == "offline" and now_s - w.observed_until >= self.config.observation_window_s:
+            observation = self.observation(w, Window(w.observed_until, now_s))
+            if observation is not None:
+                w.observed_until = now_s
+                out.append(observation)
+        return out
+
+    def observation(self, w: Workload, window: Window) -> Event | None:
+        assert w.command is not None and w.command.workload is not None and w.sm_share is not None
+        sample = self.readings.latest.get(w.gpu)
+        gpu_type = sample.gpu_type if sample is not None else self.config.default_gpu_type
+        spec = w.command.workload
+        solo_ms = w.command.solo_iteration_time_ms or solo_profile(spec.model, spec.batch_size, gpu_type).iteration_time_ms
+        online = self.workloads.online.get(w.gpu)
+        return observe(
+            event_id=derived_id("observation", w.command.event_id, w.launches, window.end),
+            source=self.reporter.source, gpu_id=w.gpu, node_id=self.config.node_id, gpu_type=gpu_type,
+            offline_job_id=w.job_id,
+            online_workload=online.job_id if online is not None else (sample.online_workload if sample is not None else None),
+            sm_share=w.sm_share, solo_iteration_time_ms=solo_ms, progress=list(w.points),
+            online_latencies_ms=list(online.latencies) if online is not None else [],
+            online_solo_latency_ms=online.solo_latency_ms if online is not None else None,
+            gpu_samples=list(self.readings.points.get(w.gpu, ())), window=window,
+        )
+
+    async def memory_watch(self) -> list[Event]:
+        if self.config.min_available_memory_fraction <= 0:
+            return []
+        try:
+            text = self.config.meminfo_path.read_text()
+        except OSError:
+            return []
+        pressure, fraction = memory_pressure(text, min_available_fraction=self.config.min_available_memory_fraction)
+        out: list[Event] = []
+        if pressure:
+            for w in [w for w in self.workloads.jobs.values() if w.kind == "offline" and not w.busy]:
+                cause = derived_id("memory-pressure", w.command.event_id if w.command else w.job_id, w.launches)
+                reason = (f"node memory pressure: {fraction:.1%} available, below "
+                          f"{self.config.min_available_memory_fraction:.0%}")
+                out += await self.graceful.end(w, cause, evicted=True, reason=reason)
+        return out

@@ -1,0 +1,72 @@
+"""The executor's settings (``HIVEMUX_EXECUTOR_*``), read once by `main` and validated at startup;
+`node_config` turns the process backend's part into the library's `NodeConfig`."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from hivemux.executor.config import NodeConfig
+from hivemux.settings import ServiceSettings
+
+
+class ExecutorSettings(ServiceSettings):
+    model_config = SettingsConfigDict(env_prefix="HIVEMUX_EXECUTOR_", extra="ignore")
+
+    report_interval_s: float = Field(default=1.0, ge=0.1, description="How often workloads advance and report")
+    default_gpu_type: str = "T4"
+    backend: Literal["simulated", "process"] = "simulated"
+    # -- the process backend (one real node) ---------------------------------------------------
+    node_id: str | None = Field(default=None, description="This node's id (the executor.commands key); process backend")
+    work_dir: Path = Field(default=Path(tempfile.gettempdir()) / "hivemux-executor",
+                           description="Workload files (checkpoints, progress, logs, xCUDA files) and MPS directories")
+    tick_interval_s: float = Field(default=0.25, ge=0.05, description="How often process exits and progress are read")
+    feed_hz: float = Field(default=10.0, ge=10.0, description="xCUDA control-block samples per second (≥ 10)")
+    grace_s: float = Field(default=10.0, ge=0.0, description="SIGTERM → SIGKILL grace period")
+    checkpoint_every: int = Field(default=20, ge=1, description="Iterations between checkpoints of the built-in training loop")
+    train_args: list[str] = Field(default_factory=list, description="Extra arguments of hivemux.workloads.train")
+    mps_binary: str = "nvidia-cuda-mps-control"
+    mps_timeout_s: float = Field(default=2.0, gt=0.0, description="An MPS command unanswered this long means a hung daemon")
+    mps_check_interval_s: float = Field(default=1.0, gt=0.0)
+    memory_quota_fraction: float = Field(default=0.4, gt=0.0, le=1.0, description="xCUDA quota when the command has none")
+    gpu_memory_mib: float = Field(default=16384.0, gt=0.0, description="GPU memory until telemetry reports it")
+    xcuda: bool = Field(default=True, description="Preload libxcuda.so into offline workloads")
+    real_libcuda: str | None = Field(default=None, description="XCUDA_REAL_LIBCUDA for the workloads")
+    cgroup_root: Path | None = Field(default=Path("/sys/fs/cgroup"), description="cgroup v2 root for the cpusets")
+    online_cpu_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
+    min_available_memory_fraction: float = Field(default=0.05, ge=0.0, lt=1.0,
+                                                 description="Below this MemAvailable/MemTotal offline work is evicted")
+    online_services: dict[str, str] = Field(default_factory=dict, description="GPU id -> online service run beside offline work")
+    online_args: list[str] = Field(default_factory=list, description="Extra arguments of hivemux.workloads.online")
+    observation_window_s: float = Field(default=5.0, gt=0.0)
+    salus_policy: Literal["fifo", "pack", "srtf", "fair", "off"] = Field(
+        default="fifo", description="Iteration scheduling of the per-GPU Salus lane server; off: no lanes"
+    )
+    gpu_sampler: Literal["telemetry", "nvml"] = Field(
+        default="telemetry", description="Where the xCUDA feed reads SM activity and clock: folded telemetry.gpu, or NVML here")
+    nvml_library: str | None = Field(default=None, description="A specific libnvidia-ml.so.1 for the NVML sampler")
+
+    @model_validator(mode="after")
+    def _process_needs_a_node(self) -> ExecutorSettings:
+        if self.backend == "process" and not self.node_id:
+            raise ValueError("HIVEMUX_EXECUTOR_BACKEND=process needs HIVEMUX_EXECUTOR_NODE_ID")
+        return self
+
+    def node_config(self) -> NodeConfig:
+        assert self.node_id is not None
+        return NodeConfig(
+            node_id=self.node_id, work_dir=self.work_dir / self.node_id, mps_binary=self.mps_binary,
+            mps_timeout_s=self.mps_timeout_s, mps_check_interval_s=self.mps_check_interval_s, grace_s=self.grace_s,
+            checkpoint_every=self.checkpoint_every, train_extra_args=tuple(self.train_args),
+            memory_quota_fraction=self.memory_quota_fraction, gpu_memory_mib=self.gpu_memory_mib,
+            default_gpu_type=self.default_gpu_type, xcuda=self.xcuda, real_libcuda=self.real_libcuda,
+            cgroup_root=self.cgroup_root, online_cpu_fraction=self.online_cpu_fraction,
+            min_available_memory_fraction=self.min_available_memory_fraction,
+            online_services=dict(self.online_services), online_args=tuple(self.online_args),
+            observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
+            salus_policy=None if self.salus_policy == "off" else self.salus_policy,
+        )
