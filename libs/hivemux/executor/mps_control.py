@@ -1,7 +1,7 @@
 """A typed wrapper over `nvidia-cuda-mps-control`, one MPS control daemon per GPU.
 
 MuxFlow shares a GPU between an online and an offline workload with NVIDIA MPS (preprint §3,
-"Local executor"; §4.3 "mixed error handling" names the MPS server crash as an error pattern).
+"Local executor"; §4.2's mixed error handling names the MPS server crash as an error pattern).
 Each GPU gets its own control daemon with its own ``CUDA_MPS_PIPE_DIRECTORY`` and
 ``CUDA_MPS_LOG_DIRECTORY`` (and ``CUDA_VISIBLE_DEVICES`` = the GPU's index), so a crash or a
 restart on one GPU touches only that GPU's clients.

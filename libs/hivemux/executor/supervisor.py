@@ -1,6 +1,6 @@
 """Process lifecycle of one workload: launch in its own process group, signal, bounded grace.
 
-MuxFlow's graceful exit (preprint §4.3, "mixed error handling"): the executor asks a workload
+MuxFlow's graceful exit (preprint §4.2, "mixed error handling"): the executor asks a workload
 to end with SIGTERM — xCUDA inside it freezes launches and releases the CUDA context, the
 training loop checkpoints — and kills it when it has not ended after a grace period. Every
 workload runs in a session of its own (``start_new_session``), so the whole group (data
