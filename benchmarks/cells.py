@@ -25,6 +25,7 @@ from typing import Any
 
 from hivemux.cells import api
 from hivemux.cells.config import HivedConfig, parse_config
+from hivemux.cells.schedulers import build_scheduler
 
 
 def cluster_config(racks: int, nodes_per_rack: int) -> dict[str, Any]:
@@ -128,13 +129,7 @@ def rebuild(make: Callable[[], api.CellScheduler], log: list[tuple[str, api.Pod,
 
 
 def factory(name: str, config: HivedConfig) -> Callable[[], api.CellScheduler]:
-    if name == "quota":
-        from hivemux.cells.quota_baseline import QuotaScheduler
-
-        return lambda: QuotaScheduler(config)
-    from hivemux.cells.hived import HivedScheduler
-
-    return lambda: HivedScheduler(config)
+    return lambda: build_scheduler(name, config)
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Simulator scaling benchmark: wall time of one HiveD shared-cluster run (``sim.hived_experiments``
+"""Simulator scaling benchmark: wall time of one HiveD shared-cluster run (``experiments.hived_experiments``
 driving the real ``HivedScheduler``) versus cluster size and versus job count.
 
 Workload: the ``table1`` trace (HiveD Table 1 tenants, Philly run times, Poisson arrivals at

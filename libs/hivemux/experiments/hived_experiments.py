@@ -35,9 +35,10 @@ Definitions (HiveD §5.2, §2):
 * GPU utilization = busy GPU-seconds / (GPUs × makespan); preempted GPUs = the sum over
   preemptions of the victim gang's GPUs (HiveD Figure 10).
 
-The driver is the imperative shell around the scheduler object: it owns the event queue
-(``experiments.engine``), the waiting list and the accounting; every placement decision is the
-scheduler's. With ``safety_every = k`` it calls ``HivedScheduler.check_safety()`` (invariant (2),
+The driver (``ClusterDriver``, one per cluster run; ``run_cluster`` runs one) is the imperative
+shell around the scheduler object, built by ``cells.schedulers.build_scheduler``: it owns the
+event queue (``experiments.engine``), the waiting list and the accounting; every placement
+decision is the scheduler's. With ``safety_every = k`` it calls ``HivedScheduler.check_safety()`` (invariant (2),
 Theorem 1) after every k-th batch of events.
 """
 
@@ -52,7 +53,7 @@ from typing import Any
 from hivemux.cells import api
 from hivemux.cells.config import parse_config
 from hivemux.cells.hived import HivedScheduler
-from hivemux.cells.quota_baseline import QuotaScheduler
+from hivemux.cells.schedulers import build_scheduler
 from hivemux.errors import InvariantViolation
 from hivemux.experiments.cluster_configs import node_gpus, vc_quota_gpus
 from hivemux.experiments.engine import Simulation
@@ -61,7 +62,6 @@ from hivemux.experiments.traces import TraceJob
 GUARANTEED_PRIORITY = 0
 ANOMALY_TOLERANCE_S = 60.0  # an excess is an anomaly above 1 minute ...
 ANOMALY_TOLERANCE_REL = 0.05  # ... and above 5% of the private-cluster delay
-SCHEDULERS = ("hived", "quota")
 MAX_PREEMPTION_ROUNDS = 10_000
 
 ProgressFn = Callable[[int], None]
@@ -143,15 +143,6 @@ class ClusterRun:
         }
 
 
-def make_scheduler(kind: str, raw_config: Mapping[str, Any]) -> api.CellScheduler:
-    cfg = parse_config(raw_config)
-    if kind == "hived":
-        return HivedScheduler(cfg)
-    if kind == "quota":
-        return QuotaScheduler(cfg)
-    raise ValueError(f"unknown scheduler {kind!r} (one of {SCHEDULERS})")
-
-
 def run_cluster(
     name: str,
     kind: str,
@@ -167,71 +158,178 @@ def run_cluster(
     """Replay ``jobs`` on one cluster. ``pinned``: guaranteed jobs name their VC's pinned cell
     (static binding, ``cluster_configs``). Deterministic: the seed only feeds the engine's RNG,
     which this policy does not draw from (FIFO with ties broken by job id)."""
-    cfg = parse_config(raw_config)
-    scheduler = make_scheduler(kind, raw_config)
-    fallback = (kind == "hived") if opportunistic_on_vc_wait is None else opportunistic_on_vc_wait
-    quota = vc_quota_gpus(cfg)
-    gpus_of_node = node_gpus(cfg)
-    total_gpus = sum(gpus_of_node.values())
-    sim = Simulation(seed)
-    records = {j.job_id: JobRecord(j, j.duration_s) for j in jobs}
-    if len(records) != len(jobs):
-        raise ValueError("duplicate job ids in the trace")
-    for j in jobs:
-        if j.vc not in quota:
-            raise ValueError(f"job {j.job_id}: VC {j.vc} is not in the configuration")
-        sim.schedule(j.submit_s, "arrival", j.job_id)
-    waiting: list[tuple[float, str]] = []
-    running: dict[str, _Running] = {}
-    pod_owner: dict[str, str] = {}
-    guaranteed_used = {vc: 0 for vc in quota}
-    node_guaranteed = {n: 0 for n in gpus_of_node}
-    state = {"busy": 0, "fragmented": 0, "preempted_gpus": 0, "preemptions": 0}
-    acc = {"busy_gpu_s": 0.0, "fragmented_node_s": 0.0, "last": 0.0}
-    series: dict[str, list[float]] = {"hour": [], "busy_gpus": [], "fragmented_nodes": [], "waiting": []}
-    checks = 0
-    batches = 0
-    last_submit = max((j.submit_s for j in jobs), default=0.0)
-    window: dict[str, float] = {}
+    return ClusterDriver(
+        name, kind, raw_config, jobs, seed=seed, pinned=pinned, safety_every=safety_every, progress=progress,
+        opportunistic_on_vc_wait=opportunistic_on_vc_wait,
+    ).run()  # fmt: skip
 
-    def is_fragmented(n: str) -> bool:
-        return 0 < node_guaranteed[n] < gpus_of_node[n]
 
-    def hold(r: _Running, sign: int) -> None:
+class ClusterDriver:
+    """One cluster replaying one trace: the imperative shell around one cell scheduler.
+
+    State: the event queue, the waiting list (submission order), the running jobs and their pods,
+    each VC's guaranteed GPUs, each node's guaranteed GPUs, and the time-integrated counters.
+    Each batch of simultaneous events is accounted up to its time (`account`), applied
+    (`arrive`, `finish`), then waiting jobs are tried (`schedule_pass`, through `try_start`, which
+    may `preempt`); `run` repeats that until the queue is empty and returns the `ClusterRun`.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        raw_config: Mapping[str, Any],
+        jobs: Sequence[TraceJob],
+        *,
+        seed: int = 0,
+        pinned: bool = False,
+        safety_every: int = 0,
+        progress: ProgressFn | None = None,
+        opportunistic_on_vc_wait: bool | None = None,
+    ) -> None:
+        cfg = parse_config(raw_config)
+        self.name, self.kind, self.pinned, self.safety_every, self.progress = name, kind, pinned, safety_every, progress
+        self.scheduler = build_scheduler(kind, cfg)
+        self.fallback = (kind == "hived") if opportunistic_on_vc_wait is None else opportunistic_on_vc_wait
+        self.quota = vc_quota_gpus(cfg)
+        self.gpus_of_node = node_gpus(cfg)
+        self.sim = Simulation(seed)
+        self.records = {j.job_id: JobRecord(j, j.duration_s) for j in jobs}
+        if len(self.records) != len(jobs):
+            raise ValueError("duplicate job ids in the trace")
+        for j in jobs:
+            if j.vc not in self.quota:
+                raise ValueError(f"job {j.job_id}: VC {j.vc} is not in the configuration")
+            self.sim.schedule(j.submit_s, "arrival", j.job_id)
+        self.waiting: list[tuple[float, str]] = []  # (submission time, job id), sorted
+        self.running: dict[str, _Running] = {}
+        self.pod_owner: dict[str, str] = {}
+        self.guaranteed_used = {vc: 0 for vc in self.quota}
+        self.node_guaranteed = {n: 0 for n in self.gpus_of_node}
+        self.busy = self.fragmented = self.preempted_gpus = self.preemptions = 0
+        self.busy_gpu_s = self.fragmented_node_s = self.last = 0.0
+        self.series: dict[str, list[float]] = {"hour": [], "busy_gpus": [], "fragmented_nodes": [], "waiting": []}
+        self.checks = self.batches = 0
+        self.last_submit = max((j.submit_s for j in jobs), default=0.0)
+        self.window: tuple[float, float, float] | None = None  # (at, busy GPU-s, fragmented node-s) at the last arrival
+
+    # -- the event loop --------------------------------------------------------------------------
+    def run(self) -> ClusterRun:
+        sim = self.sim
+        while True:
+            batch = sim.pop_simultaneous()
+            if not batch:
+                break
+            now = sim.now
+            self.account(now)
+            arrived: set[str] | None = set()
+            for event in batch:
+                if event.kind == "arrival":
+                    self.arrive(event.payload)
+                    if arrived is not None:
+                        arrived.add(event.payload)
+                else:
+                    self.finish(event.payload, now)
+                    arrived = None  # capacity freed: a full pass
+            self.schedule_pass(now, arrived)
+            self.batches += 1
+            if self.safety_every and isinstance(self.scheduler, HivedScheduler) and self.batches % self.safety_every == 0:
+                self.scheduler.check_safety()
+                self.checks += 1
+            if not len(sim) and self.waiting:
+                raise InvariantViolation(
+                    f"{len(self.waiting)} jobs can never be placed on {self.name} (e.g. {self.waiting[0][1]}): "
+                    "the trace does not fit the cluster"
+                )
+        return self.summary()
+
+    def account(self, now: float) -> None:
+        """Integrate busy GPUs and fragmented nodes up to `now`; hourly samples; the window's end."""
+        dt = now - self.last
+        self.busy_gpu_s += self.busy * dt
+        self.fragmented_node_s += self.fragmented * dt
+        series = self.series
+        while len(series["hour"]) * 3600.0 <= now:
+            series["hour"].append(len(series["hour"]))
+            series["busy_gpus"].append(self.busy)
+            series["fragmented_nodes"].append(self.fragmented)
+            series["waiting"].append(len(self.waiting))
+        self.last = now
+        if self.window is None and now >= self.last_submit:
+            self.window = (now, self.busy_gpu_s, self.fragmented_node_s)
+
+    def arrive(self, job_id: str) -> None:
+        bisect.insort(self.waiting, (self.records[job_id].job.submit_s, job_id))
+
+    def finish(self, job_id: str, now: float) -> None:
+        self.stop(job_id, now)
+        rec = self.records[job_id]
+        if rec.finish is not None:
+            raise InvariantViolation(f"job {job_id} finished twice")
+        rec.finish = now
+        if self.progress is not None:
+            self.progress(1)
+
+    def summary(self) -> ClusterRun:
+        window_at, window_busy, window_fragmented = self.window or (0.0, 0.0, 0.0)
+        return ClusterRun(
+            name=self.name,
+            scheduler=self.kind,
+            total_gpus=sum(self.gpus_of_node.values()),
+            nodes=len(self.gpus_of_node),
+            records=self.records,
+            makespan=self.last,
+            busy_gpu_s=self.busy_gpu_s,
+            fragmented_node_s=self.fragmented_node_s,
+            window_s=window_at,
+            window_busy_gpu_s=window_busy,
+            window_fragmented_node_s=window_fragmented,
+            preempted_gpus=self.preempted_gpus,
+            preemptions=self.preemptions,
+            safety_checks=self.checks,
+            events=self.sim.processed,
+            series=self.series,
+        )
+
+    # -- jobs on the scheduler -------------------------------------------------------------------
+    def _hold(self, r: _Running, sign: int) -> None:
+        """Count `r`'s GPUs as busy (sign +1) or free (-1), and its nodes' fragmentation."""
+        node_guaranteed, gpus_of_node = self.node_guaranteed, self.gpus_of_node
         for node, leaves in r.placements:
-            state["busy"] += sign * len(leaves)
+            self.busy += sign * len(leaves)
             if r.priority >= 0:
-                before = is_fragmented(node)
+                before = 0 < node_guaranteed[node] < gpus_of_node[node]
                 node_guaranteed[node] += sign * len(leaves)
-                state["fragmented"] += is_fragmented(node) - before
+                self.fragmented += (0 < node_guaranteed[node] < gpus_of_node[node]) - before
 
-    def stop(job_id: str, now: float) -> _Running:
-        r = running.pop(job_id)
-        rec = records[job_id]
+    def stop(self, job_id: str, now: float) -> _Running:
+        r = self.running.pop(job_id)
+        rec = self.records[job_id]
         ran = now - r.start
         rec.remaining -= ran
         rec.served_gpu_s += ran * rec.job.gpus
         for p in r.pods:
-            scheduler.delete_allocated_pod(p)
-            pod_owner.pop(p.name, None)
-        hold(r, -1)
+            self.scheduler.delete_allocated_pod(p)
+            self.pod_owner.pop(p.name, None)
+        self._hold(r, -1)
         if r.priority >= 0:
-            guaranteed_used[rec.job.vc] -= rec.job.gpus
+            self.guaranteed_used[rec.job.vc] -= rec.job.gpus
         return r
 
-    def preempt(job_id: str, now: float) -> None:
-        r = stop(job_id, now)
-        sim.cancel(r.end_event)
-        rec = records[job_id]
+    def preempt(self, job_id: str, now: float) -> None:
+        r = self.stop(job_id, now)
+        self.sim.cancel(r.end_event)
+        rec = self.records[job_id]
         rec.preemptions += 1
-        state["preempted_gpus"] += rec.job.gpus
-        state["preemptions"] += 1
-        bisect.insort(waiting, (rec.job.submit_s, job_id))
+        self.preempted_gpus += rec.job.gpus
+        self.preemptions += 1
+        bisect.insort(self.waiting, (rec.job.submit_s, job_id))
 
-    def try_start(job_id: str, priority: int, now: float) -> str:
+    def try_start(self, job_id: str, priority: int, now: float) -> str:
         """'started', 'started-preempting' (victims went back to the queue), 'waiting' or
         'preempted-some' (victims evicted, yet no placement) — or raises on a bug."""
-        rec = records[job_id]
+        scheduler = self.scheduler
+        rec = self.records[job_id]
         j = rec.job
         rec.attempts += 1
         group = f"{job_id}#{rec.attempts}"
@@ -239,7 +337,7 @@ def run_cluster(
             virtual_cluster=j.vc,
             priority=priority,
             leaf_cell_number=j.gpus_per_pod,
-            pinned_cell_id=j.vc if (pinned and priority >= 0) else "",
+            pinned_cell_id=j.vc if (self.pinned and priority >= 0) else "",
             affinity_group=api.AffinityGroupSpec(group, (api.AffinityGroupMember(j.pods, j.gpus_per_pod),)),
         )
         pods = [api.Pod(f"{group}/{k}", spec) for k in range(j.pods)]
@@ -250,13 +348,13 @@ def run_cluster(
                 result = scheduler.schedule(pod)
                 if isinstance(result, api.Bind):
                     scheduler.add_allocated_pod(pod, result.bind_info)
-                    pod_owner[pod.name] = job_id
+                    self.pod_owner[pod.name] = job_id
                     placements.append((result.node, result.leaf_cells))
                     break
                 if isinstance(result, api.Preempt):
-                    victims = sorted({pod_owner[v] for v in result.victims})
+                    victims = sorted({self.pod_owner[v] for v in result.victims})
                     for v in victims:
-                        preempt(v, now)
+                        self.preempt(v, now)
                     preempted_any = True
                     continue
                 if k > 0 or isinstance(result, api.UserError):
@@ -267,20 +365,21 @@ def run_cluster(
             else:
                 raise InvariantViolation(f"job {job_id}: preemption did not converge")
         r = _Running(job_id, pods, priority, now, placements)
-        r.end_event = sim.schedule(now + rec.remaining, "finish", job_id)
-        running[job_id] = r
+        r.end_event = self.sim.schedule(now + rec.remaining, "finish", job_id)
+        self.running[job_id] = r
         if rec.first_start is None:
             rec.first_start = now
         if priority >= 0:
-            guaranteed_used[j.vc] += j.gpus
+            self.guaranteed_used[j.vc] += j.gpus
             rec.ran_guaranteed = True
-        hold(r, +1)
+        self._hold(r, +1)
         return "started-preempting" if preempted_any else "started"
 
-    def schedule_pass(now: float, only: set[str] | None) -> None:
+    def schedule_pass(self, now: float, only: set[str] | None) -> None:
         """Try waiting jobs in submission order. ``only``: nothing ended since the last pass, in
         which every waiting job failed and capacity has only shrunk since, so only these new
         arrivals can start (the outcome equals a full pass's, at a fraction of the calls)."""
+        waiting, records, guaranteed_used, quota, fallback = self.waiting, self.records, self.guaranteed_used, self.quota, self.fallback
         failed: set[tuple] = set()
         i = 0
         while i < len(waiting):
@@ -298,14 +397,14 @@ def run_cluster(
             if key in failed:
                 i += 1
                 continue
-            outcome = try_start(job_id, GUARANTEED_PRIORITY if guaranteed else api.OPPORTUNISTIC_PRIORITY, now)
+            outcome = self.try_start(job_id, GUARANTEED_PRIORITY if guaranteed else api.OPPORTUNISTIC_PRIORITY, now)
             if outcome == "waiting" and guaranteed and fallback:
                 failed.add(key)
                 key = ("", False, j.pods, j.gpus_per_pod)
                 if key in failed:
                     i += 1
                     continue
-                outcome = try_start(job_id, api.OPPORTUNISTIC_PRIORITY, now)
+                outcome = self.try_start(job_id, api.OPPORTUNISTIC_PRIORITY, now)
             if outcome.startswith("started"):
                 del waiting[bisect.bisect_left(waiting, (j.submit_s, job_id))]
                 if outcome == "started-preempting":  # capacity moved and victims re-queued: rescan
@@ -319,66 +418,6 @@ def run_cluster(
             else:
                 failed.add(key)
                 i += 1
-
-    while True:
-        batch = sim.pop_simultaneous()
-        if not batch:
-            break
-        now = sim.now
-        dt = now - acc["last"]
-        acc["busy_gpu_s"] += state["busy"] * dt
-        acc["fragmented_node_s"] += state["fragmented"] * dt
-        while len(series["hour"]) * 3600.0 <= now:
-            series["hour"].append(len(series["hour"]))
-            series["busy_gpus"].append(state["busy"])
-            series["fragmented_nodes"].append(state["fragmented"])
-            series["waiting"].append(len(waiting))
-        acc["last"] = now
-        if not window and now >= last_submit:
-            window.update(busy=acc["busy_gpu_s"], fragmented=acc["fragmented_node_s"], at=now)
-        arrived: set[str] | None = set()
-        for event in batch:
-            if event.kind == "arrival":
-                bisect.insort(waiting, (records[event.payload].job.submit_s, event.payload))
-                if arrived is not None:
-                    arrived.add(event.payload)
-            else:  # finish
-                job_id = event.payload
-                stop(job_id, now)
-                rec = records[job_id]
-                if rec.finish is not None:
-                    raise InvariantViolation(f"job {job_id} finished twice")
-                rec.finish = now
-                arrived = None  # capacity freed: a full pass
-                if progress is not None:
-                    progress(1)
-        schedule_pass(now, arrived)
-        batches += 1
-        if safety_every and isinstance(scheduler, HivedScheduler) and batches % safety_every == 0:
-            scheduler.check_safety()
-            checks += 1
-        if not len(sim) and waiting:
-            raise InvariantViolation(
-                f"{len(waiting)} jobs can never be placed on {name} (e.g. {waiting[0][1]}): the trace does not fit the cluster"
-            )
-    return ClusterRun(
-        name=name,
-        scheduler=kind,
-        total_gpus=total_gpus,
-        nodes=len(gpus_of_node),
-        records=records,
-        makespan=acc["last"],
-        busy_gpu_s=acc["busy_gpu_s"],
-        fragmented_node_s=acc["fragmented_node_s"],
-        window_s=window.get("at", 0.0),
-        window_busy_gpu_s=window.get("busy", 0.0),
-        window_fragmented_node_s=window.get("fragmented", 0.0),
-        preempted_gpus=state["preempted_gpus"],
-        preemptions=state["preemptions"],
-        safety_checks=checks,
-        events=sim.processed,
-        series=series,
-    )
 
 
 def tenant_comparison(shared: ClusterRun, private: Mapping[str, ClusterRun]) -> dict[str, dict[str, float | bool]]:
