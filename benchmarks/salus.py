@@ -68,7 +68,9 @@ def timed_job(socket: str, name: str, iterations: int, body_s: float, offset: fl
     """Arrive ``offset`` s after the common start; run ``iterations`` through the gate; report
     the arrival, the finish and (start, end) perf_counter stamps of each body."""
     from hivemux import salus
+    from hivemux.salus.grpc_setup import grpc_modules
 
+    grpc_modules()  # the gRPC setting, then grpcio: loaded before the clock starts, as before
     results.put(("ready", name))
     go.wait()
     start_at = start.value + offset

@@ -45,17 +45,21 @@ import queue
 import threading
 from collections.abc import Iterator
 from types import TracebackType
-
-import grpc
-
-try:  # the transport the adaptor drives from the job's thread (see _DirectStream)
-    from grpc._cython import cygrpc
-except ImportError:  # pragma: no cover - grpcio without its Cython core
-    cygrpc = None
+from typing import TYPE_CHECKING
 
 from hivemux.errors import HivemuxError, TransientError
 
 from . import gate_pb2 as pb
+from .grpc_setup import grpc_modules, prefer_polling_thread_io
+
+if TYPE_CHECKING:
+    import grpc
+    from grpc._cython import cygrpc
+else:
+    # grpcio and its core (the transport the adaptor drives from the job's thread, see
+    # _DirectStream) are imported when a job opens its session (`_load_grpc`), after the
+    # gRPC setting: importing the adaptor loads no grpcio and changes no environment.
+    grpc = cygrpc = None
 
 SOCKET_ENV = "HIVEMUX_SALUS_SOCKET"
 
@@ -98,7 +102,15 @@ class _Ended(Exception):
         self.code = code
 
 
-_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_STATUS_CODES: dict[int, grpc.StatusCode] = {}
+
+
+def _load_grpc() -> None:
+    """Import grpcio (once), after applying the gRPC setting (see ``grpc_setup``)."""
+    global grpc, cygrpc
+    if grpc is None:
+        grpc, cygrpc = grpc_modules()
+        _STATUS_CODES.update((code.value[0], code) for code in grpc.StatusCode)
 
 
 class _DirectStream:
@@ -116,6 +128,7 @@ class _DirectStream:
     _STATUS = object()  # tag of the batch that completes when the call ends
 
     def __init__(self, channel: grpc.Channel, method: str = _SESSION_METHOD) -> None:
+        _load_grpc()  # a no-op once a job has opened (benchmarks drive this class directly)
         core = channel._channel  # type: ignore[attr-defined]  # grpcio's cygrpc.Channel
         self._call = core.segregated_call(
             cygrpc.PropagationConstants.GRPC_PROPAGATE_DEFAULTS, method.encode(), None, None, None, None,
@@ -129,6 +142,7 @@ class _DirectStream:
 
     @staticmethod
     def usable(channel: grpc.Channel) -> bool:
+        _load_grpc()
         return cygrpc is not None and isinstance(getattr(channel, "_channel", None), cygrpc.Channel)
 
     def send(self, data: bytes) -> None:
@@ -281,6 +295,7 @@ class GatedJob:
 
     def open(self) -> None:
         """Connect, register and wait until the gate admits the job into a lane."""
+        _load_grpc()
         self._channel = grpc.insecure_channel(f"unix:{self.socket}", options=GRPC_OPTIONS)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=self._connect_timeout_s)
@@ -441,6 +456,7 @@ def job(
     path = socket if socket is not None else os.environ.get(SOCKET_ENV, "")
     if not path:
         return UngatedJob(name, iterations=iterations)
+    prefer_polling_thread_io()  # where the gate starts for this job, before grpcio is imported
     return GatedJob(name, persistent_mib=persistent_mib, ephemeral_mib=ephemeral_mib, socket=path,
                     iterations=iterations, iteration_seconds=iteration_seconds,
                     connect_timeout_s=connect_timeout_s)  # fmt: skip

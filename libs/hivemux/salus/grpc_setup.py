@@ -1,4 +1,5 @@
-"""gRPC's core settings for the iteration gate, applied before grpcio is imported.
+"""gRPC's core settings for the iteration gate, applied where the gate starts, before grpcio is
+imported.
 
 grpcio 1.6x-1.8x run a channel's and a server's socket I/O on EventEngine threads
 ("event_engine_client", "event_engine_listener" experiments, on by default) and hand each
@@ -8,14 +9,18 @@ machinery was most of the time: a bare stream echo took ~215 us with them and ~1
 (2-core VM, `python benchmarks/salus.py`). Without them grpcio does the I/O in the polling
 thread, as it did before EventEngine.
 
-gRPC reads the variable once, when its core starts: `hivemux.salus` applies this before it
-imports grpcio, and an explicit ``GRPC_EXPERIMENTS`` of the user's is kept as it is.
+gRPC reads the variable once, when its core starts. Importing `hivemux.salus` changes nothing
+(no environment write, no grpcio): the gate's modules reach grpcio only through
+`grpc_modules`, which applies the setting first, and they call it where the gate starts
+(`LaneServer.start`, the adaptor's `job()` and `GatedJob.open`). An explicit
+``GRPC_EXPERIMENTS`` of the user's is kept as it is; once grpcio is loaded it is too late.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from types import ModuleType
 
 EXPERIMENTS = "-event_engine_client,-event_engine_listener"
 
@@ -27,3 +32,15 @@ def prefer_polling_thread_io() -> bool:
         return False
     os.environ["GRPC_EXPERIMENTS"] = EXPERIMENTS
     return True
+
+
+def grpc_modules() -> tuple[ModuleType, ModuleType | None]:
+    """grpcio and its Cython core (None if it is not reachable), imported after the setting."""
+    prefer_polling_thread_io()
+    import grpc
+
+    try:  # the gate drives grpcio's core directly (server._CoreGateServer, client._DirectStream)
+        from grpc._cython import cygrpc
+    except ImportError:  # pragma: no cover - grpcio without its Cython core
+        return grpc, None
+    return grpc, cygrpc

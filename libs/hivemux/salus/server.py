@@ -1,5 +1,5 @@
-"""The Salus iteration gate served over gRPC on a Unix socket (the shell around ``lanes.py`` and
-``iteration_scheduler.py``).
+"""The Salus iteration gate served over gRPC on a Unix socket (the shell around
+``hivemux.lanes.lane_assignment`` and ``hivemux.lanes.iteration_scheduler``).
 
 The executor runs one ``LaneServer`` per GPU and hands its socket path to the workloads it
 starts (``HIVEMUX_SALUS_SOCKET``); a workload's adaptor (``hivemux.salus.job``) opens one
@@ -58,24 +58,33 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import NamedTuple
-
-import grpc
-
-try:  # the gate thread drives grpcio's core server directly (see _CoreGateServer)
-    from grpc._cython import cygrpc
-except ImportError:  # pragma: no cover - grpcio without its Cython core
-    cygrpc = None
+from typing import TYPE_CHECKING, NamedTuple
 
 from hivemux.errors import ConfigurationError
-
-from . import gate_pb2 as pb
-from . import gate_pb2_grpc as pb_grpc
-from .client import GRPC_OPTIONS
 from hivemux.lanes.iteration_scheduler import Grant, IterationScheduler, Policy
 from hivemux.lanes.lane_assignment import JobMemory, Lane, LaneAssigned, LaneEvent, LaneManager, Queued, Refused
 
+from . import gate_pb2 as pb
+from .client import GRPC_OPTIONS
+from .grpc_setup import grpc_modules
+
+if TYPE_CHECKING:
+    import grpc
+    from grpc._cython import cygrpc
+else:
+    # grpcio and its core (the gate thread drives the core server directly, see
+    # _CoreGateServer) are imported where the gate starts (`_load_grpc`), after the gRPC
+    # setting: importing this module loads no grpcio and changes no environment.
+    grpc = cygrpc = None
+
 log = logging.getLogger("hivemux.salus.server")
+
+
+def _load_grpc() -> None:
+    """Import grpcio (once), after applying the gRPC setting (see ``grpc_setup``)."""
+    global grpc, cygrpc
+    if grpc is None:
+        grpc, cygrpc = grpc_modules()
 
 
 class IterationRecord(NamedTuple):
@@ -238,7 +247,10 @@ class _Gate:
         session.send(None)
 
 
-class _LaneGateServicer(pb_grpc.LaneGateServicer):
+class _LaneGateServicer:
+    """``LaneGate`` on grpc.aio (``gate_pb2_grpc.add_LaneGateServicer_to_server`` takes any
+    object with a ``Session``; the generated base class would need grpcio at import)."""
+
     def __init__(self, gate: _Gate) -> None:
         self._gate = gate
 
@@ -279,6 +291,7 @@ _RECEIVED, _SENT, _CLOSED = 0, 1, 2  # per-call event kinds
 
 def core_server_usable() -> bool:
     """Whether grpcio's core server is reachable as ``_CoreGateServer`` drives it."""
+    _load_grpc()
     return cygrpc is not None and all(
         hasattr(cygrpc, name)
         for name in ("Server", "CompletionQueue", "ReceiveMessageOperation", "SendMessageOperation",
@@ -495,6 +508,8 @@ class LaneServer:
     ``transport``: ``"core"`` (the default) serves the gate from a thread of its own on
     grpcio's core server (``_CoreGateServer``); ``"aio"`` serves it on the event loop with
     grpc.aio (about 1.5-2x the round trip; the fallback when grpcio's core is not reachable).
+
+    grpcio is imported by ``start``, after the gRPC setting (``grpc_setup``), not on import.
     """
 
     def __init__(self, socket_path: str, capacity_mib: float, policy: str, *, history: int = 100_000,
@@ -509,9 +524,6 @@ class LaneServer:
             raise ConfigurationError("Salus socket_path is empty")
         if transport not in ("core", "aio"):
             raise ConfigurationError(f"unknown Salus transport {transport!r}; one of ['core', 'aio']")
-        if transport == "core" and not core_server_usable():
-            log.warning("grpcio's core server is not reachable: the Salus gate falls back to grpc.aio")
-            transport = "aio"
         self.socket_path = socket_path
         self.capacity_mib = capacity_mib
         self.transport = transport
@@ -527,6 +539,10 @@ class LaneServer:
     async def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("LaneServer already started")
+        _load_grpc()  # the gate starts here: the gRPC setting first, then grpcio
+        if self.transport == "core" and not core_server_usable():
+            log.warning("grpcio's core server is not reachable: the Salus gate falls back to grpc.aio")
+            self.transport = "aio"
         self._remove_stale_socket()
         self._gate = _Gate(self.capacity_mib, self.policy, self._history)
         if self.transport == "core":
@@ -534,6 +550,8 @@ class LaneServer:
             core.start()
             self._server = core
         else:
+            from . import gate_pb2_grpc as pb_grpc  # imports grpcio: only now, after the setting
+
             server = grpc.aio.server(options=GRPC_OPTIONS)
             pb_grpc.add_LaneGateServicer_to_server(_LaneGateServicer(self._gate), server)
             if server.add_insecure_port(self.address) == 0:
