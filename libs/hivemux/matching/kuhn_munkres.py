@@ -6,7 +6,7 @@ the predicted normalized throughput of offline job v beside online workload u, a
 sharing plan is the maximum weighted matching, found with the Kuhn-Munkres algorithm
 (O(|V|^3)). The journal version schedules FCFS instead (journal §6, see `plan.plan_fcfs`).
 
-Name mapping: rows of ``weights`` = one node set (the planner uses GPUs, i.e. their online
+Name mapping: rows of ``weights`` = one node set (the plan uses GPUs, i.e. their online
 workloads, W_on), columns = the other (offline jobs, W_off), ``weights[i, j]`` = edge weight,
 ``feasible[i, j]`` = the edge exists; the returned pairs are the matching M.
 
