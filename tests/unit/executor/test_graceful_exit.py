@@ -36,7 +36,7 @@ def exit_parts(tmp_path: Path) -> tuple[NodeWorkloads, GracefulExit]:
     daemons = GpuDaemons(config, {})
     launcher = Launcher(config, base_env={}, daemons=daemons, readings=GpuReadings(), clock=time.time)
     mps = MpsRecovery(check_interval_s=1.0, daemons=daemons, workloads=table, launcher=launcher, reporter=reporter)
-    return table, GracefulExit(grace_s=10.0, workloads=table, reporter=reporter, mps=mps)
+    return table, GracefulExit(grace_s=30.0, workloads=table, reporter=reporter, mps=mps)
 
 
 async def running(tmp_path: Path, table: NodeWorkloads, kind: str) -> Workload:
