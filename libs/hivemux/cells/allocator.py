@@ -21,15 +21,20 @@ Determinism (ARCHITECTURE.md "Determinism"). Nothing here reads a clock: every d
 function of the inputs folded so far and their event time. A decision caused by an input is
 stamped with that input's event time and derives its ids from that input's id. The retry pass
 (`retry`) has no input of its own: the shell triggers it from a periodic ticker, and the pass is
-stamped with the latest event time consumed (`latest`), its cause being that time. So replaying
-the same topics in the same order reproduces the same decisions with the same event ids, however
-often the ticker fired; a pass that finds nothing new decides nothing, and a second pass at the
-same event time cannot repeat a first one's decision (the state it acts on has moved). Before
-this, the pass was stamped with the wall clock when it was later than the latest event, so two
-replays of one log stamped and identified its decisions differently. What updates `latest`:
-every input the allocator acts on (training submissions, job ends, GPU health and, new with the
-retry pass's event time, cell configurations); the recorded bindings it folds after a restart
-do not (they are its own output).
+stamped with the latest event time consumed (`latest`), its ids derived from that time. So a
+pass's decisions and ids are a function of the inputs consumed before it: replaying the topics
+with the passes at the same points reproduces them, and a pass that finds nothing new decides
+nothing (extra ticks change nothing). Where in the input sequence a pass falls is still set by
+the ticker; a tick event on the bus would record that too (not done: nothing consumes one yet).
+Before this, the pass was stamped with the wall clock when that was later than the latest event,
+so two replays of one log stamped and identified its decisions differently.
+
+What updates `latest`: every input the allocator acts on (training submissions, job ends, GPU
+health and, since the retry pass uses it, cell configurations); the recorded bindings folded
+after a restart do not (they are its own output). Limit: a retry pass's ids derive from (pod or
+job, latest event time), so a pod bound by two passes at the same latest time would get one id
+twice; that needs it preempted in between by an input stamped before the latest (out-of-order
+event times), and is left as is.
 """
 
 from __future__ import annotations
