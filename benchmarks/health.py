@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 import statistics
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from hivemux.events import GpuTelemetryBatch, GpuTelemetrySample
 from hivemux.health.config import load_config
-from hivemux.health.processor import HealthProcessorCore
+from hivemux.health.edge import HealthEdge as HealthProcessorCore  # the core behind its event edge
 from hivemux.health.sysmonitor import SysMonitor, values_of
 from hivemux.telemetry.readings import GpuReading
 

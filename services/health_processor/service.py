@@ -3,12 +3,12 @@
 Consumed as a group (the node key decides the owner): GPU sample batches, node samples,
 executor reports, operator drains. Folded by every instance: the `health.state` changelog, so
 a restarted instance, or one taking over another's partitions, resumes each GPU's SysMonitor
-exactly where it was. A ticker disables owned GPUs that went silent.
+exactly where it was. A ticker triggers the staleness sweep, which judges silence in event time
+(against the latest event time consumed), so replaying the topics gives the same transitions.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from prometheus_client import Counter
@@ -18,7 +18,7 @@ from pydantic_settings import SettingsConfigDict
 from hivemux.bus import RecordContext, Service
 from hivemux.events import DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, SysMonitorSnapshot
 from hivemux.health.config import HealthConfig, load_config
-from hivemux.health.processor import HealthProcessorCore
+from hivemux.health.edge import HealthEdge
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import EXECUTOR_REPORTS, GPU_CONTROL, GPU_TELEMETRY, HEALTH_STATE, NODE_TELEMETRY
@@ -35,13 +35,13 @@ class HealthSettings(ServiceSettings):
 
 
 class HealthProcessor:
-    """Adapts bus records to the core's inputs."""
+    """Adapts bus records to the core's edge (`hivemux.health.edge`)."""
 
     def __init__(self, config: HealthConfig, source: str) -> None:
-        self.core = HealthProcessorCore(config, source)
+        self.core = HealthEdge(config, source)
         # Own nothing until the group assigns partitions: GPUs restored from the changelog
         # must not be judged silent by an instance that is not their owner.
-        self.core.assign((), time.time())
+        self.core.assign(())
 
     def on_batch(self, batch: GpuTelemetryBatch, ctx: RecordContext) -> list[Event]:
         SAMPLES.inc(len(batch.gpu_util))
@@ -61,10 +61,10 @@ class HealthProcessor:
 
     def on_assignment(self, topic: str, partitions: frozenset[int]) -> None:
         if topic == GPU_TELEMETRY.name:
-            self.core.assign(partitions, time.time())
+            self.core.assign(partitions)  # a takeover's grace starts at the watermark
 
     def sweep(self) -> list[Event]:
-        return self.core.sweep(time.time())
+        return self.core.sweep()  # at the latest event time consumed, not the wall clock
 
 
 def build(settings: HealthSettings, config: HealthConfig | None = None) -> Service:

@@ -21,6 +21,7 @@ from hivemux.events.telemetry import FaultKind, Remediation
 from .thresholds import METRICS, HealthThresholds, LimitTable, MetricLimit, compile_levels
 
 DEFAULT_CONFIG = "default_health.yaml"
+LevelFn = Callable[[tuple[float | None, ...]], int]
 
 
 class ConfigError(ValueError):
@@ -104,7 +105,12 @@ class HealthConfig:
     detector: DetectorSettings
     rules: dict[FaultKind, Remediation]
     _tables: dict[str, LimitTable] = field(default_factory=dict, compare=False, repr=False)
-    _levels: dict[str, Callable[[tuple[float | None, ...]], int]] = field(default_factory=dict, compare=False, repr=False)
+    # GPU type -> its compiled level function (see `thresholds.compile_levels`), compiled on
+    # first use; read by subscript, the cheapest lookup, on the per-sample path.
+    levels: dict[str, LevelFn] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "levels", _LevelFns(self.table_for))
 
     def thresholds_for(self, gpu_type: str) -> HealthThresholds:
         return self.by_type.get(gpu_type, self.default)
@@ -116,11 +122,18 @@ class HealthConfig:
             table = self._tables[gpu_type] = LimitTable.of(self.thresholds_for(gpu_type))
         return table
 
-    def level_fn(self, gpu_type: str) -> Callable[[tuple[float | None, ...]], int]:
+    def level_fn(self, gpu_type: str) -> LevelFn:
         """The compiled level function of a type (cached; see `thresholds.compile_levels`)."""
-        fn = self._levels.get(gpu_type)
-        if fn is None:
-            fn = self._levels[gpu_type] = compile_levels(self.table_for(gpu_type))
+        return self.levels[gpu_type]
+
+
+class _LevelFns(dict[str, "LevelFn"]):
+    def __init__(self, table_for: Callable[[str], LimitTable]) -> None:
+        super().__init__()
+        self._table_for = table_for
+
+    def __missing__(self, gpu_type: str) -> LevelFn:
+        fn = self[gpu_type] = compile_levels(self._table_for(gpu_type))
         return fn
 
 

@@ -5,8 +5,8 @@ Input: JSON Lines, one record per line, as found on the topics — GPU sample ba
 read too), single GPU samples, node samples (`telemetry.node`), executor reports and
 operator drains. Output: one JSON object per produced transition, fault, node-pressure change
 or executor command, in order, each tagged with its ``type``. No broker is involved, and time
-is the records' event time: silence is judged against the latest event time seen, so the same
-file always gives the same output.
+is the records' event time: silence is judged against the latest event time seen (the
+core's watermark, as in the service), so the same file always gives the same output.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from hivemux.events import (
 )
 
 from .config import HealthConfig
-from .processor import HealthProcessorCore
+from .edge import HealthEdge
 
 SOURCE = "health-replay"
 
@@ -92,14 +92,13 @@ class Replay:
     include_snapshots: bool = False
 
     def run(self, records: Iterable[Event]) -> Iterator[dict[str, object]]:
-        core = HealthProcessorCore(self.config, SOURCE)
-        watermark = float("-inf")
+        core = HealthEdge(self.config, SOURCE)
         for record in records:
             match record:
                 case GpuTelemetryBatch():
                     produced = core.on_batch(record)
                 case GpuTelemetrySample():
-                    produced = core.on_sample(record) or []
+                    produced = core.on_sample(record)
                 case NodeTelemetry():
                     produced = core.on_node(record)
                 case ExecutorReport():
@@ -108,8 +107,7 @@ class Replay:
                     produced = core.on_control(record)
                 case _:
                     raise ReplayInputError(f"cannot replay {type(record).__name__}")
-            watermark = max(watermark, record.occurred_at.timestamp())
-            produced += core.sweep(watermark)
+            produced += core.sweep()
             for event in produced:
                 if isinstance(event, SysMonitorSnapshot) and not self.include_snapshots:
                     continue

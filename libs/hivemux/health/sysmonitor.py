@@ -154,7 +154,7 @@ class SysMonitor:
     ecc_sbe: int = 0
     ecc_dbe: int = 0
     high_util_since: float | None = None
-    revision: int = 0  # bumped at every snapshot (see `HealthProcessorCore._snapshot`)
+    revision: int = 0  # bumped at every state record (see `HealthProcessorCore._record`)
 
     # -- the edges --------------------------------------------------------------------------
     def _move(self, to: HealthState, at: float, cause: str, reason: str, metrics: dict[str, float]) -> Transition:
@@ -176,7 +176,7 @@ class SysMonitor:
             return None
         self.as_of = at
         state = self.state
-        level = config.level_fn(self.gpu_type)(values)
+        level = config.levels[self.gpu_type](values)
         # The steady cases first: they are almost every sample.
         if state is HEALTHY:
             if level < REACHES_UNHEALTHY:

@@ -14,7 +14,7 @@ import pytest
 from hivemux.bus.codec import decode_value, encode_value
 from hivemux.events import GpuProcess, GpuTelemetryBatch, GpuTelemetrySample
 from hivemux.health.config import load_config
-from hivemux.health.processor import HealthProcessorCore
+from hivemux.health.edge import HealthEdge as HealthProcessorCore  # the core behind its event edge
 from hivemux.health.replay import Replay, parse_lines
 from hivemux.telemetry.readings import GpuReading, ProcessReading
 from hivemux.telemetry.validation import gpu_batch, gpu_sample

@@ -17,7 +17,7 @@ import hivemux.telemetry.ingest as ingest_module
 from hivemux.bus.codec import decode_value, encode_value, partition_for_key
 from hivemux.events import GpuTelemetryBatch
 from hivemux.health.config import load_config
-from hivemux.health.processor import HealthProcessorCore
+from hivemux.health.edge import HealthEdge as HealthProcessorCore  # the core behind its event edge
 from hivemux.telemetry.ingest import Ingest, TickOutput
 from hivemux.telemetry.readings import GpuReading, ProcessReading
 from hivemux.telemetry.validation import gpu_sample

@@ -1,0 +1,277 @@
+"""The health core at the bus's edge: decoded records in, event models out, in one place.
+
+In: a `GpuTelemetryBatch`'s columns become one `GpuObservation` row per GPU (no per-sample
+event objects: a row is the tuple of the GPU's entries, zipped off the columns); node samples,
+executor reports, operator drains and changelog snapshots become their domain values. Out: the
+core's decisions (`decisions`) become `HealthTransition`, `ExecutorCommand` (evict, restart
+MPS, reset a workload), `Fault`, `NodePressure` and `SysMonitorSnapshot` events.
+
+Event ids are derived from the input record's id and the decision's place in it, so a replay
+emits the same ids: ``health/<origin>/<gpu>/<i>`` for the i-th transition of a GPU,
+``evict/<transition or pressure>/<job>``, ``fault/<origin>/<gpu>/<kind>``,
+``remedy/<fault>[/<job>]``, ``snapshot/<origin>/<gpu>``; a staleness verdict's origin is
+``stale/<gpu>/<as_of>``. The service shell and `hivemux health replay` both drive this class.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from itertools import repeat
+from typing import cast
+
+from hivemux.events import (
+    CommandAction,
+    DeviceControl,
+    Event,
+    ExecutorCommand,
+    ExecutorReport,
+    Fault,
+    GpuTelemetryBatch,
+    GpuTelemetrySample,
+    HealthTransition,
+    NodePressure,
+    NodeTelemetry,
+    ReportState,
+    SysMonitorSnapshot,
+    derived_id,
+)
+from hivemux.events.base import clip_reason
+
+from .config import HealthConfig
+from .decisions import Eviction, GpuVerdict, Remedy, SysMonitorState, evictions_of
+from .observations import Drain, GpuObservation, NodeObservation, WorkloadReport
+from .processor import HealthProcessorCore
+from .sysmonitor import HealthState, SysMonitor, Transition
+
+_FINISHED = {ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED}
+
+
+def _dt(at: float) -> datetime:
+    return datetime.fromtimestamp(at, UTC)
+
+
+@functools.cache
+def _fillers(n: int) -> tuple[tuple[None, ...], tuple[int, ...], tuple[tuple[()], ...]]:
+    """Per batch size: the columns a batch leaves out, spelt out (None, zero counters, no workloads)."""
+    return (None,) * n, (0,) * n, ((),) * n
+
+
+class HealthEdge:
+    """`HealthProcessorCore` driven by event models; `source` names the publisher."""
+
+    def __init__(self, config: HealthConfig, source: str) -> None:
+        self.core = HealthProcessorCore(config)
+        self.source = source
+        # (nodes, node_gpus, gpus) -> (GPU ids, their nodes): a fleet's batches repeat a few shapes
+        self._gpu_ids: dict[tuple[object, object, object], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+
+    @property
+    def monitors(self) -> dict[str, SysMonitor]:
+        return self.core.monitors
+
+    def state_of(self, gpu_id: str) -> HealthState:
+        return self.core.state_of(gpu_id)
+
+    def assign(self, partitions: Iterable[int] | None) -> None:
+        self.core.assign(partitions)
+
+    # -- in -------------------------------------------------------------------------------
+    def rows(self, batch: GpuTelemetryBatch, at: float) -> Iterator[GpuObservation]:
+        """The batch's GPUs as named rows, read straight off its columns (`at`: the batch's
+        ``occurred_at``, every GPU's instant unless the batch has ``sampled_at``)."""
+        n = len(batch.gpu_util)
+        nones, zeros, empty = _fillers(n)
+        key = (batch.nodes or batch.node_id, batch.node_gpus, batch.gpus or n)
+        named = self._gpu_ids.get(key)
+        if named is None:  # a node's GPUs change rarely: name them once
+            named = self._gpu_ids[key] = (batch.gpu_ids, batch.node_ids)
+        gpu_ids, node_ids = named
+        times = (
+            repeat(at, n)  # a node's samples usually share their instant
+            if batch.sampled_at is None
+            else [t.timestamp() for t in batch.sampled_at]
+        )
+        totals, max_clocks = batch.memory_total_mib, batch.max_sm_clock_mhz  # one value: every GPU's
+        # The zipped column tuples are the rows, in GpuObservation's field order: a NamedTuple
+        # is that tuple, and the core reads rows by position. Making the NamedTuple instance
+        # per GPU cost ~130 ns a sample, 7 % of the core's throughput (`benchmarks/health.py`);
+        # `test_edge` pins the order against GpuObservation built field by field.
+        return cast(Iterator[GpuObservation], zip(
+            gpu_ids, node_ids, batch.gpu_types or repeat(batch.gpu_type, n), times, batch.gpu_util,
+            batch.sm_activity or nones, batch.sm_clock_mhz,
+            max_clocks if type(max_clocks) is tuple else repeat(max_clocks, n), batch.memory_used_mib,
+            totals if type(totals) is tuple else repeat(totals, n), batch.temperature_c or nones,
+            batch.power_w or nones, batch.xid_errors or zeros, batch.last_xid or nones, batch.ecc_sbe or zeros,
+            batch.ecc_dbe or zeros, batch.online_workload or nones, batch.offline_workloads or empty,
+        ))  # fmt: skip
+
+    def on_batch(self, batch: GpuTelemetryBatch, partition: int = 0) -> list[Event]:
+        at = batch.occurred_at.timestamp()
+        verdicts = self.core.observe(self.rows(batch, at), partition, at)
+        if not verdicts:
+            return []
+        out: list[Event] = []
+        for verdict in verdicts:
+            out += self._gpu_events(verdict, batch.event_id)
+        return out
+
+    def on_sample(
+        self, sample: GpuTelemetrySample, partition: int = 0, at: float | None = None, origin: object = None
+    ) -> list[Event]:
+        """One GPU's sample. `origin` (the batch's id) seeds the ids of what it causes."""
+        row = GpuObservation(
+            sample.gpu_id, sample.node_id, sample.gpu_type, sample.occurred_at.timestamp() if at is None else at,
+            sample.gpu_util, sample.sm_activity, sample.sm_clock_mhz, sample.max_sm_clock_mhz,
+            sample.memory_used_mib, sample.memory_total_mib, sample.temperature_c, sample.power_w,
+            sample.xid_errors, sample.last_xid, sample.ecc_sbe, sample.ecc_dbe, sample.online_workload,
+            sample.offline_workloads,
+        )  # fmt: skip
+        origin = origin if origin is not None else sample.event_id
+        out: list[Event] = []
+        for verdict in self.core.observe((row,), partition, sample.occurred_at.timestamp()):
+            out += self._gpu_events(verdict, origin)
+        return out
+
+    def on_node(self, node: NodeTelemetry) -> list[Event]:
+        verdict = self.core.on_node(
+            NodeObservation(node.node_id, node.occurred_at.timestamp(), node.cpu_util, node.memory_used_mib,
+                            node.memory_total_mib, node.kswapd_active, node.offline_workloads)
+        )  # fmt: skip
+        if verdict is None:
+            return []
+        change = verdict.change
+        pressure_id = derived_id("node-pressure", node.event_id)
+        out: list[Event] = [
+            NodePressure(
+                event_id=pressure_id, occurred_at=node.occurred_at, source=self.source, node_id=node.node_id,
+                pressured=change.pressured, reason=change.reason, metrics=change.metrics, evicted_workloads=change.evicted,
+            )
+        ]  # fmt: skip
+        out += [self._evict(e, pressure_id, node.occurred_at) for e in verdict.evictions]
+        return out
+
+    def on_report(self, report: ExecutorReport) -> list[Event]:
+        verdicts = self.core.on_report(
+            WorkloadReport(report.job_id, report.node_id, report.gpu_ids, report.occurred_at.timestamp(),
+                           report.state in _FINISHED, report.iterations_done, report.mps_server, report.cuda_error,
+                           report.detail)
+        )  # fmt: skip
+        out: list[Event] = []
+        for verdict in verdicts:
+            out += self._gpu_events(verdict, report.event_id)
+        return out
+
+    def on_control(self, control: DeviceControl) -> list[Event]:
+        drain = Drain(control.gpu_id, control.node_id, control.occurred_at.timestamp(), control.action, control.reason)
+        return self._gpu_events(self.core.on_drain(drain), control.event_id)
+
+    def on_snapshot(self, snapshot: SysMonitorSnapshot) -> None:
+        self.core.on_state(
+            SysMonitorState(
+                gpu_id=snapshot.gpu_id, node_id=snapshot.node_id, gpu_type=snapshot.gpu_type, state=snapshot.state,
+                as_of=snapshot.as_of, revision=snapshot.revision, partition=snapshot.partition,
+                overlimit_entries=snapshot.overlimit_entries, backoff_s=snapshot.backoff_s,
+                below_overlimit_since=snapshot.below_overlimit_since, disabled_cause=snapshot.disabled_cause,
+                high_util_since=snapshot.high_util_since, xid_errors=snapshot.xid_errors, ecc_sbe=snapshot.ecc_sbe,
+                ecc_dbe=snapshot.ecc_dbe, online_workload=snapshot.online_workload,
+                offline_workloads=snapshot.offline_workloads,
+            )
+        )  # fmt: skip
+
+    def sweep(self) -> list[Event]:
+        """Silent GPUs disabled, judged at the watermark (the latest event time consumed)."""
+        out: list[Event] = []
+        for verdict in self.core.sweep():
+            out += self._gpu_events(verdict, derived_id("stale", verdict.state.gpu_id, verdict.state.as_of))
+        return out
+
+    # -- out ------------------------------------------------------------------------------
+    def _gpu_events(self, verdict: GpuVerdict, origin: object) -> list[Event]:
+        state = verdict.state
+        out: list[Event] = []
+        for index, transition in enumerate(verdict.transitions):
+            out += self._transition(transition, state, origin, index)
+        for remedy in verdict.remedies:
+            out += self._remedy(remedy, state, origin, verdict.at)
+        out.append(self._snapshot(state, origin, verdict.at))
+        return out
+
+    def _transition(self, t: Transition, state: SysMonitorState, origin: object, index: int) -> list[Event]:
+        transition_id = derived_id("health", origin, t.gpu_id, index)
+        at = _dt(t.at)
+        out: list[Event] = [
+            HealthTransition(
+                event_id=transition_id, occurred_at=at, source=self.source, gpu_id=t.gpu_id,
+                node_id=state.node_id, gpu_type=state.gpu_type, from_state=t.from_state,
+                to_state=t.to_state, reason=clip_reason(t.reason), metrics=t.metrics,
+                online_workload=state.online_workload, sample_event_id=str(origin), cause=t.cause,  # type: ignore[arg-type]
+                evicted_workloads=t.evicted,
+            )
+        ]  # fmt: skip
+        out += [self._evict(e, transition_id, at) for e in evictions_of(t, state.node_id)]
+        return out
+
+    def _evict(self, eviction: Eviction, origin: object, at: datetime) -> ExecutorCommand:
+        return ExecutorCommand(
+            event_id=derived_id("evict", origin, eviction.job_id), occurred_at=at, source=self.source,
+            node_id=eviction.node_id, action=CommandAction.EVICT, job_id=eviction.job_id, gpu_ids=eviction.gpu_ids,
+            reason=clip_reason(eviction.reason),
+        )  # fmt: skip
+
+    def _remedy(self, remedy: Remedy, state: SysMonitorState, origin: object, at: float) -> list[Event]:
+        finding = remedy.finding
+        fault_id = derived_id("fault", origin, finding.gpu_id, finding.kind)
+        when = _dt(at)
+        out: list[Event] = [
+            Fault(
+                event_id=fault_id, occurred_at=when, source=self.source, gpu_id=finding.gpu_id,
+                node_id=state.node_id, kind=finding.kind, detail=clip_reason(finding.detail), xid=finding.xid,
+                cuda_error=finding.cuda_error, job_id=finding.job_id, remediation=remedy.rule,
+            )
+        ]  # fmt: skip
+        reason = clip_reason(remedy.reason)
+        if remedy.drained is not None:
+            out += self._transition(remedy.drained, state, fault_id, 0)
+        if remedy.rule == "restart_mps":
+            out.append(
+                ExecutorCommand(
+                    event_id=derived_id("remedy", fault_id), occurred_at=when, source=self.source,
+                    node_id=state.node_id, action=CommandAction.RESTART_MPS, job_id=f"mps:{finding.gpu_id}",
+                    gpu_ids=(finding.gpu_id,), reason=reason,
+                )
+            )  # fmt: skip
+        out += [
+            ExecutorCommand(
+                event_id=derived_id("remedy", fault_id, job), occurred_at=when, source=self.source,
+                node_id=state.node_id, action=CommandAction.RESET_WORKLOAD, job_id=job,
+                gpu_ids=(finding.gpu_id,), reason=reason,
+            )
+            for job in remedy.reset
+        ]  # fmt: skip
+        return out
+
+    def _snapshot(self, state: SysMonitorState, origin: object, at: float) -> SysMonitorSnapshot:
+        return SysMonitorSnapshot(
+            event_id=derived_id("snapshot", origin, state.gpu_id),
+            occurred_at=_dt(at),
+            revision=state.revision,
+            source=self.source,
+            gpu_id=state.gpu_id,
+            node_id=state.node_id,
+            gpu_type=state.gpu_type,
+            state=state.state,
+            as_of=state.as_of if state.as_of > float("-inf") else 0.0,
+            partition=state.partition,
+            overlimit_entries=state.overlimit_entries,
+            backoff_s=state.backoff_s,
+            below_overlimit_since=state.below_overlimit_since,
+            disabled_cause=state.disabled_cause,  # type: ignore[arg-type]
+            high_util_since=state.high_util_since,
+            xid_errors=state.xid_errors,
+            ecc_sbe=state.ecc_sbe,
+            ecc_dbe=state.ecc_dbe,
+            online_workload=state.online_workload,
+            offline_workloads=state.offline_workloads,
+        )
