@@ -210,7 +210,8 @@ class HealthEdge:
                 evicted_workloads=t.evicted,
             )
         ]  # fmt: skip
-        out += [self._evict(e, transition_id, at) for e in evictions_of(t, state.node_id)]
+        if t.evicted:
+            out += [self._evict(e, transition_id, at) for e in evictions_of(t, state.node_id)]
         return out
 
     def _evict(self, eviction: Eviction, origin: object, at: datetime) -> ExecutorCommand:

@@ -136,8 +136,8 @@ class HealthProcessorCore:
                 or below_since != monitor.below_overlimit_since
                 or high_since != monitor.high_util_since
             ):
-                remedies = tuple(self._remedy(monitor, finding, at) for finding in findings or ())
-                out.append(GpuVerdict(at, tuple(transitions or ()), remedies, self._record(monitor)))
+                remedies = tuple([self._remedy(monitor, finding, at) for finding in findings]) if findings else ()
+                out.append(GpuVerdict(at, tuple(transitions) if transitions else (), remedies, self._record(monitor)))
         return out
 
     def on_node(self, node: NodeObservation) -> NodeVerdict | None:

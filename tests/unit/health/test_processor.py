@@ -4,8 +4,6 @@ silence judged at the watermark, the latest event time consumed (MuxFlow §4.1 "
 
 from __future__ import annotations
 
-import dataclasses
-
 from hivemux.events.telemetry import FaultKind, HealthState
 from hivemux.health.config import load_config
 from hivemux.health.decisions import Eviction, GpuVerdict, evictions_of
@@ -123,7 +121,7 @@ def test_a_state_record_restores_the_gpu_and_older_ones_are_ignored() -> None:
     [over] = observe(core, row(1, memory_used_mib=15300.0, offline_workloads=("job-a",)))
     restored = HealthProcessorCore(CONFIG)
     restored.on_state(over.state)
-    restored.on_state(dataclasses.replace(over.state, state=HealthState.HEALTHY, revision=0))  # older: ignored
+    restored.on_state(over.state._replace(state=HealthState.HEALTHY, revision=0))  # older: ignored
     assert restored.state_of("node-00/gpu-0") is HealthState.OVERLIMIT
     assert restored.watermark == float("-inf")  # the changelog is folded, not consumed
     calm = [row(t, offline_workloads=("job-a",)) for t in range(2, 80, 5)]
