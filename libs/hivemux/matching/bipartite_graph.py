@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hivemux.prediction.features import PairFeatures, SpeedModel
+from hivemux.prediction.features import COLUMN, FEATURES, PairFeatures, SpeedModel
 
 from .policy import MatchingPolicy, feasible_pairs
 
@@ -110,31 +110,23 @@ def _sorted_unique(items: Sequence, key: str) -> list:
     return sorted(items, key=lambda x: getattr(x, key))
 
 
+# The columns of a job class's profile key (`build_graph`), as the predictor's features.
+_PROFILE_FEATURES = ("offline_sm_activity", "offline_gpu_util", "offline_sm_occupancy", "offline_iteration_time_ms")
+
+
 def _predict(model: SpeedModel, activity: np.ndarray, profiles: np.ndarray, share: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Predictions for every (activity value, profile) pair: one batch."""
+    """Predictions for every (activity value, profile) pair: one batch of `FEATURES` rows."""
     u, b = len(activity), len(profiles)
-    rows = np.empty((u * b, 6), dtype=np.float32)
-    rows[:, 0] = np.repeat(activity, b)
-    rows[:, 1:5] = np.tile(profiles[:, :4], (u, 1))
-    rows[:, 5] = np.repeat(share, b)
+    rows = np.empty((u * b, len(FEATURES)), dtype=np.float32)
+    rows[:, COLUMN["online_sm_activity"]] = np.repeat(activity, b)
+    for k, name in enumerate(_PROFILE_FEATURES):
+        rows[:, COLUMN[name]] = np.tile(profiles[:, k], u)
+    rows[:, COLUMN["sm_share"]] = np.repeat(share, b)
     arrays = getattr(model, "predict_arrays", None)
     if arrays is not None:
         t, s = arrays(rows)
     else:
-        predicted = model.predict(
-            [
-                PairFeatures(
-                    online_sm_activity=float(r[0]),
-                    online_gpu_util=0.0,
-                    offline_sm_activity=float(r[1]),
-                    offline_gpu_util=float(r[2]),
-                    offline_sm_occupancy=float(r[3]),
-                    sm_share=float(r[5]),
-                    offline_iteration_time_ms=float(r[4]),
-                )
-                for r in rows.tolist()
-            ]
-        )
+        predicted = model.predict([PairFeatures.from_row(r) for r in rows.tolist()])
         if len(predicted) != len(rows):
             raise ValueError(f"model returned {len(predicted)} predictions for {len(rows)} pairs")
         t = np.array([p.normalized_throughput for p in predicted], dtype=float)

@@ -6,7 +6,7 @@ assigned SM percentage to the offline job's *normalized throughput* (shared thro
 solo throughput). This module stands in for the MLP (`prediction/speed_predictor.py` replaces
 it) with a formula whose two parameters can be fitted to `sharing.observations` and published
 on `predictor.models` like the MLP's weights. It also predicts the online slowdown, which the
-planner bounds (the paper's 20 %, preprint §7.2 and §8).
+matching plan bounds (the paper's 20 %, preprint §7.2 and §8).
 
 Symbols (all activities and shares in %, as in `PairFeatures`):
     s   = sm_share                 SM percentage given to the offline job (dynamic SM allocation)
