@@ -168,15 +168,14 @@ class HealthEdge:
         return self._gpu_events(self.core.on_drain(drain), control.event_id)
 
     def on_snapshot(self, snapshot: SysMonitorSnapshot) -> None:
+        if not self.core.is_newer(snapshot.gpu_id, snapshot.as_of, snapshot.revision):
+            return  # our own record coming back, or an older one: nothing to convert
+        s = snapshot
         self.core.on_state(
-            SysMonitorState(
-                gpu_id=snapshot.gpu_id, node_id=snapshot.node_id, gpu_type=snapshot.gpu_type, state=snapshot.state,
-                as_of=snapshot.as_of, revision=snapshot.revision, partition=snapshot.partition,
-                overlimit_entries=snapshot.overlimit_entries, backoff_s=snapshot.backoff_s,
-                below_overlimit_since=snapshot.below_overlimit_since, disabled_cause=snapshot.disabled_cause,
-                high_util_since=snapshot.high_util_since, xid_errors=snapshot.xid_errors, ecc_sbe=snapshot.ecc_sbe,
-                ecc_dbe=snapshot.ecc_dbe, online_workload=snapshot.online_workload,
-                offline_workloads=snapshot.offline_workloads,
+            SysMonitorState(  # positional, in SysMonitorState's field order (a restart folds every GPU)
+                s.gpu_id, s.node_id, s.gpu_type, s.state, s.as_of, s.revision, s.partition, s.overlimit_entries,
+                s.backoff_s, s.below_overlimit_since, s.disabled_cause, s.high_util_since, s.xid_errors, s.ecc_sbe,
+                s.ecc_dbe, s.online_workload, s.offline_workloads,
             )
         )  # fmt: skip
 

@@ -187,11 +187,16 @@ class HealthProcessorCore:
             transition = monitor.undrain(at, f"undrained by an operator: {drain.reason}".rstrip(": "))
         return GpuVerdict(at, (transition,) if transition else (), (), self._record(monitor))
 
+    def is_newer(self, gpu_id: str, as_of: float, revision: int) -> bool:
+        """Whether a state record of the GPU is newer than ours (most folded records are not:
+        every instance folds its own changelog too)."""
+        known = self.monitors.get(gpu_id)
+        return known is None or (as_of, revision) > (known.as_of, known.revision)
+
     def on_state(self, state: SysMonitorState) -> None:
         """Fold the changelog: adopt a GPU's state when it is newer than ours (another
         instance owned it, or we restart). Not a consumed input: the watermark stays."""
-        known = self.monitors.get(state.gpu_id)
-        if known is not None and (state.as_of, state.revision) <= (known.as_of, known.revision):
+        if not self.is_newer(state.gpu_id, state.as_of, state.revision):
             return
         self.monitors[state.gpu_id] = SysMonitor(
             gpu_id=state.gpu_id,
