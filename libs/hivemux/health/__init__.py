@@ -1,8 +1,9 @@
 """MuxFlow's GPU-level protection and its error handling, pure: no clock, no bus, no event
-models in the algorithms; event time comes in with the inputs. Sections: §4.1 "Two-level
-performance protection" (the GPU level: SysMonitor, Figure 6(b)), §5 "System reliability" (mixed
-error handling; journal Table 2), §6 "Implementation" and journal §8 "CPU and memory sharing"
-(node pressure); the journal calls SysMonitor SysProbe.
+models in the algorithms; event time comes in with the inputs. Sections (preprint, with the
+journal's where they differ): §4.1 "Two-level performance protection", the GPU level
+(SysMonitor, Figure 6(b); the journal calls it SysProbe); §4.2 "Safety protection", the mixed
+error handling (journal §5 "System reliability", Table 2); §6 "Implementation" for node CPU and
+memory (journal §8 "CPU and memory sharing").
 
 - ``sysmonitor.py``: the SysMonitor state machine of one GPU, §4.1 / Figure 6(b): states
   ``INIT``, ``HEALTHY``, ``UNHEALTHY``, ``OVERLIMIT``, ``DISABLED``; the Overlimit back-off
@@ -11,7 +12,7 @@ error handling; journal Table 2), §6 "Implementation" and journal §8 "CPU and 
 - ``thresholds.py``: per metric a Healthy, an Unhealthy and an Overlimit threshold (GPU
   utilization, SM activity, SM clock, memory, temperature, power), compiled per GPU type for
   the per-sample path.
-- ``error_patterns.py``: the "mixed error handling" detector, §4.1 (Figure 7) and §5: the errors
+- ``error_patterns.py``: the "mixed error handling" detector, §4.2 (Figure 7; journal §5): the errors
   xCUDA's graceful exit does not cover (MPS server crash or hang, XID 31, sticky CUDA errors,
   100 % utilization without progress), each a finding whose remediation is configuration.
 - ``node_pressure.py``: node CPU and memory pressure, §6 and journal §8 (host memory, a busy
