@@ -17,6 +17,7 @@ from typing import Literal
 from .events import (
     CellBinding,
     CellConfig,
+    ClockTick,
     DeadLetter,
     DeviceControl,
     Event,
@@ -83,6 +84,8 @@ CELL_CONFIG = Topic("cells.config", CellConfig, "cluster", 1, "compact", "Cell c
 CELL_BINDINGS = Topic("cells.bindings", CellBinding, "job_id", 4, "compact", "HiveD cell bindings of training jobs")
 PLACEMENTS = Topic("placements", Placement, "job_id", 4, "delete", "Matcher decisions for offline jobs")
 EXECUTOR_COMMANDS = Topic("executor.commands", ExecutorCommand, "node_id", 8, "delete", "Commands to node executors")
+# Time passing (`events/clock.py`): every instance folds all ticks, so one partition.
+CLOCK_TICKS = Topic("clock.ticks", ClockTick, "ticker", 1, "delete", "Ticks that trigger periodic decisions at their event time")
 EXECUTOR_REPORTS = Topic("executor.reports", ExecutorReport, "node_id", 8, "delete", "Node executors' workload reports")
 
 TOPICS: tuple[Topic, ...] = (
@@ -103,6 +106,7 @@ TOPICS: tuple[Topic, ...] = (
     PLACEMENTS,
     EXECUTOR_COMMANDS,
     EXECUTOR_REPORTS,
+    CLOCK_TICKS,
 )
 
 ALL_TOPICS: tuple[Topic, ...] = TOPICS + tuple(t.dead_letter for t in TOPICS)

@@ -2,15 +2,17 @@
 
 Folded from the start of each topic (one active instance per cell configuration): cell
 configurations, the job log, this allocator's own bindings (crash recovery), job ends and GPU
-health. Each handler is one call into the library, which returns the events to publish. A
-ticker triggers the retry pass of waiting jobs; the pass is stamped with the latest event time
-consumed, never the local clock (`cells.allocator`), so replaying the topics reproduces it.
+health, and the clock ticks. Each handler is one call into the library, which returns the events
+to publish. A ticker publishes a clock tick; consuming a tick runs the retry pass of waiting jobs
+when one is due, stamped with the tick's event time, never the local clock (`cells.allocator`),
+so the pass is on the log and replaying the topics reproduces it.
 """
 
 from __future__ import annotations
 
 import gc
 import logging
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -24,10 +26,10 @@ from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
 from hivemux.cells.schedulers import SchedulerKind, build_scheduler
 from hivemux.cells_inspect.server import start_inspect_server
 from hivemux.errors import ConfigurationError
-from hivemux.events import CellBinding, CellConfig, Event, HealthTransition, JobLifecycleEvent, JobSubmission
+from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobLifecycleEvent, JobSubmission
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED
+from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
@@ -82,8 +84,12 @@ class CellAllocatorShell:
     def on_health(self, transition: HealthTransition, ctx: RecordContext) -> list[Event]:
         return self.edge.on_health(transition, replaying=ctx.replaying)
 
-    def retry(self) -> list[Event]:
-        return self.edge.retry()
+    def tick(self) -> list[Event]:
+        """Publish the time (the only clock read): the retry pass runs when the tick is consumed."""
+        return [ClockTick(occurred_at=datetime.now(UTC), source=self.edge.source, ticker=self.edge.source)]
+
+    def on_tick(self, tick: ClockTick, ctx: RecordContext) -> list[Event]:
+        return self.edge.on_tick(tick, replaying=ctx.replaying)
 
 
 def build(settings: AllocatorSettings) -> Service:
@@ -91,7 +97,8 @@ def build(settings: AllocatorSettings) -> Service:
     # The cell trees live as long as the process: keep the collector from rescanning them
     # (measured in benchmarks/cells.py: ~0.06 ms per request at 65,536 GPUs).
     gc.freeze()
-    edge = allocator_events(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights)
+    edge = allocator_events(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights,
+                            timedelta(seconds=settings.retry_interval_s))  # fmt: skip
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
     service.fold(CELL_CONFIG, shell.on_config)
@@ -99,7 +106,8 @@ def build(settings: AllocatorSettings) -> Service:
     service.fold(CELL_BINDINGS, shell.on_binding)
     service.fold(JOBS_LIFECYCLE, shell.on_lifecycle)
     service.fold(GPU_HEALTH, shell.on_health)
-    service.every(settings.retry_interval_s, shell.retry)
+    service.fold(CLOCK_TICKS, shell.on_tick)
+    service.every(settings.retry_interval_s, shell.tick)
     inspect: dict[str, grpc.aio.Server] = {}
 
     async def start_inspect() -> None:

@@ -3,12 +3,13 @@
 Consumed as a group (the node key decides the owner): GPU sample batches, node samples,
 executor reports, operator drains. Folded by every instance: the `health.state` changelog, so
 a restarted instance, or one taking over another's partitions, resumes each GPU's SysMonitor
-exactly where it was. A ticker triggers the staleness sweep, which judges silence in event time
-(against the latest event time consumed), so replaying the topics gives the same transitions.
+exactly where it was, and the clock ticks: a ticker publishes a tick, and consuming one runs the
+staleness sweep at the tick's event time, so replaying the topics gives the same transitions.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import Counter
@@ -16,12 +17,12 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, SysMonitorSnapshot
+from hivemux.events import ClockTick, DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, SysMonitorSnapshot
 from hivemux.health.config import HealthConfig, load_config
 from hivemux.health.edge import HealthEdge
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import EXECUTOR_REPORTS, GPU_CONTROL, GPU_TELEMETRY, HEALTH_STATE, NODE_TELEMETRY
+from hivemux.topics import CLOCK_TICKS, EXECUTOR_REPORTS, GPU_CONTROL, GPU_TELEMETRY, HEALTH_STATE, NODE_TELEMETRY
 
 NAME = "health-processor"
 SAMPLES = Counter("hivemux_health_samples_total", "GPU samples judged by the SysMonitor state machines")
@@ -63,8 +64,13 @@ class HealthProcessor:
         if topic == GPU_TELEMETRY.name:
             self.core.assign(partitions)  # a takeover's grace starts at the watermark
 
-    def sweep(self) -> list[Event]:
-        return self.core.sweep()  # at the latest event time consumed, not the wall clock
+    def tick(self) -> list[Event]:
+        """Publish the time (the only clock read): the sweep runs when the tick is consumed."""
+        now = datetime.now(UTC)
+        return [ClockTick(occurred_at=now, source=self.core.source, ticker=self.core.source)]
+
+    def on_tick(self, tick: ClockTick, ctx: RecordContext) -> list[Event]:
+        return self.core.on_tick(tick, replaying=ctx.replaying)  # silent GPUs judged at the tick
 
 
 def build(settings: HealthSettings, config: HealthConfig | None = None) -> Service:
@@ -76,7 +82,8 @@ def build(settings: HealthSettings, config: HealthConfig | None = None) -> Servi
     service.on(EXECUTOR_REPORTS, processor.on_report)
     service.on(GPU_CONTROL, processor.on_control)
     service.on_assignment(processor.on_assignment)
-    service.every(settings.sweep_interval_s, processor.sweep)
+    service.fold(CLOCK_TICKS, processor.on_tick)
+    service.every(settings.sweep_interval_s, processor.tick)
     return service
 
 

@@ -20,6 +20,7 @@ from hivemux.errors import InvalidEvent
 from hivemux.events import (
     CellBinding,
     CellConfig,
+    ClockTick,
     CommandAction,
     DeadLetter,
     Event,
@@ -83,6 +84,7 @@ def gpu_batch(**overrides: Any) -> GpuTelemetryBatch:
 
 
 BUILDERS: dict[type[Event], Callable[[], Event]] = {
+    ClockTick: lambda: ClockTick(**ENVELOPE, ticker="health-processor/0"),
     GpuTelemetryBatch: gpu_batch,
     DeviceControl: lambda: DeviceControl(**ENVELOPE, gpu_id="node-00/gpu-0", node_id="node-00", action="drain"),
     NodePressure: lambda: NodePressure(**ENVELOPE, node_id="node-00", pressured=True, reason="memory", metrics={"cpu_util": 3.0}),

@@ -15,22 +15,22 @@ What it holds, and the HiveD section each part follows:
   faulty hardware"); they are applied again to the scheduler a reconfiguration builds;
 - the configuration version: a newer cell configuration builds a new scheduler
   (`schedulers.build_scheduler`) and keeps every placement (§4 "Reconfiguration");
-- the latest event time consumed, which stamps the retry pass.
+- the latest event time consumed, which stamps the retry pass, and the last pass's time.
 
 Determinism (ARCHITECTURE.md "Determinism"). Nothing here reads a clock: every decision is a
 function of the inputs folded so far and their event time. A decision caused by an input is
 stamped with that input's event time and derives its ids from that input's id. The retry pass
-(`retry`) has no input of its own: the shell triggers it from a periodic ticker, and the pass is
-stamped with the latest event time consumed (`latest`), its ids derived from that time. So a
-pass's decisions and ids are a function of the inputs consumed before it: replaying the topics
-with the passes at the same points reproduces them, and a pass that finds nothing new decides
-nothing (extra ticks change nothing). Where in the input sequence a pass falls is still set by
-the ticker; a tick event on the bus would record that too (not done: nothing consumes one yet).
-Before this, the pass was stamped with the wall clock when that was later than the latest event,
-so two replays of one log stamped and identified its decisions differently.
+has no input of its own: it runs when the shell consumes a clock tick from the bus
+(`events/clock.py`; `tick`), once `retry_interval` of event time has passed since the last
+pass, stamped with the latest event time consumed (`latest`, which the tick moved), its ids
+derived from that time. So where a pass falls in the input sequence is on the log too (the
+tick's position), and a pass's decisions and ids are a function of the inputs consumed before
+it; a pass that finds nothing new decides nothing. Before issue 14 the pass was triggered by a
+local timer and stamped with the wall clock when that was later than the latest event, so two
+replays of one log stamped and identified its decisions differently.
 
 What updates `latest`: every input the allocator acts on (training submissions, job ends, GPU
-health and, since the retry pass uses it, cell configurations); the recorded bindings folded
+health, clock ticks and, since the retry pass uses it, cell configurations); the recorded bindings folded
 after a restart do not (they are its own output). Limit: a retry pass's ids derive from (pod or
 job, latest event time), so a pod bound by two passes at the same latest time would get one id
 twice; that needs it preempted in between by an input stamped before the latest (out-of-order
@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from . import api
@@ -74,12 +74,20 @@ class Allocation:
 class CellAllocator:
     """Single-threaded; every input goes through one of the methods below."""
 
-    def __init__(self, scheduler: api.CellScheduler, kind: str = "hived", weights: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        scheduler: api.CellScheduler,
+        kind: str = "hived",
+        weights: Mapping[str, float] | None = None,
+        retry_interval: timedelta = timedelta(seconds=5),
+    ) -> None:
         self.jobs = JobAllocator(scheduler, dict(weights or {}))
         self.kind = kind  # which scheduler a reconfiguration builds
         self.config_version = 0  # 0: the configuration the allocator started with
         self.bad_nodes = BadNodes()
         self.latest = NEVER  # latest event time consumed
+        self.retry_interval = retry_interval  # event time between two retry passes on ticks
+        self.last_retry = NEVER  # event time of the last retry pass a tick ran
 
     @property
     def scheduler(self) -> api.CellScheduler:
@@ -134,6 +142,20 @@ class CellAllocator:
         for node in self.bad_nodes.bad():
             self.jobs.set_node_bad(node)
         return self._allocation(decisions, at, cause)
+
+    def saw(self, at: datetime) -> None:
+        """Time passed without a decision (a clock tick replayed after a restart)."""
+        self._saw(at)
+
+    def tick(self, at: datetime) -> Allocation:
+        """A clock tick on the bus (`events/clock.py`): time moves to `at`, and once
+        `retry_interval` of event time has passed since the last pass, the waiting jobs are
+        tried again (`retry`), stamped with that time."""
+        self._saw(at)
+        if self.latest - self.last_retry < self.retry_interval:
+            return Allocation(self.latest, self.latest.isoformat())
+        self.last_retry = self.latest
+        return self.retry()
 
     def retry(self) -> Allocation:
         """Try the waiting jobs again, stamped with the latest event time consumed (see the

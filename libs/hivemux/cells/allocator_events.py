@@ -24,12 +24,13 @@ decided was published before the restart.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from hivemux.errors import ConfigurationError, InvalidEvent
 from hivemux.events import (
     CellBinding,
     CellConfig,
+    ClockTick,
     CommandAction,
     Event,
     ExecutorCommand,
@@ -114,6 +115,14 @@ class AllocatorEvents:
         )  # fmt: skip
         return [] if replaying else self.events(allocation)
 
+    def on_tick(self, tick: ClockTick, *, replaying: bool) -> list[Event]:
+        """A clock tick: the retry pass when one is due (`CellAllocator.tick`). A replayed tick
+        only moves time: the bindings its pass made are restored from the binding log."""
+        if replaying:
+            self.core.saw(tick.occurred_at)
+            return []
+        return self.events(self.core.tick(tick.occurred_at))
+
     def retry(self) -> list[Event]:
         return self.events(self.core.retry())
 
@@ -194,7 +203,11 @@ class AllocatorEvents:
 
 
 def allocator_events(
-    scheduler: api.CellScheduler, source: str, kind: str = "hived", weights: Mapping[str, float] | None = None
+    scheduler: api.CellScheduler,
+    source: str,
+    kind: str = "hived",
+    weights: Mapping[str, float] | None = None,
+    retry_interval: timedelta = timedelta(seconds=5),
 ) -> AllocatorEvents:
     """A fresh allocator (configuration version 0) over `scheduler`, at its edges."""
-    return AllocatorEvents(CellAllocator(scheduler, kind, weights), source)
+    return AllocatorEvents(CellAllocator(scheduler, kind, weights, retry_interval), source)

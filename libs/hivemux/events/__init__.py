@@ -5,11 +5,12 @@ decoded and validated once, converted to domain values by the code that consumes
   (ids derived from inputs, so replays emit the same ids), ``Name``, ``Reason``/``clip_reason``.
 - ``jobs.py``: submissions, profiles, lifecycle; ``scheduling.py``: cell bindings and
   configuration, placements, speed models, sharing observations; ``executor.py``: executor
-  commands and reports, dead letters; ``telemetry.py``: columnar GPU batches, node samples,
+  commands and reports, dead letters; ``clock.py``: ticks that trigger periodic decisions; ``telemetry.py``: columnar GPU batches, node samples,
   SysMonitor transitions and snapshots, faults, device control.
 """
 
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
+from .clock import ClockTick
 from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState
 from .jobs import (
     JobKind,
@@ -38,6 +39,7 @@ from .telemetry import (
 )
 
 __all__ = [
+    "ClockTick",
     "REASON_MAX",
     "Reason",
     "clip_reason",

@@ -22,6 +22,7 @@ from itertools import repeat
 from typing import cast
 
 from hivemux.events import (
+    ClockTick,
     CommandAction,
     DeviceControl,
     Event,
@@ -166,6 +167,13 @@ class HealthEdge:
     def on_control(self, control: DeviceControl) -> list[Event]:
         drain = Drain(control.gpu_id, control.node_id, control.occurred_at.timestamp(), control.action, control.reason)
         return self._gpu_events(self.core.on_drain(drain), control.event_id)
+
+    def on_tick(self, tick: ClockTick, *, replaying: bool = False) -> list[Event]:
+        """Time passed (a tick on the bus): the watermark moves to the tick and, live, silent
+        GPUs are disabled at it. A replayed tick only moves the watermark: the changelog
+        already holds what its sweep decided."""
+        self.core.advance(tick.occurred_at.timestamp())
+        return [] if replaying else self.sweep()
 
     def on_snapshot(self, snapshot: SysMonitorSnapshot) -> None:
         if not self.core.is_newer(snapshot.gpu_id, snapshot.as_of, snapshot.revision):

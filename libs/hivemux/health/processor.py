@@ -10,7 +10,9 @@ for speed (the state machine is the hot path: `benchmarks/health.py`); a call re
 decisions to publish and never mutates what it is given.
 
 Silence, in event time. ``watermark`` is the latest event time among the records consumed
-(every input's record time; the changelog fold does not count), and only moves forward. The
+(every input's record time and the clock ticks on the bus, `events/clock.py`; the changelog
+fold does not count), and only moves forward. The ticks keep it moving when every input of
+an instance falls silent (an ingester down), so that silence is still seen. The
 staleness sweep judges silence against it, so replaying the topics gives the same Disabled
 transitions whatever the wall clock says; a periodic tick only decides when the sweep runs.
 
@@ -61,6 +63,12 @@ class HealthProcessorCore:
                 for p in self._grace_pending:
                     self.assigned_at[p] = at
                 self._grace_pending.clear()
+
+    def advance(self, at: float) -> None:
+        """Time passed without a record of ours (a clock tick on the bus): the watermark moves
+        forward to `at`, never back."""
+        if at > self.watermark:
+            self._advance(at)
 
     def assign(self, partitions: Iterable[int] | None) -> None:
         if partitions is None:

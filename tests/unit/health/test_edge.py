@@ -314,3 +314,24 @@ def test_a_batchs_rows_are_its_samples_as_observations_field_by_field() -> None:
         )
         for s in samples
     ]  # fmt: skip
+
+
+def test_a_clock_tick_sees_silence_when_every_input_stops() -> None:
+    # Every sample stops (an ingester down): only the ticks on the bus move the watermark. A
+    # live tick past the silence limit disables the GPU at the tick's time; a replayed tick
+    # moves the watermark and decides nothing (the changelog holds what its sweep decided).
+    from hivemux.events import ClockTick
+
+    def tick(seconds: float) -> ClockTick:
+        return ClockTick(occurred_at=at(seconds), source=SOURCE, ticker=SOURCE)
+
+    replayed = core()
+    replayed.on_batch(batch(sample(0)))
+    assert replayed.on_tick(tick(60), replaying=True) == [] and replayed.core.watermark == at(60).timestamp()
+
+    c = core()
+    c.on_batch(batch(sample(0)))
+    assert c.on_tick(tick(10)) == []  # within the silence limit
+    [t] = of_type(c.on_tick(tick(45)), HealthTransition)
+    assert (t.gpu_id, t.to_state, t.cause, t.occurred_at) == ("node-00/gpu-0", HealthState.DISABLED, "stale", at(45))
+    assert c.on_tick(tick(30)) == [] and c.core.watermark == at(45).timestamp()  # an older tick moves nothing
