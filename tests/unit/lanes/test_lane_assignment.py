@@ -1,4 +1,4 @@
-"""Salus lanes (salus/lanes.py): Algorithm 1's FindLane steps, admission and queueing under the
+"""Salus lanes (lanes/lane_assignment.py): Algorithm 1's FindLane steps, admission and queueing under the
 safety condition, and the progressive-allocation deadlock of Salus Figure 6."""
 
 from __future__ import annotations
