@@ -2,8 +2,15 @@
 
 Each topic names its value model, the model field that is its key (so the key, and therefore
 the partition and the owning consumer-group member, follows from the event), its partition
-count, its cleanup policy and its dead-letter topic. `schemas/` is generated from here, and
-services create exactly these topics at start.
+count, its cleanup policy, its retention and its dead-letter topic. `schemas/` is generated from
+here, and services create exactly these topics at start.
+
+Retention (ARCHITECTURE.md, "The log as the system of record"): the topics are the record, so
+every topic keeps everything on any Kafka (``retention.ms`` and ``retention.bytes`` -1), except
+raw telemetry (samples are re-measured every second; what they caused is on the decision
+topics) and dead letters, which keep the broker's default. A compacted topic keeps the last
+record per key for ever: its key must make that record the whole state of the key
+(tests/unit/test_compaction.py folds a recorded run from all records and from the last per key).
 
 Partition counts bound how many instances of a consuming service share work: the telemetry
 and health topics are keyed by GPU, node-facing commands by node, job topics by job.
@@ -38,7 +45,10 @@ from .events import (
 )
 
 CleanupPolicy = Literal["delete", "compact"]
+# "unlimited": the history is the record; "bounded": the broker's default retention.
+Retention = Literal["unlimited", "bounded"]
 DEAD_LETTER_SUFFIX = ".dlq"
+UNLIMITED_RETENTION = {"retention.ms": "-1", "retention.bytes": "-1"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +59,8 @@ class Topic:
     partitions: int
     cleanup_policy: CleanupPolicy
     description: str
+    # Defaults to keeping everything: a topic declared without it loses nothing.
+    retention: Retention = "unlimited"
 
     @property
     def dead_letter(self) -> "Topic":
@@ -59,7 +71,16 @@ class Topic:
             partitions=1,
             cleanup_policy="delete",
             description=f"Records of {self.name} that could not be accepted, with the reason.",
+            retention="bounded",  # evidence for an operator to look at, not the record
         )
+
+    @property
+    def configs(self) -> dict[str, str]:
+        """The topic configs it is created with, in Kafka's names."""
+        configs = {"cleanup.policy": self.cleanup_policy}
+        if self.retention == "unlimited":
+            configs |= UNLIMITED_RETENTION
+        return configs
 
     def key_of(self, event: Event) -> str:
         return str(getattr(event, self.key_field))
@@ -68,20 +89,32 @@ class Topic:
 # Keyed by node: one record per node and sampling instant; the health-processor instance that
 # owns a node's partition owns all its GPUs. gpu.control and executor.reports share the key and
 # the partition count, so the default range assignor gives one instance all of a node's inputs.
-GPU_TELEMETRY = Topic("telemetry.gpu", GpuTelemetryBatch, "node_id", 8, "delete", "GPU samples, batched per node and instant")
+GPU_TELEMETRY = Topic("telemetry.gpu", GpuTelemetryBatch, "node_id", 8, "delete", "GPU samples, batched per node and instant", "bounded")
 GPU_CONTROL = Topic("gpu.control", DeviceControl, "node_id", 8, "delete", "Operator drains and undrains of GPUs")
+# A snapshot is a GPU's whole SysMonitor state: compaction keeps what a new owner resumes from.
 HEALTH_STATE = Topic("health.state", SysMonitorSnapshot, "gpu_id", 8, "compact", "Changelog of each GPU's full SysMonitor state")
-NODE_PRESSURE = Topic("node.pressure", NodePressure, "node_id", 4, "compact", "Node CPU/memory pressure changes")
-NODE_TELEMETRY = Topic("telemetry.node", NodeTelemetry, "node_id", 8, "delete", "Node samples: GPUs, CPU and memory pressure")
-GPU_HEALTH = Topic("gpu.health", HealthTransition, "gpu_id", 4, "compact", "SysMonitor state transitions per GPU")
+# Transitions and pressure changes are decisions (with the evictions they caused): their history
+# is what `gpus explain` and audit replay read, so they are not compacted to the latest one.
+NODE_PRESSURE = Topic("node.pressure", NodePressure, "node_id", 4, "delete", "Node CPU/memory pressure changes")
+NODE_TELEMETRY = Topic("telemetry.node", NodeTelemetry, "node_id", 8, "delete", "Node samples: GPUs, CPU and memory pressure", "bounded")
+GPU_HEALTH = Topic("gpu.health", HealthTransition, "gpu_id", 4, "delete", "SysMonitor state transitions per GPU")
 GPU_FAULTS = Topic("gpu.faults", Fault, "gpu_id", 4, "delete", "Detected error patterns and their remediation")
 JOBS_SUBMITTED = Topic("jobs.submitted", JobSubmission, "job_id", 4, "delete", "The event-sourced job log")
 JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete", "Job state changes with reasons")
+# Compacted: a profile is the job's whole solo profile; a newer one replaces it.
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
 SHARING_OBSERVATIONS = Topic("sharing.observations", SharingObservation, "gpu_id", 4, "delete", "Measured effects of sharing a GPU")
+# Compacted: a model version carries all its parameters, a configuration version the whole cell
+# configuration; consumers take the newest version per key, so the last record is the state.
 PREDICTOR_MODELS = Topic("predictor.models", PredictorModel, "gpu_type", 1, "compact", "Speed predictor versions per GPU type")
 CELL_CONFIG = Topic("cells.config", CellConfig, "cluster", 1, "compact", "Cell configuration versions (HiveD format)")
-CELL_BINDINGS = Topic("cells.bindings", CellBinding, "job_id", 4, "compact", "HiveD cell bindings of training jobs")
+# History, not compacted: a job's record is one per pod (bound, then released or preempted) plus
+# its refusals, which name no pod. The allocator rebuilds from the whole binding log after a crash
+# (HiveD §4 "Fault tolerance"); compacted by job id, a Kafka broker would keep one pod of a gang.
+# Keying per pod would survive compaction for recovery but not refusals, and would lose the
+# binding history that audit replay compares. Keyed by job, a gang's records stay in order on
+# one partition.
+CELL_BINDINGS = Topic("cells.bindings", CellBinding, "job_id", 4, "delete", "HiveD cell bindings of training jobs")
 PLACEMENTS = Topic("placements", Placement, "job_id", 4, "delete", "Matcher decisions for offline jobs")
 EXECUTOR_COMMANDS = Topic("executor.commands", ExecutorCommand, "node_id", 8, "delete", "Commands to node executors")
 # Time passing (`events/clock.py`): every instance folds all ticks, so one partition.

@@ -119,3 +119,27 @@ async def test_partition_discovery_waits_for_the_topic_and_fails_on_a_missing_on
             await discover_partitions(consumer, unique_topic(partitions=1).name, attempts=2, pause_s=0.05)
     finally:
         await consumer.stop()
+
+
+async def test_topics_are_created_with_their_cleanup_policy_and_retention(infra: Endpoints) -> None:
+    """The embedded broker stores the configs as given (it enforces none of them: memory storage
+    deletes nothing), so what a real Kafka would be told is checked here."""
+    from dataclasses import replace
+
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    from hivemux.topics import CELL_BINDINGS, GPU_TELEMETRY, HEALTH_STATE
+
+    declared = [replace(t, name=unique_topic().name) for t in (CELL_BINDINGS, HEALTH_STATE, GPU_TELEMETRY)]
+    assert sorted(await ensure_topics(infra.bootstrap_servers, declared)) == sorted(t.name for t in declared)
+    admin = AIOKafkaAdminClient(bootstrap_servers=infra.bootstrap_servers)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, t.name) for t in declared])
+    finally:
+        await admin.close()
+    stored = {resource[3]: {entry[0]: entry[1] for entry in resource[4]} for resource in response.resources}
+    assert {t.name: {k: stored[t.name].get(k) for k in t.configs} for t in declared} == {t.name: t.configs for t in declared}
+    assert stored[declared[0].name]["retention.ms"] == "-1" and stored[declared[0].name]["cleanup.policy"] == "delete"
+    assert stored[declared[2].name].get("retention.ms") != "-1"  # raw telemetry: the broker's default

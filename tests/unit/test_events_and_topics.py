@@ -166,8 +166,21 @@ def test_topic_declaration(topic: Any) -> None:
     assert topic.description
     dlq = topic.dead_letter
     assert dlq.name == topic.name + DEAD_LETTER_SUFFIX == topic.name + ".dlq"
-    assert (dlq.model, dlq.key_field, dlq.cleanup_policy) == (DeadLetter, "original_topic", "delete")
+    assert (dlq.model, dlq.key_field, dlq.cleanup_policy, dlq.retention) == (DeadLetter, "original_topic", "delete", "bounded")
     assert by_name(dlq.name) == dlq and by_name(topic.name) is topic
+
+
+def test_the_record_is_kept_for_ever_and_only_raw_telemetry_and_dead_letters_are_bounded() -> None:
+    bounded = {t.name for t in ALL_TOPICS if t.retention == "bounded"}
+    assert bounded == {"telemetry.gpu", "telemetry.node"} | {t.dead_letter.name for t in TOPICS}
+    assert by_name("jobs.submitted").configs == {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+    assert by_name("telemetry.gpu").configs == {"cleanup.policy": "delete"}  # the broker's default retention
+    assert by_name("health.state").configs["cleanup.policy"] == "compact"
+
+
+def test_bindings_are_a_history_not_compacted_by_job() -> None:
+    """One record per pod, keyed by job: compaction would keep one pod of a gang."""
+    assert (by_name("cells.bindings").cleanup_policy, by_name("cells.bindings").retention) == ("delete", "unlimited")
 
 
 @pytest.mark.parametrize("model", list(BUILDERS), ids=[m.__name__ for m in BUILDERS])

@@ -93,10 +93,10 @@ def status(as_json: bool) -> None:
 
 @cli.command()
 def topics() -> None:
-    """The topic registry: name, key, partitions, model, cleanup policy."""
-    click.echo(f"{'topic':<30} {'key':<16} {'parts':>5}  {'cleanup':<8} model")
+    """The topic registry: name, key, partitions, model, cleanup policy, retention."""
+    click.echo(f"{'topic':<30} {'key':<16} {'parts':>5}  {'cleanup':<8} {'retention':<9} model")
     for t in ALL_TOPICS:
-        click.echo(f"{t.name:<30} {t.key_field:<16} {t.partitions:>5}  {t.cleanup_policy:<8} {t.model.__name__}")
+        click.echo(f"{t.name:<30} {t.key_field:<16} {t.partitions:>5}  {t.cleanup_policy:<8} {t.retention:<9} {t.model.__name__}")
 
 
 @cli.group(name="schemas")

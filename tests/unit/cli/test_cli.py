@@ -30,7 +30,8 @@ def test_topics_lists_every_topic_with_partitions() -> None:
     assert result.exit_code == 0
     lines = result.output.splitlines()[1:]
     assert [line.split()[0] for line in lines] == [t.name for t in ALL_TOPICS]
-    assert lines[0].split()[:3] == ["telemetry.gpu", "node_id", "8"]
+    assert lines[0].split()[:5] == ["telemetry.gpu", "node_id", "8", "delete", "bounded"]
+    assert {line.split()[0]: line.split()[4] for line in lines}["cells.bindings"] == "unlimited"
 
 
 def test_schemas_export_then_check(tmp_path: Path) -> None:
