@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import statistics
@@ -278,6 +279,7 @@ def main() -> None:
         f"Overlimit crossing -> eviction command published (20,000 GPUs at 1 Hz, {e2e['eviction_latency_samples']:.0f} crossings): "
         f"median {e2e['eviction_latency_median_ms']:.0f} ms, p99 {e2e['eviction_latency_p99_ms']:.0f} ms"
     )
+    print(json.dumps({"benchmark": "health", **figures, **e2e, "load_average": round(os.getloadavg()[0], 2)}))
 
 
 if __name__ == "__main__":
