@@ -68,7 +68,7 @@ async def test_submitted_jobs_are_placed_run_and_bound(system, tmp_path: Path) -
     endpoints, children, env = system
     jobs = tmp_path / "jobs.yaml"
     jobs.write_text(JOBS)
-    submitted = _cli(env, "submit", str(jobs))
+    submitted = _cli(env, "jobs", "submit", str(jobs))
     assert submitted.returncode == 0, submitted.stderr
     assert "submitted e2e-offline" in submitted.stdout
 
@@ -115,7 +115,7 @@ async def test_bad_job_file_is_refused_with_a_clear_error(system, tmp_path: Path
     _, _, env = system
     bad = tmp_path / "bad.yaml"
     bad.write_text("job_id: x\nvc: vc-a\nkind: quantum\nworkload: {model: resnet50, batch_size: 0, iterations: 1}\n")
-    result = _cli(env, "submit", str(bad))
+    result = _cli(env, "jobs", "submit", str(bad))
     assert result.returncode != 0
     assert "kind" in result.stderr and "batch_size" in result.stderr
 

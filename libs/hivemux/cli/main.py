@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import sys
 from datetime import UTC, datetime
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
 
 import click
-from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
 from .. import schemas
 from ..settings import BusSettings
 from ..topics import ALL_TOPICS
-from .jobfile import JobFileError, parse_jobs
+from .bus_io import run_on_bus as _run_on_bus
+from .jobs import jobs_group
 from .services import SERVICES
-
-T = TypeVar("T")
-
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
@@ -57,26 +51,6 @@ def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None
         summary_path.parent.mkdir(parents=True, exist_ok=True)
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")
         click.echo(f"summary written to {summary_path}")
-
-
-@cli.command()
-@click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
-def submit(path: Path) -> None:
-    """Validate a YAML/JSON job spec and submit it to jobs.submitted."""
-    from ..bus import Publisher
-
-    try:
-        jobs = parse_jobs(path)
-    except JobFileError as error:
-        raise click.ClickException(str(error)) from error
-
-    async def send() -> None:
-        async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
-            await publisher.publish_all(jobs)
-
-    _run_on_bus(send())
-    for job in jobs:
-        click.echo(f"submitted {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
 
 
 @cli.command()
@@ -348,15 +322,7 @@ def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[
     click.echo(table)
 
 
-def _run_on_bus(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a CLI's bus work; an unreachable broker is a clear error, not a traceback."""
-    try:
-        return asyncio.run(coroutine)
-    except KafkaConnectionError as error:
-        servers = BusSettings().kafka_bootstrap_servers
-        raise click.ClickException(
-            f"cannot reach Kafka at {servers} ({error}); set KAFKA_BOOTSTRAP_SERVERS to the address `hivemux up` printed"
-        ) from error
+cli.add_command(jobs_group)
 
 
 def main() -> None:

@@ -46,7 +46,7 @@ def test_schemas_export_then_check(tmp_path: Path) -> None:
 def test_submit_refuses_a_bad_file_before_touching_the_broker(tmp_path: Path) -> None:
     bad = tmp_path / "job.yaml"
     bad.write_text("job_id: j\nvc: a\nkind: offline\n")
-    result = CliRunner().invoke(cli, ["submit", str(bad)], env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    result = CliRunner().invoke(cli, ["jobs", "submit", str(bad)], env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
     assert result.exit_code == 1 and "workload" in result.output
 
 
@@ -65,5 +65,5 @@ def test_cells_configure_refuses_an_invalid_configuration_before_publishing(tmp_
 def test_an_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
     job = tmp_path / "job.yaml"
     job.write_text("job_id: j\nvc: a\nkind: offline\nworkload: {model: resnet50, batch_size: 8, iterations: 5}\n")
-    result = CliRunner().invoke(cli, ["submit", str(job)], env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
+    result = CliRunner().invoke(cli, ["jobs", "submit", str(job)], env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
     assert result.exit_code == 1 and "cannot reach Kafka at 127.0.0.1:1" in result.output
