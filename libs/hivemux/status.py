@@ -21,7 +21,10 @@ from .events import (
 from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, PLACEMENTS, Topic
 
 STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS)
-_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED}
+_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED, JobState.CANCELLED}
+# A suspended job stays suspended until resumed or cancelled (or its workload had finished):
+# the stopped/waiting notes that follow the suspension do not change it (`jobs.control`).
+_ENDS_SUSPENSION = {JobState.RESUMED, JobState.CANCELLED, JobState.COMPLETED, JobState.FAILED}
 
 
 @dataclass(frozen=True)
@@ -76,11 +79,13 @@ class ClusterStatus:
     def _job_changed(self, event: JobLifecycleEvent) -> None:
         if self.job_state.get(event.job_id) in {s.value for s in _ENDED}:
             return  # an ended job stays ended (duplicate completions of gang members)
+        if self.job_state.get(event.job_id) == JobState.SUSPENDED.value and event.state not in _ENDS_SUSPENSION:
+            return
         self.job_state[event.job_id] = event.state.value
         self.job_reason[event.job_id] = event.reason
-        if event.state in _ENDED or event.state in (JobState.EVICTED, JobState.PREEMPTED):
+        if event.state in _ENDED or event.state in (JobState.EVICTED, JobState.PREEMPTED, JobState.SUSPENDED):
             self.sharing_now.pop(event.job_id, None)
-        if event.state in _ENDED:
+        if event.state in _ENDED or event.state is JobState.SUSPENDED:
             self.bound_now.pop(event.job_id, None)
 
     def summary(self) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from .events import (
     Fault,
     GpuTelemetryBatch,
     HealthTransition,
+    JobCommand,
+    JobCommandRefused,
     JobLifecycleEvent,
     JobSubmission,
     NodePressure,
@@ -100,6 +102,10 @@ NODE_TELEMETRY = Topic("telemetry.node", NodeTelemetry, "node_id", 8, "delete", 
 GPU_HEALTH = Topic("gpu.health", HealthTransition, "gpu_id", 4, "delete", "SysMonitor state transitions per GPU")
 GPU_FAULTS = Topic("gpu.faults", Fault, "gpu_id", 4, "delete", "Detected error patterns and their remediation")
 JOBS_SUBMITTED = Topic("jobs.submitted", JobSubmission, "job_id", 4, "delete", "The event-sourced job log")
+# Commands share the job log's key and partition count: one job's submission, commands and
+# lifecycle sit on the same partition number of each topic.
+JOBS_COMMANDS = Topic("jobs.commands", JobCommand, "job_id", 4, "delete", "Users' commands on jobs: cancel, suspend, resume")
+JOBS_REFUSALS = Topic("jobs.refusals", JobCommandRefused, "job_id", 4, "delete", "Job commands refused, with the reason")
 JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete", "Job state changes with reasons")
 # Compacted: a profile is the job's whole solo profile; a newer one replaces it.
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
@@ -130,6 +136,8 @@ TOPICS: tuple[Topic, ...] = (
     NODE_PRESSURE,
     GPU_FAULTS,
     JOBS_SUBMITTED,
+    JOBS_COMMANDS,
+    JOBS_REFUSALS,
     JOBS_LIFECYCLE,
     JOBS_PROFILED,
     SHARING_OBSERVATIONS,

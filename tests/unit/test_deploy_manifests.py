@@ -24,6 +24,7 @@ EXPECTED = {
     "predictor",
     "matcher",
     "executor",
+    "job-controller",
 }
 METRICS_PORT = 9400
 

@@ -36,6 +36,8 @@ from hivemux.events import (
     HealthState,
     HealthTransition,
     JobKind,
+    JobCommand,
+    JobCommandRefused,
     JobLifecycleEvent,
     JobState,
     JobSubmission,
@@ -106,6 +108,10 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
     ),
     JobSubmission: job_submission,
     JobLifecycleEvent: lambda: JobLifecycleEvent(**ENVELOPE, job_id="train-1", state=JobState.BOUND, gpu_ids=("a",)),
+    JobCommand: lambda: JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="cancel"),
+    JobCommandRefused: lambda: JobCommandRefused(
+        **ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="resume", reason="not suspended", job_state="running",
+    ),
     Profile: lambda: Profile(
         **ENVELOPE, job_id="off-1", signature="0123456789abcdef", gpu_type="T4", method="simulated",
         iteration_time_ms=350.0, gpu_util=90.0, sm_activity=82.0, sm_occupancy=45.0, memory_peak_mib=3589.0,
@@ -456,3 +462,12 @@ def test_every_event_validates_against_its_topic_schema() -> None:
 def test_uuid_event_id_travels_as_a_string() -> None:
     event = gpu_batch().model_copy(update={"event_id": uuid.UUID(int=1)})
     assert json.loads(encode_value(event))["event_id"] == "00000000-0000-0000-0000-000000000001"
+
+
+def test_job_commands_are_validated_at_decode() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="explode")
+    with pytest.raises(ValidationError):
+        JobCommand(**ENVELOPE, command_id="c 1", principal="alice", job_id="train-1", action="cancel")

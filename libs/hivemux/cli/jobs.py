@@ -1,10 +1,16 @@
 """`hivemux jobs`: what a user does with jobs, one command for each thing.
 
-Writes publish commands on the bus (`jobs submit`); reads come from the read models.
+Writes publish commands on the bus (`jobs submit`, `cancel`, `suspend`, `resume`: the latter
+three wait for the job controller's outcome, a lifecycle event or a refusal, and print it);
+reads come from the read models.
 """
 
 from __future__ import annotations
 
+import getpass
+import os
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -37,3 +43,58 @@ def submit(path: Path) -> None:
     run_on_bus(send())
     for job in jobs:
         click.echo(f"submitted {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
+
+
+def _principal(value: str | None) -> str:
+    return value or os.environ.get("HIVEMUX_PRINCIPAL") or getpass.getuser()
+
+
+def _control(action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float) -> None:
+    """Publish one command, wait for its outcome on the bus and print it (a refusal exits 1)."""
+    from pydantic import ValidationError
+
+    from ..bus import Publisher
+    from ..bus.lookup import wait_for_event
+    from ..events import JobCommand, JobCommandRefused, JobLifecycleEvent, outcome_id
+    from ..topics import JOBS_LIFECYCLE, JOBS_REFUSALS
+
+    try:
+        command = JobCommand(
+            occurred_at=datetime.now(UTC), source="cli", command_id=command_id or uuid.uuid4().hex,
+            principal=_principal(principal), job_id=job_id, action=action, reason=reason,
+        )  # fmt: skip
+    except ValidationError as error:
+        raise click.ClickException(f"invalid {action} command: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}") from error
+    servers = BusSettings().kafka_bootstrap_servers
+
+    async def send_and_wait() -> object:
+        async with Publisher(servers, source="cli") as publisher:
+            await publisher.publish(command)
+        return await wait_for_event(servers, (JOBS_LIFECYCLE, JOBS_REFUSALS), job_id, outcome_id(command.command_id), timeout_s=timeout)
+
+    outcome = run_on_bus(send_and_wait())
+    match outcome:
+        case JobLifecycleEvent():
+            click.echo(f"{job_id} {outcome.state.value}: {outcome.reason}")
+        case JobCommandRefused():
+            raise click.ClickException(outcome.reason)
+        case _:
+            raise click.ClickException(
+                f"{action} {job_id} sent (command {command.command_id}); no outcome within {timeout:g} s: is the job-controller running?"
+            )
+
+
+def _control_command(action: str, help_text: str) -> None:
+    @jobs_group.command(action, help=help_text)
+    @click.argument("job_id")
+    @click.option("--reason", default="", help="Why (recorded with the command and its outcome)")
+    @click.option("--principal", default=None, help="Who asks; default $HIVEMUX_PRINCIPAL or the OS user name")
+    @click.option("--command-id", default=None, help="Command id (a retry with the same id acts once); default a new one")
+    @click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for the outcome")
+    def command(job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float) -> None:
+        _control(action, job_id, reason, principal, command_id, timeout)
+
+
+_control_command("cancel", "Cancel a job: its cells are released and its workload stopped; it ends as cancelled.")
+_control_command("suspend", "Suspend a job: its cells are released and its workload stopped until it is resumed.")
+_control_command("resume", "Resume a suspended job: it goes back to the end of its VC's queue, same VC and priority.")

@@ -1,4 +1,4 @@
-"""The seven services by their command-line names (the CLI is the one place that knows them all)."""
+"""The services by their command-line names (the CLI is the one place that knows them all)."""
 
 SERVICES: dict[str, str] = {
     "telemetry-ingester": "hivemux.services.telemetry_ingester.service",
@@ -8,4 +8,5 @@ SERVICES: dict[str, str] = {
     "predictor": "hivemux.services.predictor.service",
     "matcher": "hivemux.services.matcher.service",
     "executor": "hivemux.services.executor.service",
+    "job-controller": "hivemux.services.job_controller.service",
 }

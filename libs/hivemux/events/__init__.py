@@ -5,14 +5,17 @@ decoded and validated once, converted to domain values by the code that consumes
   (ids derived from inputs, so replays emit the same ids), ``Name``, ``Reason``/``clip_reason``.
 - ``jobs.py``: submissions, profiles, lifecycle; ``scheduling.py``: cell bindings and
   configuration, placements, speed models, sharing observations; ``executor.py``: executor
-  commands and reports, dead letters; ``clock.py``: ticks that trigger periodic decisions; ``telemetry.py``: columnar GPU batches, node samples,
+  commands and reports, dead letters; ``clock.py``: ticks that trigger periodic decisions; ``commands.py``: job commands (cancel,
+  suspend, resume) and their refusals; ``telemetry.py``: columnar GPU batches, node samples,
   SysMonitor transitions and snapshots, faults, device control.
 """
 
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .clock import ClockTick
+from .commands import JobAction, JobCommand, JobCommandRefused, outcome_id
 from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState
 from .jobs import (
+    FINISHED_STATES,
     JobKind,
     JobLifecycleEvent,
     JobState,
@@ -40,6 +43,11 @@ from .telemetry import (
 
 __all__ = [
     "ClockTick",
+    "FINISHED_STATES",
+    "JobAction",
+    "JobCommand",
+    "JobCommandRefused",
+    "outcome_id",
     "REASON_MAX",
     "Reason",
     "clip_reason",

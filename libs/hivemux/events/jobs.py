@@ -73,6 +73,12 @@ class JobSubmission(Event):
 
 
 class JobState(StrEnum):
+    """A job's lifecycle. ``cancelled``, ``suspended`` and ``resumed`` are decided by the job
+    controller from user commands (`events.commands`): ``cancelled`` ends the job for good (the
+    ``stopped`` the executor then reports for its workload does not change that); ``suspended``
+    holds it, cells released and workload stopped, until ``resumed``, which puts it back at the
+    end of its queue (then ``waiting``/``bound``/``placed`` as usual)."""
+
     SUBMITTED = "submitted"
     PROFILED = "profiled"
     WAITING = "waiting"  # not placed yet; the reason says why
@@ -85,6 +91,13 @@ class JobState(StrEnum):
     EVICTED = "evicted"
     PREEMPTED = "preempted"
     REJECTED = "rejected"
+    CANCELLED = "cancelled"
+    SUSPENDED = "suspended"
+    RESUMED = "resumed"
+
+
+# States after which nothing happens to a job any more.
+FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED})
 
 
 class JobLifecycleEvent(Event):

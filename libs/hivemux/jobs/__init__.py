@@ -1,0 +1,1 @@
+"""Job control: the pure deciding core of users' job commands (`control`)."""

@@ -1,0 +1,1 @@
+"""job-controller: decides users' job commands (cancel, suspend, resume) from the job log."""
