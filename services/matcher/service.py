@@ -21,6 +21,7 @@ from hivemux.events import (
     ExecutorReport,
     GpuTelemetryBatch,
     HealthTransition,
+    JobLifecycleEvent,
     JobSubmission,
     Placement,
     PredictorModel,
@@ -35,6 +36,7 @@ from hivemux.topics import (
     EXECUTOR_REPORTS,
     GPU_HEALTH,
     GPU_TELEMETRY,
+    JOBS_LIFECYCLE,
     JOBS_PROFILED,
     JOBS_SUBMITTED,
     PLACEMENTS,
@@ -88,6 +90,9 @@ class Matcher:
     def on_report(self, report: ExecutorReport, _: RecordContext) -> None:
         self.core.on_report(report)
 
+    def on_lifecycle(self, change: JobLifecycleEvent, ctx: RecordContext) -> list[Event]:
+        return self.core.on_lifecycle(change, live=not ctx.replaying)  # users' cancel / suspend / resume
+
     def on_health(self, transition: HealthTransition, ctx: RecordContext) -> list[Event]:
         return self.core.on_health(transition, live=not ctx.replaying)
 
@@ -116,6 +121,7 @@ def build(settings: MatcherSettings) -> Service:
     service.fold(PREDICTOR_MODELS, matcher.on_model)
     service.fold(PLACEMENTS, matcher.on_placement)
     service.fold(EXECUTOR_REPORTS, matcher.on_report)
+    service.fold(JOBS_LIFECYCLE, matcher.on_lifecycle)
     service.fold(GPU_HEALTH, matcher.on_health)
     service.fold(GPU_TELEMETRY, matcher.on_batch)
     service.every(15.0, matcher.export_efficiency)

@@ -118,6 +118,16 @@ class CellAllocator:
         self._saw(at)
         return self._allocation(self.jobs.end(job_id), at, cause)
 
+    def suspend(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
+        """The job was suspended by its user: its cells are free, the queue is retried."""
+        self._saw(at)
+        return self._allocation(self.jobs.suspend(job_id), at, cause)
+
+    def resume(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
+        """The job was resumed: back at the end of the queue, tried at once."""
+        self._saw(at)
+        return self._allocation(self.jobs.resume(job_id), at, cause)
+
     def gpu_health(self, node: str, gpu: str, *, disabled: bool, at: datetime, cause: str) -> Allocation:
         """A GPU entered or left Disabled: its node may turn bad or healthy (`bad_hardware`)."""
         self._saw(at)

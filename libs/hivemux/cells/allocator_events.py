@@ -15,6 +15,13 @@ makes the one call, and turns the returned `Allocation` into events:
 - `JobRefused` -> a ``rejected`` lifecycle event and a ``refused`` binding;
 - a job whose every pod is bound -> a ``bound`` lifecycle event naming its placement.
 
+Job control (`hivemux.jobs.control`): a ``cancelled`` job ends like a completed one, a
+``suspended`` one leaves the queue; both free their cells (and any preemption reservation) and
+each node that ran one of their pods gets a ``stop`` command (the executor's graceful sequence:
+freeze, SIGTERM, grace, kill); a ``resumed`` job goes back to the end of the queue. The
+``stopped`` the executor then reports for a job stopped that way is not its end (a suspended
+job must stay resumable), so it is ignored.
+
 Events are stamped with the allocation's event time and their ids derived from its cause
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
 after a restart (``replaying``), decisions change the state but nothing is published: what they
@@ -74,6 +81,7 @@ class AllocatorEvents:
         self.core = core
         self.source = source
         self.submissions: dict[str, JobSubmission] = {}  # the job's VC, priority and workload, for its events
+        self.stopped_on_command: set[str] = set()  # jobs cancelled or suspended: their workloads were stopped
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         if job.kind is not JobKind.TRAINING:
@@ -103,10 +111,35 @@ class AllocatorEvents:
         return [] if replaying else self.events(allocation)
 
     def on_lifecycle(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
-        if change.state not in ENDED:
-            return []
-        allocation = self.core.end(change.job_id, at=change.occurred_at, cause=str(change.event_id))
+        job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
+        match change.state:
+            case JobState.CANCELLED | JobState.SUSPENDED if job_id in self.submissions:
+                self.stopped_on_command.add(job_id)
+                if change.state is JobState.CANCELLED:
+                    allocation = self.core.end(job_id, at=at, cause=cause)
+                else:
+                    allocation = self.core.suspend(job_id, at=at, cause=cause)
+                return [] if replaying else [*self._stops(allocation, change), *self.events(allocation)]
+            case JobState.RESUMED:
+                allocation = self.core.resume(job_id, at=at, cause=cause)
+            case JobState.STOPPED if job_id in self.stopped_on_command:
+                return []  # the executor's report of our own stop
+            case state if state in ENDED:
+                allocation = self.core.end(job_id, at=at, cause=cause)
+            case _:
+                return []
         return [] if replaying else self.events(allocation)
+
+    def _stops(self, allocation: Allocation, change: JobLifecycleEvent) -> list[Event]:
+        """One ``stop`` per node that ran a pod the command released (the executor keys by job)."""
+        nodes = dict.fromkeys(d.node for d in allocation.decisions if isinstance(d, PodReleased) and d.job_id == change.job_id)
+        return [
+            ExecutorCommand(
+                event_id=derived_id("stop", change.job_id, node, allocation.cause), occurred_at=allocation.at, source=self.source,
+                node_id=node, action=CommandAction.STOP, job_id=change.job_id, reason=clip_reason(change.reason),
+            )  # fmt: skip
+            for node in nodes
+        ]
 
     def on_health(self, transition: HealthTransition, *, replaying: bool) -> list[Event]:
         allocation = self.core.gpu_health(
@@ -162,11 +195,12 @@ class AllocatorEvents:
                     )
                 return out
             case PodReleased(pod=pod, node=node):
+                why = "job suspended" if d.job_id in self.core.jobs.suspended else "job ended"
                 return [
                     CellBinding(
                         event_id=derived_id("released", pod.name, cause), occurred_at=at, source=self.source,
                         job_id=d.job_id, vc=vc, state="released", priority=priority, pod=pod.name,
-                        node_ids=(node,), reason="job ended: its cells are free again",
+                        node_ids=(node,), reason=f"{why}: its cells are free again",
                     )  # fmt: skip
                 ]
             case PodPreempted(pod=pod, node=node, by=by):

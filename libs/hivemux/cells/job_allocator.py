@@ -19,6 +19,11 @@ Opportunistic capacity is shared between VCs by weighted max-min fairness (HiveD
 VC at or above its fair share is held back while another VC below its share waits (the
 allocation stays work-conserving: with nobody else waiting, idle cells are used).
 
+Job control (`hivemux.jobs.control`): `end` of a cancelled job and `suspend` free its cells
+and drop any reservation HiveD holds for it while it waits on a preemption (its unbound pods
+are deleted from the scheduler, which deletes a preempting group); a suspended job leaves the
+queue until `resume` puts it back at the end, as a new arrival with its VC and priority.
+
 Crash recovery: `restore` re-adds a recorded binding; `end` of a job whose bindings come
 later in the replay is remembered, so replaying the topics in any interleaving converges.
 """
@@ -112,6 +117,7 @@ class JobAllocator:
     waiting: dict[str, str] = field(default_factory=dict)  # job id -> last reason told, in arrival order
     placed: dict[str, dict[str, tuple[api.Pod, api.BindInfo]]] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
+    suspended: set[str] = field(default_factory=set)
 
     def submit(self, job: TrainingJob) -> list[Decision]:
         if job.job_id in self.jobs or job.job_id in self.ended:
@@ -195,9 +201,38 @@ class JobAllocator:
         if job_id in self.ended:
             return []
         self.ended.add(job_id)
+        self.suspended.discard(job_id)
         self.waiting.pop(job_id, None)
+        self._drop_reservation(job_id)
         released = self._release(job_id)
         return [*released, *self.retry_waiting()] if released else []
+
+    def suspend(self, job_id: str) -> list[Decision]:
+        """Suspended by its user: free its cells and leave the queue until `resume`."""
+        if job_id not in self.jobs or job_id in self.ended or job_id in self.suspended:
+            return []
+        self.suspended.add(job_id)
+        self.waiting.pop(job_id, None)
+        self._drop_reservation(job_id)
+        released = self._release(job_id)
+        return [*released, *self.retry_waiting()] if released else []
+
+    def resume(self, job_id: str) -> list[Decision]:
+        """Back to the end of the queue (a new arrival, same VC and priority), tried at once."""
+        if job_id not in self.suspended or job_id in self.ended:
+            return []
+        self.suspended.discard(job_id)
+        self.waiting[job_id] = ""
+        return self._try(self.jobs[job_id])
+
+    def _drop_reservation(self, job_id: str) -> None:
+        """Delete the job's unbound pods from the scheduler: a preempting group's reserved
+        cells are released (HiveD deletes a preempting group with its last waiting pod)."""
+        job = self.jobs.get(job_id)
+        placed = self.placed.get(job_id, {})
+        for pod in job.pods() if job is not None else ():
+            if pod.name not in placed:
+                self.scheduler.delete_unallocated_pod(pod)
 
     def restore(self, job_id: str, pod: api.Pod, bind_info: api.BindInfo) -> None:
         """Re-add a recorded binding (crash recovery); bindings of ended jobs stay released."""

@@ -94,6 +94,17 @@ class PlacementRecord:
 
 
 @dataclass(frozen=True)
+class JobControlled:
+    """A user's command applied to a job (the job controller's lifecycle event)."""
+
+    event_id: UUID
+    job_id: str
+    action: Literal["cancel", "suspend", "resume"]
+    at: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
 class RunReport:
     """An executor's report on an offline job."""
 
@@ -137,6 +148,7 @@ class ClusterView:
     finished: set[str] = field(default_factory=set)
     running: dict[str, PlacementRecord] = field(default_factory=dict)  # job id -> its current placement
     runs: dict[str, _Run] = field(default_factory=dict)  # executor command id -> run
+    suspended: dict[str, OfflineSubmission] = field(default_factory=dict)  # off the queue until resumed
     _arrivals: itertools.count = field(default_factory=itertools.count)
 
     # -- folds ----------------------------------------------------------------------------
@@ -153,6 +165,24 @@ class ClusterView:
     def submit(self, job: OfflineSubmission) -> None:
         if job.job_id not in self.submissions and job.job_id not in self.finished:
             self.submissions[job.job_id] = (next(self._arrivals), job)
+
+    def control(self, command: JobControlled) -> None:
+        """Cancel: the job is finished. Suspend: off the pending queue, profile kept. Resume:
+        back at the end of the queue, as a new arrival (see `hivemux.jobs.control`)."""
+        job_id = command.job_id
+        if command.action == "resume":
+            job = self.suspended.pop(job_id, None)
+            if job is not None and job_id not in self.finished:
+                self.submissions[job_id] = (next(self._arrivals), job)
+            return
+        job = self.submissions.pop(job_id)[1] if job_id in self.submissions else self.suspended.pop(job_id, None)
+        if job is None:
+            return  # not an offline job, or finished already
+        if command.action == "cancel":
+            self.profiles.pop(job_id, None)
+            self.finished.add(job_id)
+        else:
+            self.suspended[job_id] = job
 
     def profiled(self, profile: SoloProfile) -> None:
         self.profiles[profile.job_id] = profile

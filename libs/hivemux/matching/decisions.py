@@ -13,11 +13,14 @@ themselves; derived ids make redeliveries and replays recognisable).
   as action "evict"), the executor command (start, stop, evict) and the job's lifecycle
   step (placed, preempted, evicted). ``waits``: the job goes back to the pending queue (a stop
   without a new GPU, an eviction), which its lifecycle reason says.
+  A ``stop`` for a user's cancel or suspend (`Scheduler.on_control`) has no lifecycle step of
+  its own: the job controller's ``cancelled`` / ``suspended`` is it.
 - `Waiting`: why a pending job is not placed this round.
 - `Decisions`: what one call returns, in publication order, with the round's plan weight.
 
 Decision ids (`hivemux.events.derived_id`), unchanged since the matcher first published them:
-place ``("place", job, gpu, at)``, stop ``("stop", placement id, at)``, evict ``("evict",
+place ``("place", job, gpu, at)``, stop ``("stop", placement id, at)`` (for a user's command:
+``("stop", placement id, lifecycle event id)``), evict ``("evict",
 placement id, health transition id)``, waiting ``("waiting", job, at)``.
 """
 
@@ -56,6 +59,7 @@ class PlacementChange:
     inputs: Mapping[str, float | int | str | None]
     waits: bool = False  # the job is back in the pending queue
     send_command: bool = True  # False: SysMonitor sends this eviction's command (`eviction`)
+    lifecycle: bool = True  # False: the job's lifecycle step is already on the log (a user's cancel or suspend)
     start: OfflineStart | None = None  # ``place`` only
 
 

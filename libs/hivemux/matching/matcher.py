@@ -49,7 +49,7 @@ from hivemux.prediction.analytic import AnalyticSpeedModel
 from hivemux.prediction.features import SpeedModel
 from hivemux.prediction.speed_predictor import MlpSpeedModel
 
-from .cluster_view import GpuReading, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
+from .cluster_view import GpuReading, JobControlled, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
 from .decisions import Decisions, PlacementChange, Waiting
 from .efficiency import EfficiencyReport
 from .eviction import HealthChange
@@ -60,6 +60,7 @@ from .scheduler import Scheduler
 _COMMAND = {"place": CommandAction.START_OFFLINE, "stop": CommandAction.STOP, "evict": CommandAction.EVICT}
 _LIFECYCLE = {"place": ("placed", JobState.PLACED), "stop": ("preempted", JobState.PREEMPTED), "evict": ("evicted", JobState.EVICTED)}
 _WAITS = "; the job waits for the next round"
+CONTROL = {JobState.CANCELLED: "cancel", JobState.SUSPENDED: "suspend", JobState.RESUMED: "resume"}
 
 
 def decision_events(change: PlacementChange, source: str) -> list[Event]:
@@ -107,7 +108,8 @@ def decision_events(change: PlacementChange, source: str) -> list[Event]:
         node_id=change.node_id,
         gpu_ids=(change.gpu_id,),
     )
-    return [placement, command, lifecycle] if change.send_command else [placement, lifecycle]
+    out: list[Event] = [placement, command] if change.send_command else [placement]
+    return [*out, lifecycle] if change.lifecycle else out
 
 
 def waiting_event(waiting: Waiting, source: str) -> JobLifecycleEvent:
@@ -181,6 +183,13 @@ class MatcherCore:
 
     def on_report(self, r: ExecutorReport) -> None:
         self.scheduler.on_report(RunReport(r.job_id, r.node_id, r.command_id, r.state, r.gpu_ids, r.occurred_at, r.iterations_done))
+
+    def on_lifecycle(self, change: JobLifecycleEvent, *, live: bool) -> list[Event]:
+        """The job controller's cancelled / suspended / resumed (other states are not the matcher's)."""
+        if change.state not in CONTROL:
+            return []
+        control = JobControlled(change.event_id, change.job_id, CONTROL[change.state], change.occurred_at, change.reason)
+        return self.publish(self.scheduler.on_control(control, live=live)).events
 
     def on_health(self, t: HealthTransition, *, live: bool) -> list[Event]:
         change = HealthChange(t.event_id, t.gpu_id, t.to_state, t.occurred_at, t.reason, t.metrics, t.evicted_workloads)

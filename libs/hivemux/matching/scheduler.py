@@ -34,7 +34,7 @@ from hivemux.events import derived_id
 from hivemux.prediction.features import SpeedModel
 
 from .bipartite_graph import OnlineGpu
-from .cluster_view import ClusterView, GpuReading, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
+from .cluster_view import ClusterView, GpuReading, JobControlled, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
 from .decisions import Decisions, OfflineStart, PlacementChange, Waiting
 from .efficiency import EfficiencyReport
 from .eviction import HealthChange, evictions
@@ -77,6 +77,21 @@ class Scheduler:
 
     def on_report(self, report: RunReport) -> None:
         self.view.report(report)
+
+    def on_control(self, command: JobControlled, *, live: bool) -> Decisions:
+        """A user's cancel or suspend takes the job off the queue and, when live and it runs,
+        off its GPU (a ``stop`` without a lifecycle step: the command's is it); resume puts
+        it back at the end of the queue for the next round."""
+        if command.job_id not in self.view.submissions and command.job_id not in self.view.suspended:
+            return Decisions()  # not an offline job of ours, or finished
+        stop = None
+        if command.action != "resume" and command.job_id in self.view.running and live:
+            stop = self._stop(command.job_id, command.reason, command.at, moved_to=None, cause=str(command.event_id))
+        elif command.action != "resume":
+            self.view.running.pop(command.job_id, None)
+        self.view.control(command)
+        self.told.pop(command.job_id, None)
+        return Decisions((stop,)) if stop is not None else Decisions()
 
     def on_health(self, change: HealthChange, *, live: bool) -> Decisions:
         self.view.health[change.gpu_id] = change.state
@@ -123,13 +138,13 @@ class Scheduler:
                 changes.append(Waiting(derived_id("waiting", refusal.job_id, at.isoformat()), at, refusal.job_id, refusal.reason))
         return Decisions(tuple(changes), plan.total_weight)
 
-    def _stop(self, job_id: str, reason: str, at: datetime, *, moved_to: str | None) -> PlacementChange:
+    def _stop(self, job_id: str, reason: str, at: datetime, *, moved_to: str | None, cause: str | None = None) -> PlacementChange:
         """Take a running job off its GPU: to move it (hysteresis passed) or to give the GPU
         to jobs worth more than its restart cost (then it waits again)."""
         placed = self.view.running.pop(job_id)
         return PlacementChange(
             action="stop",
-            decision_id=derived_id("stop", placed.decision_id, at.isoformat()),
+            decision_id=derived_id("stop", placed.decision_id, cause or at.isoformat()),
             at=at,
             job_id=job_id,
             gpu_id=placed.gpu_id,
@@ -137,8 +152,11 @@ class Scheduler:
             sm_share=placed.sm_share,
             policy=self.placement,
             reason=reason,
-            inputs={"round": self.rounds, "moved_to": moved_to, "restart_cost": self.policy.restart_cost},
-            waits=moved_to is None,
+            inputs={"round": self.rounds, "moved_to": moved_to, "restart_cost": self.policy.restart_cost}
+            if cause is None
+            else {"command": cause},
+            waits=moved_to is None and cause is None,
+            lifecycle=cause is None,
         )
 
     def _place(self, planned: PlannedPlacement, gpu: OnlineGpu, at: datetime) -> PlacementChange:

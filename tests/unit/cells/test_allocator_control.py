@@ -1,0 +1,81 @@
+"""The cell allocator's reactions to job control (`AllocatorEvents.on_lifecycle` with the job
+controller's ``cancelled``, ``suspended``, ``resumed``) over a real cell scheduler."""
+
+from __future__ import annotations
+
+import pytest
+
+from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobLifecycleEvent, JobState
+
+from test_allocator_events import SCHEDULERS, at, ended, of, shell, training
+
+
+def control(job_id: str, state: JobState, seconds: float) -> JobLifecycleEvent:
+    return JobLifecycleEvent(occurred_at=at(seconds), source="job-controller/0", job_id=job_id, state=state, reason=f"{state.value} by alice")
+
+
+def stopped_report(job_id: str, seconds: float) -> JobLifecycleEvent:
+    return JobLifecycleEvent(occurred_at=at(seconds), source="executor/0", job_id=job_id, state=JobState.STOPPED)
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_cancel_releases_the_gang_stops_each_node_and_binds_the_next_job(kind: str) -> None:
+    s = shell(kind)
+    s.on_submission(training("first", pods=2), replaying=False)
+    s.on_submission(training("second", seconds=2), replaying=False)
+    out = s.on_lifecycle(control("first", JobState.CANCELLED, 10), replaying=False)
+    assert [(b.job_id, b.state) for b in of(out, CellBinding)] == [("first", "released"), ("first", "released"), ("second", "bound")]
+    stops = [c for c in of(out, ExecutorCommand) if c.action is CommandAction.STOP]
+    assert sorted(c.node_id for c in stops) == ["node-02", "node-03"] and {c.job_id for c in stops} == {"first"}
+    assert all(c.reason == "cancelled by alice" for c in stops)
+    assert s.on_lifecycle(stopped_report("first", 11), replaying=False) == []
+    assert s.on_lifecycle(ended("first", 12), replaying=False) == []  # ended already
+    assert s.on_submission(training("first", pods=2, seconds=13), replaying=False) == []  # a cancelled job stays cancelled
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_suspend_frees_the_cells_and_resume_queues_the_job_at_the_end(kind: str) -> None:
+    s = shell(kind)
+    s.on_submission(training("first", pods=2), replaying=False)
+    s.on_submission(training("second", seconds=2), replaying=False)
+    out = s.on_lifecycle(control("first", JobState.SUSPENDED, 10), replaying=False)
+    assert [(b.job_id, b.state) for b in of(out, CellBinding)] == [("first", "released"), ("first", "released"), ("second", "bound")]
+    assert all(b.reason.startswith("job suspended") for b in of(out, CellBinding) if b.job_id == "first")
+    assert len([c for c in of(out, ExecutorCommand) if c.action is CommandAction.STOP]) == 2
+    assert s.on_lifecycle(stopped_report("first", 11), replaying=False) == []  # our stop: not the job's end
+    back = s.on_lifecycle(control("first", JobState.RESUMED, 20), replaying=False)
+    assert [e.state for e in of(back, JobLifecycleEvent)] == [JobState.WAITING]  # second holds cells now
+    rebound = s.on_lifecycle(ended("second", 30), replaying=False)
+    assert [(b.job_id, b.state) for b in of(rebound, CellBinding)][-2:] == [("first", "bound"), ("first", "bound")]
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_a_suspended_waiting_job_leaves_the_queue_until_resumed(kind: str) -> None:
+    s = shell(kind)
+    s.on_submission(training("first", pods=2), replaying=False)
+    s.on_submission(training("second", seconds=2), replaying=False)
+    assert s.on_lifecycle(control("second", JobState.SUSPENDED, 5), replaying=False) == []  # nothing bound, nothing to stop
+    freed = s.on_lifecycle(ended("first", 10), replaying=False)
+    assert [(b.job_id, b.state) for b in of(freed, CellBinding)] == [("first", "released"), ("first", "released")]
+    resumed = s.on_lifecycle(control("second", JobState.RESUMED, 20), replaying=False)
+    assert [(b.job_id, b.state) for b in of(resumed, CellBinding)] == [("second", "bound")]
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_a_resumed_job_goes_behind_the_jobs_that_waited_meanwhile(kind: str) -> None:
+    s = shell(kind)
+    s.on_submission(training("first", pods=2), replaying=False)
+    s.on_submission(training("early", pods=2, seconds=2), replaying=False)
+    s.on_submission(training("late", pods=2, seconds=3), replaying=False)
+    s.on_lifecycle(control("early", JobState.SUSPENDED, 4), replaying=False)
+    s.on_lifecycle(control("early", JobState.RESUMED, 5), replaying=False)
+    freed = s.on_lifecycle(ended("first", 10), replaying=False)
+    assert {b.job_id for b in of(freed, CellBinding) if b.state == "bound"} == {"late"}
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_job_control_replayed_after_a_restart_rebuilds_without_publishing(kind: str) -> None:
+    s = shell(kind)
+    s.on_submission(training("first", pods=2), replaying=True)
+    assert s.on_lifecycle(control("first", JobState.SUSPENDED, 10), replaying=True) == []
+    assert "first" in s.core.jobs.suspended and "first" not in s.core.jobs.waiting
