@@ -13,6 +13,7 @@ cycle and that the algorithms do no I/O):
    allocation), ``prediction`` (the speed predictor), ``matching`` (matching-based
    scheduling, Kuhn-Munkres), ``lanes`` (Salus's lane assignment and iteration scheduling).
    ``jobs`` (the job controller: users' cancel, suspend and resume commands decided from the log).
+   ``projection`` (the read models: each event as the row changes it makes, folded by the projector).
 3. The simulated hardware: ``simulated`` (GPU types, workload catalog, interference, fleet,
    simulated node agent), which production may import for the demo and simulated backends.
 4. Adapters with I/O: ``bus`` (aiokafka runtime), ``store`` (asyncpg), ``infra`` (embedded

@@ -25,6 +25,7 @@ EXPECTED = {
     "matcher",
     "executor",
     "job-controller",
+    "projector",
 }
 METRICS_PORT = 9400
 

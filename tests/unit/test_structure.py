@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / "libs" / "hivemux"
 SERVICES = ROOT / "services"
-ALGORITHMS = ("cells", "health", "sharing", "matching", "prediction", "lanes", "jobs")
+ALGORITHMS = ("cells", "health", "sharing", "matching", "prediction", "lanes", "jobs", "projection")
 IO_MODULES = ("asyncio", "aiokafka", "asyncpg", "grpc", "pynvml")
 # Attribute reads that are a clock or the environment: a deciding core gets event time passed in.
 CLOCK_OR_ENV = {("time", "time"), ("time", "monotonic"), ("time", "perf_counter"), ("time", "time_ns"),

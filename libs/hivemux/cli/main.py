@@ -16,6 +16,8 @@ from ..settings import BusSettings
 from ..topics import ALL_TOPICS
 from .bus_io import run_on_bus as _run_on_bus
 from .jobs import jobs_group
+from . import job_views  # noqa: F401 - registers jobs list/describe/history on jobs_group
+from .projector import projector_group
 from .services import SERVICES
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -323,6 +325,7 @@ def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[
 
 
 cli.add_command(jobs_group)
+cli.add_command(projector_group)
 
 
 def main() -> None:

@@ -9,4 +9,5 @@ SERVICES: dict[str, str] = {
     "matcher": "hivemux.services.matcher.service",
     "executor": "hivemux.services.executor.service",
     "job-controller": "hivemux.services.job_controller.service",
+    "projector": "hivemux.services.projector.service",
 }

@@ -1,0 +1,85 @@
+"""`hivemux jobs list | describe | history`: reads of the PostgreSQL read models (written only by
+the projector, `hivemux.store.read_models`), through HIVEMUX_POSTGRES_DSN."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from ..store.read_models import JobRow, ReadModelStore
+from .jobs import jobs_group
+from .read_model_io import run_on_read_models
+
+
+def _where(job: JobRow) -> str:
+    if job.placement:
+        return f"{job.placement['gpu_id']} (SM {job.placement['sm_share']:g} %)"
+    nodes = sorted({n for pod in job.binding.values() for n in pod.get("node_ids", [])})
+    return ",".join(nodes) if nodes else "-"
+
+
+@jobs_group.command("list")
+@click.option("--vc", default=None, help="Only this virtual cluster.")
+@click.option("--state", default=None, help="Only jobs in this state (waiting, running, ...).")
+@click.option("--kind", default=None, help="Only this kind (online, offline, training).")
+@click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
+def list_jobs(vc: str | None, state: str | None, kind: str | None, limit: int, as_json: bool) -> None:
+    """Jobs from the read model, by job id."""
+    jobs = run_on_read_models(lambda pool: ReadModelStore(pool).jobs(vc=vc, state=state, kind=kind, limit=limit))
+    if as_json:
+        for job in jobs:
+            click.echo(json.dumps(_job_json(job)))
+        return
+    click.echo(f"{'job':<24} {'state':<10} {'vc':<12} {'kind':<9} {'priority':<13} {'where':<24} reason")
+    for job in jobs:
+        click.echo(f"{job.job_id:<24} {job.state:<10} {job.vc or '-':<12} {job.kind or '-':<9} {job.priority or '-':<13} "
+                   f"{_where(job):<24} {job.last_reason}")  # fmt: skip
+    if not jobs:
+        click.echo("(no jobs)")
+
+
+@jobs_group.command("describe")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True)
+def describe(job_id: str, as_json: bool) -> None:
+    """One job: state, VC, kind, priority, placement or binding, times, last reason."""
+    job = run_on_read_models(lambda pool: ReadModelStore(pool).job(job_id))
+    if job is None:
+        raise click.ClickException(f"no job {job_id} in the read model")
+    if as_json:
+        click.echo(json.dumps(_job_json(job), indent=2))
+        return
+    for name, value in _job_json(job).items():
+        if name in ("placement", "binding"):
+            value = json.dumps(value, sort_keys=True) if value else "-"
+        click.echo(f"{name + ':':<14} {value if value not in (None, '') else '-'}")
+
+
+@jobs_group.command("history")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per event.")
+def history(job_id: str, as_json: bool) -> None:
+    """Everything that happened to a job, in order: lifecycle, bindings, placements, commands,
+    refusals, with reasons and inputs."""
+    events = run_on_read_models(lambda pool: ReadModelStore(pool).history(job_id))
+    if not events:
+        raise click.ClickException(f"no events of job {job_id} in the read model")
+    for e in events:
+        if as_json:
+            click.echo(json.dumps({"occurred_at": e.occurred_at.isoformat(), "kind": e.kind, "what": e.what, "reason": e.reason,
+                                   "inputs": e.inputs, "topic": e.topic, "partition": e.partition, "offset": e.offset}))  # fmt: skip
+            continue
+        inputs = " ".join(f"{k}={v}" for k, v in sorted(e.inputs.items()) if v not in (None, [], ""))
+        click.echo(f"{e.occurred_at.isoformat():<32} {e.kind:<10} {e.what:<10} {e.reason}" + (f"  [{inputs}]" if inputs else ""))
+
+
+def _job_json(job: JobRow) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id, "state": job.state, "vc": job.vc, "kind": job.kind, "priority": job.priority,
+        "pods": job.pods, "gpus": job.gpus, "placement": job.placement, "binding": job.binding,
+        "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
+        "updated_at": job.updated_at.isoformat(), "last_reason": job.last_reason,
+    }  # fmt: skip

@@ -1,0 +1,38 @@
+"""Read-model projections: pure folds of decoded events into row changes (no I/O).
+
+``read_models.py`` turns each event the projector consumes into the changes it makes to the
+read-model tables (jobs, job_events, gpus, faults); ``hivemux.store.read_models`` applies them
+in PostgreSQL together with the consumed offsets, and ``hivemux.store.projector`` runs the loop.
+"""
+
+from .read_models import (
+    FINISHED_STATES,
+    PROJECTED_TOPICS,
+    Change,
+    FaultRow,
+    GpuHealthChanged,
+    GpuOfflineChanged,
+    JobBindingChanged,
+    JobEventRow,
+    JobPlacementChanged,
+    JobStateChanged,
+    JobSubmitted,
+    Position,
+    project,
+)
+
+__all__ = [
+    "FINISHED_STATES",
+    "PROJECTED_TOPICS",
+    "Change",
+    "FaultRow",
+    "GpuHealthChanged",
+    "GpuOfflineChanged",
+    "JobBindingChanged",
+    "JobEventRow",
+    "JobPlacementChanged",
+    "JobStateChanged",
+    "JobSubmitted",
+    "Position",
+    "project",
+]

@@ -1,0 +1,246 @@
+"""The read-model projection: one function per event type, turning a decoded event and the
+position it was read from into the row changes it makes (ARCHITECTURE.md "The log as the
+system of record", "Read models"). No I/O: `hivemux.store.read_models` applies the changes.
+
+Tables and who writes which column (each column group is fed by ONE topic, keyed so that all
+records of a job, or of a GPU, are on one partition and arrive in order; the result therefore
+does not depend on how the projector interleaves partitions, which is what makes a resumed
+projection equal to one rebuilt from the beginning):
+
+- ``jobs``: vc/kind/priority/size from ``jobs.submitted``; state and last reason from
+  ``jobs.lifecycle`` (a finished state, `FINISHED_STATES`, is never left: duplicate
+  completions of gang members and the ``stopped`` an executor reports after a cancel change
+  nothing); binding per pod from ``cells.bindings``; placement from ``placements``.
+- ``job_events``: every submission, lifecycle change, binding record (refusals included),
+  placement decision, eviction by a health transition, fault naming the job, command and
+  refusal, with reason and inputs.
+- ``gpus``: health state, cause, reason and inputs from ``gpu.health``; the offline job and its
+  SM share from ``placements``. Placements are keyed by job, so two jobs placed on one GPU
+  may arrive in either order: the later placement by event time wins, and an eviction clears
+  the GPU only if it evicts the job shown.
+- ``faults``: detected error patterns with their remediation, from ``gpu.faults``.
+
+Example: ``JobLifecycleEvent(job_id="j1", state="waiting", reason="no free cell")`` read at
+``jobs.lifecycle/2@17`` gives ``(JobStateChanged("j1", "waiting", "no free cell", at),
+JobEventRow("j1", ..., kind="lifecycle", what="waiting", ...))``.
+
+Events are dispatched by their class name (`_PROJECTIONS`), so a new event type is one entry,
+and a topic is projected once its name is in `PROJECTED_TOPICS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ..events import CellBinding, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
+
+# Topics folded into the read models (names; those not in the registry are skipped).
+PROJECTED_TOPICS: tuple[str, ...] = (
+    "jobs.submitted",
+    "jobs.lifecycle",
+    "jobs.commands",
+    "jobs.refusals",
+    "cells.bindings",
+    "placements",
+    "gpu.health",
+    "gpu.faults",
+)
+# A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
+FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
+
+
+@dataclass(frozen=True)
+class Position:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class JobSubmitted:
+    job_id: str
+    vc: str
+    kind: str
+    priority: str
+    pods: int
+    gpus: int
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobStateChanged:
+    job_id: str
+    state: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobBindingChanged:
+    """A pod bound (``binding`` set) or released/preempted (``binding`` None)."""
+
+    job_id: str
+    pod: str
+    binding: dict[str, Any] | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobPlacementChanged:
+    """Placed on a GPU (``placement`` set) or evicted from it (None)."""
+
+    job_id: str
+    placement: dict[str, Any] | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobEventRow:
+    job_id: str
+    event_id: UUID
+    at: datetime
+    position: Position
+    kind: str
+    what: str
+    reason: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuHealthChanged:
+    gpu_id: str
+    node_id: str
+    gpu_type: str
+    health: str
+    cause: str
+    reason: str
+    metrics: dict[str, float]
+    online_workload: str | None
+    at: datetime
+
+
+@dataclass(frozen=True)
+class GpuOfflineChanged:
+    """An offline job placed on the GPU (``placed``) or evicted from it."""
+
+    gpu_id: str
+    node_id: str
+    job_id: str
+    sm_share: float
+    placed: bool
+    at: datetime
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    event_id: UUID
+    gpu_id: str
+    node_id: str
+    kind: str
+    detail: str
+    xid: int | None
+    job_id: str | None
+    remediation: str
+    at: datetime
+
+
+Change = JobSubmitted | JobStateChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
+
+
+def project(event: Event, position: Position) -> tuple[Change, ...]:
+    """The row changes `event`, read at `position`, makes; () for events no table shows."""
+    projection = _PROJECTIONS.get(type(event).__name__)
+    return () if projection is None else projection(event, position)
+
+
+def _row(event: Event, job_id: str, position: Position, kind: str, what: str, reason: str = "", inputs: dict[str, Any] | None = None) -> JobEventRow:
+    return JobEventRow(job_id, event.event_id, event.occurred_at, position, kind, what, reason, inputs or {})
+
+
+def _submission(event: JobSubmission, at: Position) -> tuple[Change, ...]:
+    gpus = sum(event.pod_sizes)
+    return (
+        JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.pods, gpus, event.occurred_at),
+        _row(event, event.job_id, at, "submitted", "submitted", "", {"vc": event.vc, "kind": event.kind.value,
+             "priority": event.priority.value, "pods": event.pods, "gpus": gpus, "model": event.workload.model}),
+    )  # fmt: skip
+
+
+def _lifecycle(event: JobLifecycleEvent, at: Position) -> tuple[Change, ...]:
+    inputs = {"node_id": event.node_id, "gpu_ids": list(event.gpu_ids)} if event.node_id or event.gpu_ids else {}
+    return (
+        JobStateChanged(event.job_id, event.state.value, event.reason, event.occurred_at),
+        _row(event, event.job_id, at, "lifecycle", event.state.value, event.reason, inputs),
+    )
+
+
+def _binding(event: CellBinding, at: Position) -> tuple[Change, ...]:
+    pod = event.pod or event.job_id
+    where = {"cell_type": event.cell_type, "node_ids": list(event.node_ids), "gpu_ids": list(event.gpu_ids)}
+    inputs = {**event.inputs, "pod": pod, "priority": event.priority.value, **where}
+    row = _row(event, event.job_id, at, "binding", event.state, event.reason, inputs)
+    if event.state == "bound":
+        return JobBindingChanged(event.job_id, pod, {**where, "priority": event.priority.value}, event.occurred_at), row
+    if event.state in ("released", "preempted"):
+        return JobBindingChanged(event.job_id, pod, None, event.occurred_at), row
+    return (row,)  # refused: the decision is history, the job holds nothing
+
+
+def _placement(event: Placement, at: Position) -> tuple[Change, ...]:
+    placed = event.action == "place"
+    decision = {
+        "gpu_id": event.gpu_id, "node_id": event.node_id, "sm_share": event.sm_share, "policy": event.policy,
+        "predicted_normalized_throughput": event.predicted_normalized_throughput,
+        "predicted_online_slowdown": event.predicted_online_slowdown, "model_version": event.model_version,
+    }  # fmt: skip
+    return (
+        JobPlacementChanged(event.job_id, decision if placed else None, event.occurred_at),
+        GpuOfflineChanged(event.gpu_id, event.node_id, event.job_id, event.sm_share, placed, event.occurred_at),
+        _row(event, event.job_id, at, "placement", event.action, event.reason, {**event.inputs, **decision}),
+    )
+
+
+def _health(event: HealthTransition, at: Position) -> tuple[Change, ...]:
+    changed = GpuHealthChanged(
+        event.gpu_id, event.node_id, event.gpu_type, event.to_state.value, event.cause, event.reason,
+        dict(event.metrics), event.online_workload, event.occurred_at,
+    )  # fmt: skip
+    evictions = tuple(
+        _row(event, job, at, "eviction", event.to_state.value, event.reason,
+             {**event.metrics, "gpu_id": event.gpu_id, "from_state": event.from_state.value, "cause": event.cause})
+        for job in event.evicted_workloads
+    )  # fmt: skip
+    return (changed, *evictions)
+
+
+def _fault(event: Fault, at: Position) -> tuple[Change, ...]:
+    row = FaultRow(event.event_id, event.gpu_id, event.node_id, event.kind.value, event.detail, event.xid, event.job_id,
+                   event.remediation, event.occurred_at)  # fmt: skip
+    if event.job_id is None:
+        return (row,)
+    return row, _row(event, event.job_id, at, "fault", event.kind.value, event.detail, {"gpu_id": event.gpu_id, "remediation": event.remediation})
+
+
+def _command(event: Any, at: Position) -> tuple[Change, ...]:
+    return (_row(event, event.job_id, at, "command", str(event.action), event.reason, {"command_id": event.command_id, "principal": event.principal}),)
+
+
+def _refusal(event: Any, at: Position) -> tuple[Change, ...]:
+    inputs = {"command_id": event.command_id, "principal": event.principal, "job_state": event.job_state}
+    return (_row(event, event.job_id, at, "refusal", str(event.action), event.reason, inputs),)
+
+
+_PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
+    "JobSubmission": _submission,
+    "JobLifecycleEvent": _lifecycle,
+    "CellBinding": _binding,
+    "Placement": _placement,
+    "HealthTransition": _health,
+    "Fault": _fault,
+    "JobCommand": _command,
+    "JobCommandRefused": _refusal,
+}

@@ -1,0 +1,91 @@
+"""The projector loop: records from the bus (`bus.tracking`, positions from PostgreSQL) through
+the pure projection (`hivemux.projection`) into the read-model store, one transaction per batch
+holding the rows and the offsets (exactly-once; see `store.read_models`).
+
+A record that does not decode is skipped with a counter and a log line and its offset is
+consumed like any other: the topic's dead-letter belongs to its producer, and a projector that
+stopped on it would stop every read model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import asyncpg
+from aiokafka import ConsumerRecord
+
+from ..bus.codec import decode_value
+from ..bus.tracking import Position, consume_tracked
+from ..errors import InvalidEvent
+from ..projection import PROJECTED_TOPICS, Change
+from ..projection import Position as RecordPosition
+from ..projection import project
+from ..topics import TOPICS
+from .read_models import ReadModelStore
+
+log = logging.getLogger("hivemux.projector")
+
+
+def projected_topics() -> tuple[str, ...]:
+    """The projected topics the registry declares (a topic added later is picked up by name)."""
+    declared = {t.name for t in TOPICS}
+    return tuple(name for name in PROJECTED_TOPICS if name in declared)
+
+
+@dataclass
+class ProjectorStats:
+    records: int = 0
+    changes: int = 0
+    undecodable: int = 0
+    batches: int = 0
+
+
+async def run_projector(
+    bootstrap_servers: str,
+    pool: asyncpg.Pool,
+    *,
+    stop: asyncio.Event | None = None,
+    until_caught_up: bool = False,
+    stats: ProjectorStats | None = None,
+    max_records: int = 5000,
+    observe: Callable[[int, int], None] | None = None,
+) -> ProjectorStats:
+    """Fold the projected topics into the read models from the stored offsets on; `observe`
+    is told (records, undecodable) after each committed batch (the service's metrics)."""
+    store = ReadModelStore(pool)
+    stats = stats if stats is not None else ProjectorStats()
+    topics = {t.name: t for t in TOPICS}
+
+    async def on_batch(records: list[ConsumerRecord], started: dict[Position, int], advanced: dict[Position, int]) -> None:
+        changes: list[Change] = []
+        undecodable = 0
+        for record in records:
+            try:
+                event = decode_value(topics[record.topic], record.value)
+            except InvalidEvent as error:
+                undecodable += 1
+                log.warning("skipped undecodable record %s/%s@%s: %s", record.topic, record.partition, record.offset, error)
+                continue
+            changes += project(event, RecordPosition(record.topic, record.partition, record.offset))
+        await store.apply(changes, started, advanced)
+        stats.records += len(records)
+        stats.changes += len(changes)
+        stats.undecodable += undecodable
+        stats.batches += 1
+        if observe is not None:
+            observe(len(records), undecodable)
+
+    positions = await store.offsets()
+    await consume_tracked(
+        bootstrap_servers, projected_topics(), positions, on_batch, stop=stop, until_caught_up=until_caught_up, max_records=max_records
+    )
+    return stats
+
+
+async def rebuild(bootstrap_servers: str, pool: asyncpg.Pool) -> ProjectorStats:
+    """Empty the read models and fold the topics again from their beginning, to their end now."""
+    await ReadModelStore(pool).reset()
+    return await run_projector(bootstrap_servers, pool, until_caught_up=True)

@@ -1,0 +1,232 @@
+"""The read-model store: applies the projection's row changes (`hivemux.projection`) to
+PostgreSQL (migration 0003) and answers the CLI's queries.
+
+Exactly-once (eventsourcing's tracking records, `ProcessApplication.policy`): `apply` writes a
+batch's rows AND the next offset of every partition it read in ONE transaction, so after a
+crash the table and the offsets agree: resuming from the stored offsets gives no duplicate and
+no gap. The offsets are written conditionally on the offsets the batch started from; a second
+projector that raced this one finds them moved and gets `ProjectionConflict` (nothing written).
+
+Within a batch the changes of one kind run as one `executemany`, in order; kinds write
+disjoint columns (see the projection's docstring), so grouping them does not change the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from ..errors import HivemuxError
+from ..projection import (
+    FINISHED_STATES,
+    Change,
+    FaultRow,
+    GpuHealthChanged,
+    GpuOfflineChanged,
+    JobBindingChanged,
+    JobEventRow,
+    JobPlacementChanged,
+    JobStateChanged,
+    JobSubmitted,
+)
+
+TopicPartition = tuple[str, int]
+READ_MODEL_TABLES = ("jobs", "job_events", "gpus", "faults", "projector_offsets")
+_FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
+
+
+class ProjectionConflict(HivemuxError):
+    """The stored offsets moved under this projector: another one is writing the read models."""
+
+
+_STATEMENTS: dict[type, str] = {
+    JobSubmitted: """
+        INSERT INTO jobs (job_id, vc, kind, priority, pods, gpus, submitted_at, updated_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+        ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = EXCLUDED.kind, priority = EXCLUDED.priority,
+            pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
+            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+    JobStateChanged: f"""
+        INSERT INTO jobs (job_id, state, last_reason, updated_at) VALUES ($1, $2, $3, $4)
+        ON CONFLICT (job_id) DO UPDATE SET
+            state = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.state ELSE EXCLUDED.state END,
+            last_reason = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.last_reason ELSE EXCLUDED.last_reason END,
+            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+    JobBindingChanged: """
+        INSERT INTO jobs (job_id, binding, updated_at)
+        VALUES ($1, CASE WHEN $3::jsonb IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($2::text, $3::jsonb) END, $4)
+        ON CONFLICT (job_id) DO UPDATE SET
+            binding = CASE WHEN $3::jsonb IS NULL THEN jobs.binding - $2::text
+                           ELSE jobs.binding || jsonb_build_object($2::text, $3::jsonb) END,
+            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+    JobPlacementChanged: """
+        INSERT INTO jobs (job_id, placement, updated_at) VALUES ($1, $2::jsonb, $3)
+        ON CONFLICT (job_id) DO UPDATE SET placement = EXCLUDED.placement,
+            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+    JobEventRow: """
+        INSERT INTO job_events (job_id, event_id, occurred_at, topic, partition, "offset", kind, what, reason, inputs)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)
+        ON CONFLICT (job_id, event_id) DO NOTHING""",
+    GpuHealthChanged: """
+        INSERT INTO gpus (gpu_id, node_id, gpu_type, health, health_cause, health_reason, health_metrics, online_workload, changed_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+        ON CONFLICT (gpu_id) DO UPDATE SET node_id = EXCLUDED.node_id, gpu_type = EXCLUDED.gpu_type,
+            health = EXCLUDED.health, health_cause = EXCLUDED.health_cause, health_reason = EXCLUDED.health_reason,
+            health_metrics = EXCLUDED.health_metrics, online_workload = EXCLUDED.online_workload,
+            changed_at = GREATEST(gpus.changed_at, EXCLUDED.changed_at)""",
+    # A placement replaces the shown job only if it is not older; an eviction clears the GPU only
+    # if it evicts the job shown (placements of two jobs may be read in either order).
+    GpuOfflineChanged: """
+        INSERT INTO gpus (gpu_id, node_id, offline_job, sm_share, offline_since, changed_at)
+        VALUES ($1, $2, CASE WHEN $6 THEN $3 END, CASE WHEN $6 THEN $4::float8 END, CASE WHEN $6 THEN $5::timestamptz END, $5)
+        ON CONFLICT (gpu_id) DO UPDATE SET
+            offline_job = CASE WHEN $6 AND (gpus.offline_since IS NULL OR $5 >= gpus.offline_since) THEN $3
+                               WHEN NOT $6 AND gpus.offline_job = $3 THEN NULL ELSE gpus.offline_job END,
+            sm_share = CASE WHEN $6 AND (gpus.offline_since IS NULL OR $5 >= gpus.offline_since) THEN $4::float8
+                            WHEN NOT $6 AND gpus.offline_job = $3 THEN NULL ELSE gpus.sm_share END,
+            offline_since = CASE WHEN $6 AND (gpus.offline_since IS NULL OR $5 >= gpus.offline_since) THEN $5
+                                 ELSE gpus.offline_since END,
+            changed_at = GREATEST(gpus.changed_at, EXCLUDED.changed_at)""",
+    FaultRow: """
+        INSERT INTO faults (event_id, gpu_id, node_id, kind, detail, xid, job_id, remediation, occurred_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (event_id) DO NOTHING""",
+}
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True, default=str)
+
+
+def _args(change: Change) -> tuple[Any, ...]:
+    match change:
+        case JobSubmitted():
+            return change.job_id, change.vc, change.kind, change.priority, change.pods, change.gpus, change.at
+        case JobStateChanged():
+            return change.job_id, change.state, change.reason, change.at
+        case JobBindingChanged():
+            return change.job_id, change.pod, _json(change.binding), change.at
+        case JobPlacementChanged():
+            return change.job_id, _json(change.placement), change.at
+        case JobEventRow():
+            p = change.position
+            return (change.job_id, change.event_id, change.at, p.topic, p.partition, p.offset, change.kind, change.what,
+                    change.reason, _json(change.inputs))  # fmt: skip
+        case GpuHealthChanged():
+            return (change.gpu_id, change.node_id, change.gpu_type, change.health, change.cause, change.reason,
+                    _json(change.metrics), change.online_workload, change.at)  # fmt: skip
+        case GpuOfflineChanged():
+            return change.gpu_id, change.node_id, change.job_id, change.sm_share, change.at, change.placed
+        case FaultRow():
+            return (change.event_id, change.gpu_id, change.node_id, change.kind, change.detail, change.xid, change.job_id,
+                    change.remediation, change.at)  # fmt: skip
+    raise TypeError(f"not a read-model change: {change!r}")
+
+
+@dataclass(frozen=True)
+class JobRow:
+    job_id: str
+    state: str
+    vc: str | None
+    kind: str | None
+    priority: str | None
+    pods: int | None
+    gpus: int | None
+    placement: dict[str, Any] | None
+    binding: dict[str, Any]
+    submitted_at: datetime | None
+    updated_at: datetime
+    last_reason: str
+
+
+@dataclass(frozen=True)
+class JobEventRecord:
+    occurred_at: datetime
+    kind: str
+    what: str
+    reason: str
+    inputs: dict[str, Any]
+    topic: str
+    partition: int
+    offset: int
+
+
+_JOB_COLUMNS = "job_id, state, vc, kind, priority, pods, gpus, placement, binding, submitted_at, updated_at, last_reason"
+
+
+def _job(row: asyncpg.Record) -> JobRow:
+    values = dict(row)
+    values["placement"] = None if values["placement"] is None else json.loads(values["placement"])
+    values["binding"] = json.loads(values["binding"])
+    return JobRow(**values)
+
+
+class ReadModelStore:
+    """The read-model tables through an asyncpg pool (migration 0003)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    # -- the projector's side -------------------------------------------------------------
+    async def offsets(self) -> dict[TopicPartition, int]:
+        rows = await self._pool.fetch("SELECT topic, partition, next_offset FROM projector_offsets")
+        return {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+
+    async def apply(
+        self, changes: Sequence[Change], started: Mapping[TopicPartition, int], advanced: Mapping[TopicPartition, int]
+    ) -> None:
+        """Write `changes` and move each partition from its `started` offset to its `advanced`
+        one, in one transaction; `ProjectionConflict` (nothing written) if the stored offsets are
+        not `started` any more."""
+        grouped: dict[type, list[tuple[Any, ...]]] = {}
+        for change in changes:
+            grouped.setdefault(type(change), []).append(_args(change))
+        async with self._pool.acquire() as conn, conn.transaction():
+            for (topic, partition), next_offset in sorted(advanced.items()):
+                start = started.get((topic, partition), 0)
+                moved = await conn.fetchval(
+                    """INSERT INTO projector_offsets (topic, partition, next_offset) VALUES ($1, $2, $3)
+                       ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset
+                       WHERE projector_offsets.next_offset = $4 RETURNING 1""",
+                    topic, partition, next_offset, start,
+                )  # fmt: skip
+                if moved is None:
+                    raise ProjectionConflict(f"{topic}/{partition}: stored offset is no longer {start}; another projector is writing")
+            for kind in _STATEMENTS:  # fixed order: kinds write disjoint columns
+                if kind in grouped:
+                    await conn.executemany(_STATEMENTS[kind], grouped[kind])
+
+    async def reset(self) -> None:
+        """Empty every read-model table and the offsets (a rebuild folds again from offset 0)."""
+        await self._pool.execute(f"TRUNCATE {', '.join(READ_MODEL_TABLES)}")
+
+    # -- queries --------------------------------------------------------------------------
+    async def jobs(self, *, vc: str | None = None, state: str | None = None, kind: str | None = None, limit: int = 1000) -> list[JobRow]:
+        rows = await self._pool.fetch(
+            f"SELECT {_JOB_COLUMNS} FROM jobs WHERE ($1::text IS NULL OR vc = $1) AND ($2::text IS NULL OR state = $2) "
+            "AND ($3::text IS NULL OR kind = $3) ORDER BY job_id LIMIT $4",
+            vc, state, kind, limit,
+        )  # fmt: skip
+        return [_job(r) for r in rows]
+
+    async def job(self, job_id: str) -> JobRow | None:
+        row = await self._pool.fetchrow(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = $1", job_id)
+        return None if row is None else _job(row)
+
+    async def history(self, job_id: str, *, limit: int | None = None) -> list[JobEventRecord]:
+        rows = await self._pool.fetch(
+            'SELECT occurred_at, kind, what, reason, inputs, topic, partition, "offset" FROM job_events WHERE job_id = $1 '
+            'ORDER BY occurred_at, topic, partition, "offset" LIMIT $2',
+            job_id, limit,
+        )  # fmt: skip
+        return [JobEventRecord(**{**dict(r), "inputs": json.loads(r["inputs"])}) for r in rows]
+
+    async def table(self, name: str, order_by: str) -> list[dict[str, Any]]:
+        """Every row of a read-model table in a fixed order (tests compare projections)."""
+        if name not in (*READ_MODEL_TABLES, "vcs"):
+            raise ValueError(f"not a read-model table: {name}")
+        return [dict(r) for r in await self._pool.fetch(f"SELECT * FROM {name} ORDER BY {order_by}")]

@@ -1,0 +1,1 @@
+"""The projector: folds the topics into the PostgreSQL read models (exactly-once)."""

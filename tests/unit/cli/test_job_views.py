@@ -1,0 +1,35 @@
+"""`hivemux jobs list | describe | history` and `hivemux projector rebuild` without a database:
+a missing or unreachable HIVEMUX_POSTGRES_DSN is a one-line error, not a traceback. (Against a
+projected database: tests/integration/test_projector.py.)"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from click.testing import CliRunner
+
+from hivemux.cli.main import cli
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("args", [["jobs", "list"], ["jobs", "describe", "j1"], ["jobs", "history", "j1"], ["projector", "rebuild"]],
+                         ids=["list", "describe", "history", "rebuild"])  # fmt: skip
+def test_unset_dsn_is_a_one_line_error(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HIVEMUX_POSTGRES_DSN", raising=False)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: HIVEMUX_POSTGRES_DSN is not set; set it to the DSN `hivemux up` printed"
+
+
+def test_unreachable_database_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVEMUX_POSTGRES_DSN", f"postgresql://u:secret@127.0.0.1:{closed_port()}/db")
+    result = CliRunner().invoke(cli, ["jobs", "list", "--state", "waiting"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: cannot read the read models") and len(result.output.strip().splitlines()) == 1
+    assert "secret" not in result.output

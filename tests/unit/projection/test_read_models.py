@@ -1,0 +1,129 @@
+"""The read-model projection (`hivemux.projection.read_models`): each event type as the row
+changes it makes. Pure: no broker, no database."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from hivemux.events import (
+    CellBinding,
+    Fault,
+    FaultKind,
+    HealthState,
+    HealthTransition,
+    JobKind,
+    JobLifecycleEvent,
+    JobState,
+    JobSubmission,
+    Placement,
+    Priority,
+    WorkloadSpec,
+)
+from hivemux.events.commands import JobAction, JobCommand, JobCommandRefused
+from hivemux.events.clock import ClockTick
+from hivemux.projection import (
+    FaultRow,
+    GpuHealthChanged,
+    GpuOfflineChanged,
+    JobBindingChanged,
+    JobEventRow,
+    JobPlacementChanged,
+    JobStateChanged,
+    JobSubmitted,
+    PROJECTED_TOPICS,
+    Position,
+    project,
+)
+from hivemux.projection.read_models import _PROJECTIONS
+from hivemux.topics import TOPICS
+
+AT = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+POS = Position("t", 1, 7)
+BASE = {"occurred_at": AT, "source": "test"}
+
+
+def kinds(changes) -> list[type]:  # type: ignore[no-untyped-def]
+    return [type(c) for c in changes]
+
+
+def test_submission_creates_the_job_and_its_first_event() -> None:
+    event = JobSubmission(**BASE, job_id="j1", vc="vc-a", kind=JobKind.TRAINING, pods=2, gpus_per_pod=4,
+                          priority=Priority.GUARANTEED, workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=10))  # fmt: skip
+    submitted, row = project(event, POS)
+    assert submitted == JobSubmitted("j1", "vc-a", "training", "guaranteed", 2, 8, AT)
+    assert isinstance(row, JobEventRow) and (row.kind, row.what, row.position) == ("submitted", "submitted", POS)
+    assert row.inputs["gpus"] == 8 and row.event_id == event.event_id
+
+
+def test_lifecycle_sets_state_and_reason() -> None:
+    event = JobLifecycleEvent(**BASE, job_id="j1", state=JobState.WAITING, reason="no free cell")
+    change, row = project(event, POS)
+    assert change == JobStateChanged("j1", "waiting", "no free cell", AT)
+    assert (row.kind, row.what, row.reason, row.inputs) == ("lifecycle", "waiting", "no free cell", {})
+
+
+@pytest.mark.parametrize(
+    ("state", "binding"),
+    [("bound", {"cell_type": "DGX", "node_ids": ["n1"], "gpu_ids": ["n1/gpu-0"], "priority": "guaranteed"}),
+     ("released", None), ("preempted", None)],
+    ids=["bound", "released", "preempted"],
+)  # fmt: skip
+def test_binding_records_change_the_pod(state: str, binding: dict | None) -> None:
+    event = CellBinding(**BASE, job_id="j1", vc="vc-a", state=state, pod="j1/0", priority=Priority.GUARANTEED, cell_type="DGX",
+                        node_ids=("n1",), gpu_ids=("n1/gpu-0",), reason="why", inputs={"level": 2})  # fmt: skip
+    change, row = project(event, POS)
+    assert change == JobBindingChanged("j1", "j1/0", binding, AT)
+    assert (row.kind, row.what, row.inputs["level"], row.inputs["pod"]) == ("binding", state, 2, "j1/0")
+
+
+def test_a_refused_binding_is_history_only() -> None:
+    event = CellBinding(**BASE, job_id="j1", vc="vc-a", state="refused", priority=Priority.GUARANTEED, reason="no cell")
+    assert kinds(project(event, POS)) == [JobEventRow]
+
+
+@pytest.mark.parametrize("action", ["place", "evict"])
+def test_placement_changes_the_job_and_the_gpu(action: str) -> None:
+    event = Placement(**BASE, job_id="j2", action=action, gpu_id="n1/gpu-1", node_id="n1", sm_share=40.0, policy="matching",
+                      reason="r", inputs={"online_workload": "bert"})  # fmt: skip
+    job, gpu, row = project(event, POS)
+    assert isinstance(job, JobPlacementChanged) and (job.placement is None) == (action == "evict")
+    assert gpu == GpuOfflineChanged("n1/gpu-1", "n1", "j2", 40.0, action == "place", AT)
+    assert row.inputs["online_workload"] == "bert" and row.what == action
+
+
+def test_health_transition_changes_the_gpu_and_records_evictions_per_job() -> None:
+    event = HealthTransition(**BASE, gpu_id="n1/gpu-0", node_id="n1", gpu_type="A100", from_state=HealthState.HEALTHY,
+                             to_state=HealthState.OVERLIMIT, reason="sm high", metrics={"sm_activity": 97.0},
+                             evicted_workloads=("j2", "j3"))  # fmt: skip
+    gpu, *evictions = project(event, POS)
+    assert isinstance(gpu, GpuHealthChanged) and (gpu.health, gpu.metrics) == ("Overlimit", {"sm_activity": 97.0})
+    assert [(e.job_id, e.kind, e.inputs["sm_activity"]) for e in evictions] == [("j2", "eviction", 97.0), ("j3", "eviction", 97.0)]
+
+
+def test_fault_is_a_row_and_a_job_event_when_it_names_the_job() -> None:
+    event = Fault(**BASE, gpu_id="n1/gpu-0", node_id="n1", kind=list(FaultKind)[0], detail="xid 31", job_id="j4")
+    assert kinds(project(event, POS)) == [FaultRow, JobEventRow]
+    assert kinds(project(event.model_copy(update={"job_id": None}), POS)) == [FaultRow]
+
+
+def test_commands_and_refusals_are_job_events() -> None:
+    command = JobCommand(**BASE, command_id="c1", principal="alice", job_id="j1", action=JobAction.CANCEL)
+    refused = JobCommandRefused(**BASE, command_id="c1", principal="alice", job_id="j1", action=JobAction.CANCEL,
+                                reason="finished", job_state="completed")  # fmt: skip
+    (c,) = project(command, POS)
+    (r,) = project(refused, POS)
+    assert (c.kind, c.what, c.inputs) == ("command", "cancel", {"command_id": "c1", "principal": "alice"})
+    assert (r.kind, r.reason, r.inputs["job_state"]) == ("refusal", "finished", "completed")
+
+
+def test_events_no_table_shows_project_to_nothing() -> None:
+    assert project(ClockTick(**BASE, ticker="x"), POS) == ()
+
+
+def test_every_projected_topic_is_declared_and_its_model_is_projected() -> None:
+    declared = {t.name: t for t in TOPICS}
+    assert set(PROJECTED_TOPICS) <= set(declared)
+    for name in PROJECTED_TOPICS:
+        assert declared[name].model.__name__ in _PROJECTIONS, name
