@@ -1,0 +1,116 @@
+"""Job control on the embedded broker: the job-controller and the cell-allocator run in this
+process, the real CLI (`hivemux jobs cancel|suspend|resume`) runs as a subprocess. A bound
+training job is suspended (its cells released, its node told to stop), resumed, cancelled;
+the same command id sent again acts once; a command on a cancelled or unknown job is a
+one-line refusal with exit code 1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+from support.buskit import eventually, read_all
+
+from hivemux.bus import Publisher, ensure_topics
+from hivemux.events import (
+    CellBinding,
+    CommandAction,
+    ExecutorCommand,
+    JobCommandRefused,
+    JobKind,
+    JobLifecycleEvent,
+    JobState,
+    JobSubmission,
+    Priority,
+    WorkloadSpec,
+)
+from hivemux.infra import Endpoints
+from hivemux.services.cell_allocator.service import AllocatorSettings
+from hivemux.services.cell_allocator.service import build as build_allocator
+from hivemux.services.job_controller.service import JobControllerSettings
+from hivemux.services.job_controller.service import build as build_controller
+from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE, JOBS_REFUSALS
+
+pytestmark = pytest.mark.integration
+
+
+async def cli(infra: Endpoints, *args: str) -> tuple[int, str]:
+    env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": infra.bootstrap_servers, "HIVEMUX_PRINCIPAL": "tester"}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "hivemux.cli.main", "jobs", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await process.communicate()
+    return process.returncode or 0, out.decode().strip()
+
+
+async def lifecycle_of(infra: Endpoints, job_id: str) -> list[JobLifecycleEvent]:
+    return [e for _, e in await read_all(infra.bootstrap_servers, JOBS_LIFECYCLE) if e.job_id == job_id]  # type: ignore[union-attr]
+
+
+async def test_cancel_suspend_resume_through_the_cli(infra: Endpoints) -> None:
+    await ensure_topics(infra.bootstrap_servers, ALL_TOPICS)
+    group = f"jobctl-{uuid.uuid4().hex[:8]}"
+    common = {"kafka_bootstrap_servers": infra.bootstrap_servers, "group_prefix": group}
+    services = [
+        build_controller(JobControllerSettings(**common, unknown_job_wait_s=0.5)),
+        build_allocator(AllocatorSettings(**common, retry_interval_s=0.5)),
+    ]
+    tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 60)
+        job_id = f"train-{uuid.uuid4().hex[:8]}"
+        job = JobSubmission(
+            occurred_at=datetime.now(UTC), source="test", job_id=job_id, vc="vc-b", kind=JobKind.TRAINING,
+            gpus_per_pod=1, priority=Priority.OPPORTUNISTIC, priority_value=-1,
+            workload=WorkloadSpec(model="bert", batch_size=8, iterations=1_000_000),
+        )  # fmt: skip
+        async with Publisher(infra.bootstrap_servers, source="test") as publisher:
+            await publisher.publish(job)
+
+        async def scheduled() -> set[JobState]:
+            return {e.state for e in await lifecycle_of(infra, job_id)} & {JobState.BOUND, JobState.WAITING}
+
+        was_bound = JobState.BOUND in await eventually(scheduled, timeout_s=30)
+
+        code, out = await cli(infra, "suspend", job_id, "--reason", "maintenance")
+        assert (code, out) == (0, f"{job_id} suspended: suspended by tester: maintenance"), out
+        if was_bound:  # its cells are released and its node told to stop the workload
+
+            async def released_and_stopped() -> bool:
+                bindings = [e for _, e in await read_all(infra.bootstrap_servers, CELL_BINDINGS) if e.job_id == job_id]
+                stops = [e for _, e in await read_all(infra.bootstrap_servers, EXECUTOR_COMMANDS)
+                         if e.job_id == job_id and e.action is CommandAction.STOP]  # fmt: skip
+                return any(b.state == "released" for b in bindings) and len(stops) == 1
+
+            await eventually(released_and_stopped, timeout_s=30)
+
+        code, out = await cli(infra, "resume", job_id)
+        assert code == 0 and out.startswith(f"{job_id} resumed: resumed by tester; back at the end of VC vc-b's queue"), out
+        code, out = await cli(infra, "resume", job_id)
+        assert code == 1 and out.count("\n") == 0 and f"cannot resume job {job_id}: it is" in out and out.endswith("not suspended"), out
+
+        command_id = f"cancel-{uuid.uuid4().hex[:8]}"
+        first = await cli(infra, "cancel", job_id, "--command-id", command_id)
+        again = await cli(infra, "cancel", job_id, "--command-id", command_id)  # the same command twice: acts once
+        assert first == again == (0, f"{job_id} cancelled: cancelled by tester"), (first, again)
+        cancelled = [e for e in await lifecycle_of(infra, job_id) if e.state is JobState.CANCELLED]
+        assert len(cancelled) == 1
+
+        code, out = await cli(infra, "cancel", job_id)
+        assert code == 1 and "it is cancelled (finished)" in out, out
+        unknown = f"nope-{uuid.uuid4().hex[:8]}"
+        code, out = await cli(infra, "suspend", unknown)
+        assert code == 1 and out == f"Error: unknown job {unknown}", out
+        refusals = [e for _, e in await read_all(infra.bootstrap_servers, JOBS_REFUSALS) if isinstance(e, JobCommandRefused)]
+        assert {r.job_id for r in refusals} >= {job_id, unknown} and all(r.principal == "tester" for r in refusals if r.job_id == unknown)
+        stops = [e for _, e in await read_all(infra.bootstrap_servers, EXECUTOR_COMMANDS) if isinstance(e, ExecutorCommand) and e.job_id == job_id]
+        assert all(s.action in (CommandAction.START_TRAINING, CommandAction.STOP) for s in stops)
+    finally:
+        for s in services:
+            s.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
