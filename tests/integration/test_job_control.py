@@ -17,7 +17,6 @@ from support.buskit import eventually, read_all
 
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.events import (
-    CellBinding,
     CommandAction,
     ExecutorCommand,
     JobCommandRefused,
