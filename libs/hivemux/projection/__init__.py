@@ -18,6 +18,7 @@ from .read_models import (
     JobStateChanged,
     JobSubmitted,
     Position,
+    fold_states,
     project,
 )
 
@@ -34,5 +35,6 @@ __all__ = [
     "JobStateChanged",
     "JobSubmitted",
     "Position",
+    "fold_states",
     "project",
 ]

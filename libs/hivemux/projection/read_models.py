@@ -30,8 +30,8 @@ and a topic is projected once its name is in `PROJECTED_TOPICS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -149,6 +149,24 @@ class FaultRow:
 
 
 Change = JobSubmitted | JobStateChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
+
+
+def fold_states(changes: Sequence[JobStateChanged]) -> list[JobStateChanged]:
+    """One state change per job with the effect of applying `changes` in order: the last one,
+    unless a finished state came first (it is kept); `at` is the latest of them (the row's
+    ``updated_at``). The store applies the result in one statement.
+
+    Example: running, completed, stopped -> completed (at of stopped)."""
+    folded: dict[str, JobStateChanged] = {}
+    for change in changes:
+        before = folded.get(change.job_id)
+        if before is None:
+            folded[change.job_id] = change
+        elif before.state in FINISHED_STATES:
+            folded[change.job_id] = replace(before, at=max(before.at, change.at))
+        else:
+            folded[change.job_id] = replace(change, at=max(before.at, change.at))
+    return list(folded.values())
 
 
 def project(event: Event, position: Position) -> tuple[Change, ...]:

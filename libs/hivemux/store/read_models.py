@@ -7,8 +7,9 @@ crash the table and the offsets agree: resuming from the stored offsets gives no
 no gap. The offsets are written conditionally on the offsets the batch started from; a second
 projector that raced this one finds them moved and gets `ProjectionConflict` (nothing written).
 
-Within a batch the changes of one kind run as one `executemany`, in order; kinds write
-disjoint columns (see the projection's docstring), so grouping them does not change the result.
+Within a batch the changes of one kind are written together, in order (state changes folded to
+one per job by `fold_states`, job events through COPY); kinds write disjoint columns (see the
+projection's docstring), so grouping them does not change the result.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from ..projection import (
     JobPlacementChanged,
     JobStateChanged,
     JobSubmitted,
+    fold_states,
 )
 
 TopicPartition = tuple[str, int]
@@ -51,8 +53,10 @@ _STATEMENTS: dict[type, str] = {
         ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = EXCLUDED.kind, priority = EXCLUDED.priority,
             pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+    # Applied once per batch over `fold_states` (one row per job, so one statement suffices).
     JobStateChanged: f"""
-        INSERT INTO jobs (job_id, state, last_reason, updated_at) VALUES ($1, $2, $3, $4)
+        INSERT INTO jobs (job_id, state, last_reason, updated_at)
+        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[])
         ON CONFLICT (job_id) DO UPDATE SET
             state = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.state ELSE EXCLUDED.state END,
             last_reason = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.last_reason ELSE EXCLUDED.last_reason END,
@@ -68,10 +72,10 @@ _STATEMENTS: dict[type, str] = {
         INSERT INTO jobs (job_id, placement, updated_at) VALUES ($1, $2::jsonb, $3)
         ON CONFLICT (job_id) DO UPDATE SET placement = EXCLUDED.placement,
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+    # Copied into a transaction-local staging table first (COPY is the fast path for the most
+    # numerous rows), then moved; a redelivered event (same id) is kept once, at its first position.
     JobEventRow: """
-        INSERT INTO job_events (job_id, event_id, occurred_at, topic, partition, "offset", kind, what, reason, inputs)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb)
-        ON CONFLICT (job_id, event_id) DO NOTHING""",
+        INSERT INTO job_events SELECT * FROM job_events_in ORDER BY job_id, event_id, topic, partition, "offset" ON CONFLICT (job_id, event_id) DO NOTHING""",
     GpuHealthChanged: """
         INSERT INTO gpus (gpu_id, node_id, gpu_type, health, health_cause, health_reason, health_metrics, online_workload, changed_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
@@ -96,6 +100,10 @@ _STATEMENTS: dict[type, str] = {
         INSERT INTO faults (event_id, gpu_id, node_id, kind, detail, xid, job_id, remediation, occurred_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (event_id) DO NOTHING""",
 }
+
+
+_STAGING = "CREATE TEMP TABLE IF NOT EXISTS job_events_in (LIKE job_events) ON COMMIT DELETE ROWS"
+_JOB_EVENT_COLUMNS = ("job_id", "event_id", "occurred_at", "topic", "partition", "offset", "kind", "what", "reason", "inputs")
 
 
 def _json(value: Any) -> str | None:
@@ -197,7 +205,16 @@ class ReadModelStore:
                 if moved is None:
                     raise ProjectionConflict(f"{topic}/{partition}: stored offset is no longer {start}; another projector is writing")
             for kind in _STATEMENTS:  # fixed order: kinds write disjoint columns
-                if kind in grouped:
+                if kind not in grouped:
+                    continue
+                if kind is JobStateChanged:
+                    folded = fold_states([c for c in changes if isinstance(c, JobStateChanged)])
+                    await conn.execute(_STATEMENTS[kind], *(list(column) for column in zip(*map(_args, folded), strict=True)))
+                elif kind is JobEventRow:
+                    await conn.execute(_STAGING)
+                    await conn.copy_records_to_table("job_events_in", records=grouped[kind], columns=_JOB_EVENT_COLUMNS)
+                    await conn.execute(_STATEMENTS[kind])
+                else:
                     await conn.executemany(_STATEMENTS[kind], grouped[kind])
 
     async def reset(self) -> None:

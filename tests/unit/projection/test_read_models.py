@@ -127,3 +127,21 @@ def test_every_projected_topic_is_declared_and_its_model_is_projected() -> None:
     assert set(PROJECTED_TOPICS) <= set(declared)
     for name in PROJECTED_TOPICS:
         assert declared[name].model.__name__ in _PROJECTIONS, name
+
+
+@pytest.mark.parametrize(
+    ("states", "folded"),
+    [(["waiting", "running"], "running"), (["running", "completed", "stopped"], "completed"),
+     (["cancelled", "stopped", "waiting"], "cancelled"), (["suspended", "resumed", "waiting"], "waiting")],
+    ids=["last", "finished-kept", "cancel-kept", "resume"],
+)  # fmt: skip
+def test_fold_states_is_applying_them_in_order(states: list[str], folded: str) -> None:
+    from datetime import timedelta
+
+    from hivemux.projection import fold_states
+
+    changes = [JobStateChanged("j1", s, f"r-{s}", AT + timedelta(seconds=k)) for k, s in enumerate(states)]
+    changes.append(JobStateChanged("j2", "waiting", "", AT))
+    (one, other) = fold_states(changes)
+    assert (one.state, one.reason, one.at) == (folded, f"r-{folded}", AT + timedelta(seconds=len(states) - 1))
+    assert other.job_id == "j2"
