@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from hivemux.cells import api
+from hivemux.cells.allocator_events import training_job
 from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobLifecycleEvent, JobState
 
 from test_allocator_events import SCHEDULERS, at, ended, of, shell, training
@@ -79,3 +81,22 @@ def test_job_control_replayed_after_a_restart_rebuilds_without_publishing(kind: 
     s.on_submission(training("first", pods=2), replaying=True)
     assert s.on_lifecycle(control("first", JobState.SUSPENDED, 10), replaying=True) == []
     assert "first" in s.core.jobs.suspended and "first" not in s.core.jobs.waiting
+
+
+@pytest.mark.parametrize("state", [JobState.CANCELLED, JobState.SUSPENDED])
+def test_a_preemption_reservation_is_dropped_with_the_job(state: JobState) -> None:
+    """A guaranteed job whose placement still waits on victims holds a HiveD reservation (a
+    preempting group); cancelling or suspending it deletes the group, freeing the cells."""
+    s = shell("hived")
+    s.on_submission(training("scavenger", vc="vc-b", opportunistic=True), replaying=False)
+    urgent = training("urgent", pods=2, seconds=2)
+    s.submissions["urgent"] = urgent
+    jobs = s.core.jobs
+    jobs.jobs["urgent"] = job = training_job(urgent)
+    jobs.waiting["urgent"] = "preempting"
+    result = s.core.scheduler.schedule(job.pods()[0])  # what a pass that stopped short of binding leaves
+    assert isinstance(result, api.Preempt)
+    assert [g.state for g in s.core.scheduler.affinity_groups() if g.name == "urgent"] == ["preempting"]
+    s.on_lifecycle(control("urgent", state, 5), replaying=False)
+    assert [g.name for g in s.core.scheduler.affinity_groups()] == ["scavenger"]
+    assert "urgent" not in jobs.waiting
