@@ -60,6 +60,11 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*HIVEMUX, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+async def _cli_has(env: dict[str, str], text: str, *args: str) -> bool:
+    done = _cli(env, *args)
+    return done.returncode == 0 and any(text in line for line in done.stdout.splitlines())
+
+
 async def _events(endpoints: Endpoints, topic, job_id: str):  # type: ignore[no-untyped-def]
     return [e for _, e in await read_all(endpoints.bootstrap_servers, topic) if e.job_id == job_id]
 
@@ -104,6 +109,17 @@ async def test_submitted_jobs_are_placed_run_and_bound(system, tmp_path: Path) -
     assert sum(summary["gpus_by_health"].values()) == 16
     assert {"job_id": "e2e-training", "node_ids": ["node-02", "node-03"]} in summary["training_bound"]
     assert "e2e-offline" in {row["job_id"] for row in summary["offline_shared"]}
+
+    async def projected():  # type: ignore[no-untyped-def]
+        """The projector's read model, through the CLI."""
+        described = _cli(env, "jobs", "describe", "e2e-training", "--json")
+        return described.returncode == 0 and json.loads(described.stdout)
+
+    job = await eventually(projected, timeout_s=30)
+    assert job["vc"] == "vc-a" and job["kind"] == "training" and job["state"] != "submitted"
+    assert await eventually(lambda: _cli_has(env, " bound ", "jobs", "history", "e2e-training"), timeout_s=30)
+    assert await eventually(lambda: _cli_has(env, " placement ", "jobs", "history", "e2e-offline"), timeout_s=30)
+    assert "e2e-training" in _cli(env, "jobs", "list", "--vc", "vc-a", "--kind", "training").stdout
     assert all(child.process.poll() is None for child in children)  # nobody died on the way
     matcher = next(c for c in children if c.name == "matcher")
     with urllib.request.urlopen(f"http://127.0.0.1:{matcher.port}/metrics", timeout=5) as response:
