@@ -45,6 +45,7 @@ class JobCommandRefused(Event):
     action: JobAction
     reason: Reason
     job_state: Name | None = Field(default=None, description="The job's state the command was refused in; None: unknown job")
+    inputs: dict[str, str] = Field(default_factory=dict, description="What the refusal was computed from")
 
 
 def outcome_id(command_id: str) -> uuid.UUID:

@@ -106,6 +106,9 @@ class JobLifecycleEvent(Event):
     reason: Reason = ""
     node_id: Name | None = None
     gpu_ids: tuple[Name, ...] = ()
+    inputs: dict[str, str] = Field(
+        default_factory=dict, description="What the decision was computed from (the job controller's: command id, principal, prior state)"
+    )
 
 
 class Profile(Event):

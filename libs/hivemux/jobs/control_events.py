@@ -46,13 +46,13 @@ class JobControlEvents:
             return [
                 JobLifecycleEvent(
                     event_id=outcome.event_id, occurred_at=c.occurred_at, source=self.source, job_id=c.job_id,
-                    state=outcome.state, reason=clip_reason(outcome.reason),
+                    state=outcome.state, reason=clip_reason(outcome.reason), inputs=outcome.inputs,
                 )  # fmt: skip
             ]
         return [
             JobCommandRefused(
                 event_id=outcome.event_id, occurred_at=c.occurred_at, source=self.source, command_id=c.command_id,
                 principal=c.principal, job_id=c.job_id, action=c.action, reason=clip_reason(outcome.reason),
-                job_state=outcome.job_state.value if outcome.job_state else None,
+                job_state=outcome.job_state.value if outcome.job_state else None, inputs=outcome.inputs,
             )  # fmt: skip
         ]

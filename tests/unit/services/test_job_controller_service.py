@@ -35,6 +35,7 @@ def test_a_command_waits_for_the_fold_then_is_decided() -> None:
 
     (event,) = asyncio.run(scenario())
     assert isinstance(event, JobLifecycleEvent) and event.state is JobState.CANCELLED and event.event_id == outcome_id("c1")
+    assert event.inputs == {"action": "cancel", "principal": "alice", "command_id": "c1", "job_state": "submitted", "vc": "vc-a", "kind": "offline"}
 
 
 def test_a_command_on_a_job_that_never_comes_is_refused() -> None:
@@ -42,3 +43,4 @@ def test_a_command_on_a_job_that_never_comes_is_refused() -> None:
     cancel = JobCommand(occurred_at=AT, source="cli", command_id="c2", principal="alice", job_id="ghost", action="cancel")
     (event,) = asyncio.run(controller.on_command(cancel, CTX))
     assert isinstance(event, JobCommandRefused) and event.reason == "unknown job ghost" and event.job_state is None
+    assert event.inputs == {"action": "cancel", "principal": "alice", "command_id": "c2"}
