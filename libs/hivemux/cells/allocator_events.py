@@ -113,7 +113,7 @@ class AllocatorEvents:
     def on_lifecycle(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
         job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
         match change.state:
-            case JobState.CANCELLED | JobState.SUSPENDED if job_id in self.submissions:
+            case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)
                 if change.state is JobState.CANCELLED:
                     allocation = self.core.end(job_id, at=at, cause=cause)

@@ -123,6 +123,8 @@ class JobAllocator:
         if job.job_id in self.jobs or job.job_id in self.ended:
             return []  # a re-delivered submission changes nothing
         self.jobs[job.job_id] = job
+        if job.job_id in self.suspended:
+            return []  # suspended before its submission was folded: it waits for `resume`
         self.waiting[job.job_id] = ""
         return self._try(job)
 
@@ -209,9 +211,9 @@ class JobAllocator:
 
     def suspend(self, job_id: str) -> list[Decision]:
         """Suspended by its user: free its cells and leave the queue until `resume`."""
-        if job_id not in self.jobs or job_id in self.ended or job_id in self.suspended:
+        if job_id in self.ended or job_id in self.suspended:
             return []
-        self.suspended.add(job_id)
+        self.suspended.add(job_id)  # also for a job not seen yet: its submission may be folded later
         self.waiting.pop(job_id, None)
         self._drop_reservation(job_id)
         released = self._release(job_id)
@@ -222,6 +224,8 @@ class JobAllocator:
         if job_id not in self.suspended or job_id in self.ended:
             return []
         self.suspended.discard(job_id)
+        if job_id not in self.jobs:
+            return []  # not one of the allocator's jobs (an offline job)
         self.waiting[job_id] = ""
         return self._try(self.jobs[job_id])
 

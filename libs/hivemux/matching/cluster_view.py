@@ -148,7 +148,8 @@ class ClusterView:
     finished: set[str] = field(default_factory=set)
     running: dict[str, PlacementRecord] = field(default_factory=dict)  # job id -> its current placement
     runs: dict[str, _Run] = field(default_factory=dict)  # executor command id -> run
-    suspended: dict[str, OfflineSubmission] = field(default_factory=dict)  # off the queue until resumed
+    # Off the queue until resumed; None: suspended before its submission was folded.
+    suspended: dict[str, OfflineSubmission | None] = field(default_factory=dict)
     _arrivals: itertools.count = field(default_factory=itertools.count)
 
     # -- folds ----------------------------------------------------------------------------
@@ -163,21 +164,24 @@ class ClusterView:
         self.gpus[reading.gpu_id] = view
 
     def submit(self, job: OfflineSubmission) -> None:
-        if job.job_id not in self.submissions and job.job_id not in self.finished:
+        if job.job_id in self.suspended:
+            self.suspended[job.job_id] = job  # suspended (or cancelled) before its submission came
+        elif job.job_id not in self.submissions and job.job_id not in self.finished:
             self.submissions[job.job_id] = (next(self._arrivals), job)
 
     def control(self, command: JobControlled) -> None:
         """Cancel: the job is finished. Suspend: off the pending queue, profile kept. Resume:
-        back at the end of the queue, as a new arrival (see `hivemux.jobs.control`)."""
+        back at the end of the queue, as a new arrival (see `hivemux.jobs.control`). A command
+        folded before the job's submission holds too (the topics are folded side by side)."""
         job_id = command.job_id
+        if job_id in self.finished:
+            return
         if command.action == "resume":
             job = self.suspended.pop(job_id, None)
-            if job is not None and job_id not in self.finished:
+            if job is not None:
                 self.submissions[job_id] = (next(self._arrivals), job)
             return
         job = self.submissions.pop(job_id)[1] if job_id in self.submissions else self.suspended.pop(job_id, None)
-        if job is None:
-            return  # not an offline job, or finished already
         if command.action == "cancel":
             self.profiles.pop(job_id, None)
             self.finished.add(job_id)

@@ -82,8 +82,6 @@ class Scheduler:
         """A user's cancel or suspend takes the job off the queue and, when live and it runs,
         off its GPU (a ``stop`` without a lifecycle step: the command's is it); resume puts
         it back at the end of the queue for the next round."""
-        if command.job_id not in self.view.submissions and command.job_id not in self.view.suspended:
-            return Decisions()  # not an offline job of ours, or finished
         stop = None
         if command.action != "resume" and command.job_id in self.view.running and live:
             stop = self._stop(command.job_id, command.reason, command.at, moved_to=None, cause=str(command.event_id))

@@ -100,3 +100,17 @@ def test_a_preemption_reservation_is_dropped_with_the_job(state: JobState) -> No
     s.on_lifecycle(control("urgent", state, 5), replaying=False)
     assert [g.name for g in s.core.scheduler.affinity_groups()] == ["scavenger"]
     assert "urgent" not in jobs.waiting
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_control_folded_before_the_submission_still_holds(kind: str) -> None:
+    """The allocator folds the job log and the lifecycle side by side: a cancel or suspend may
+    come first; the submission folded after it binds nothing."""
+    s = shell(kind)
+    assert s.on_lifecycle(control("early-cancel", JobState.CANCELLED, 1), replaying=False) == []
+    assert s.on_lifecycle(control("early-suspend", JobState.SUSPENDED, 1), replaying=False) == []
+    assert s.on_submission(training("early-cancel", seconds=2), replaying=False) == []
+    assert s.on_submission(training("early-suspend", seconds=2), replaying=False) == []
+    resumed = s.on_lifecycle(control("early-suspend", JobState.RESUMED, 3), replaying=False)
+    assert [(b.job_id, b.state) for b in of(resumed, CellBinding)] == [("early-suspend", "bound")]
+    assert s.on_lifecycle(control("some-offline-job", JobState.RESUMED, 4), replaying=False) == []

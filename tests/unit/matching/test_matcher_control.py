@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hivemux.events import CommandAction, ExecutorCommand, JobLifecycleEvent, JobState, Placement
 
-from test_matcher import LIVE, REPLAY, at, feed, profile, ready
+from test_matcher import LIVE, REPLAY, at, feed, profile, ready, submission
 
 
 def control(job_id: str, state: JobState, seconds: float) -> JobLifecycleEvent:
@@ -57,3 +57,16 @@ def test_other_states_and_other_jobs_change_nothing() -> None:
     assert m.on_lifecycle(control("a", JobState.RUNNING, 1), live=LIVE) == []
     assert m.on_lifecycle(control("training-job", JobState.CANCELLED, 1), live=LIVE) == []
     assert "a" in m.scheduler.view.submissions
+
+
+def test_a_command_folded_before_the_submission_still_holds() -> None:
+    m = ready({})
+    m.on_lifecycle(control("x", JobState.CANCELLED, 0), live=LIVE)
+    m.on_lifecycle(control("y", JobState.SUSPENDED, 0), live=LIVE)
+    for job_id in ("x", "y"):
+        m.on_submission(submission(job_id))
+        m.on_profile(profile(job_id))
+    assert m.scheduler.view.submissions == {}
+    m.on_lifecycle(control("y", JobState.RESUMED, 1), live=LIVE)
+    assert list(m.scheduler.view.submissions) == ["y"]
+    assert placed_job(feed(m, [(0, 40.0), (6, 40.0)])) == "y"
