@@ -109,7 +109,8 @@ async def test_a_sigkilled_projector_resumes_with_no_duplicate_and_no_gap(infra:
     states = {r["job_id"]: r["state"] for r in live["jobs"] if r["job_id"].startswith(prefix)}
     assert states[f"{prefix}-00000"] == "cancelled"  # the executor's later `stopped` does not reopen it
     assert states[f"{prefix}-00004"] == "completed" and states[f"{prefix}-00002"] == "evicted"
-    assert states[f"{prefix}-00001"] == "running"
+    assert states[f"{prefix}-00001"] == "suspended" and states[f"{prefix}-00016"] == "waiting"  # resumed, then waiting
+    assert states[f"{prefix}-00007"] == "running"
 
 
 async def _equals(value, wanted: int) -> bool:  # type: ignore[no-untyped-def]
@@ -132,8 +133,9 @@ async def test_read_commands_on_a_projected_database(infra: Endpoints, pg_dsn: s
     listed = run("jobs", "list", "--state", "waiting", "--vc", "vc-1")
     assert f"{prefix}-00007" not in listed  # its state moved on
     running = run("jobs", "list", "--state", "running", "--kind", "training")
-    assert f"{prefix}-00001" in running and f"{prefix}-00000" not in running
-    described = run("jobs", "describe", f"{prefix}-00001")
+    assert f"{prefix}-00007" in running and f"{prefix}-00000" not in running and f"{prefix}-00001" not in running
+    assert f"{prefix}-00001" in run("jobs", "list", "--state", "suspended")
+    described = run("jobs", "describe", f"{prefix}-00007")
     assert "running" in described and "DGX2-V100" in described and "vc-1" in described
     history = run("jobs", "history", f"{prefix}-00000").splitlines()
     assert [line.split()[1:3] for line in history] == [

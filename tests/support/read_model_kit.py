@@ -37,8 +37,8 @@ ORDER_BY = {
 
 def job_burst(prefix: str, jobs: int) -> list[list[Event]]:
     """Per job, its events in order: training jobs bind two pods, run, release, complete;
-    every third job is offline (placed, evicted by a health transition, placed again); every
-    fifth is cancelled with a refused second command."""
+    every third job is offline (placed, evicted by a health transition); every fifth is
+    cancelled with a refused second command, others suspended (and some resumed)."""
     per_job: list[list[Event]] = []
     for i in range(jobs):
         at = T0 + timedelta(seconds=i)
@@ -85,6 +85,17 @@ def job_burst(prefix: str, jobs: int) -> list[list[Event]]:
                     JobCommandRefused(**base, occurred_at=tick(7), command_id=f"c2-{job}", principal="bob", job_id=job,
                                       action=JobAction.SUSPEND, reason="job is cancelled", job_state="cancelled"),
                 ]  # fmt: skip
+            elif i % 5 == 1:  # suspended; every other one resumed (the stopped/waiting notes between change nothing)
+                events += [
+                    JobLifecycleEvent(**base, occurred_at=tick(4), job_id=job, state=JobState.SUSPENDED, reason="suspended by bob"),
+                    JobLifecycleEvent(**base, occurred_at=tick(5), job_id=job, state=JobState.STOPPED, reason="workload stopped"),
+                    JobLifecycleEvent(**base, occurred_at=tick(6), job_id=job, state=JobState.WAITING, reason="cells released"),
+                ]
+                if i % 10 == 6:
+                    events += [
+                        JobLifecycleEvent(**base, occurred_at=tick(7), job_id=job, state=JobState.RESUMED, reason="resumed by bob"),
+                        JobLifecycleEvent(**base, occurred_at=tick(8), job_id=job, state=JobState.WAITING, reason="no free cell"),
+                    ]
             elif i % 2 == 0:
                 events += [
                     CellBinding(**base, **bound, occurred_at=tick(8), job_id=job, state="released", pod=pods[0]),

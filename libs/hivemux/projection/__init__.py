@@ -6,10 +6,12 @@ in PostgreSQL together with the consumed offsets, and ``hivemux.store.projector`
 """
 
 from .read_models import (
+    ENDS_SUSPENSION,
     FINISHED_STATES,
     PROJECTED_TOPICS,
     Change,
     FaultRow,
+    FoldedStates,
     GpuHealthChanged,
     GpuOfflineChanged,
     JobBindingChanged,
@@ -18,15 +20,18 @@ from .read_models import (
     JobStateChanged,
     JobSubmitted,
     Position,
+    applies,
     fold_states,
     project,
 )
 
 __all__ = [
+    "ENDS_SUSPENSION",
     "FINISHED_STATES",
     "PROJECTED_TOPICS",
     "Change",
     "FaultRow",
+    "FoldedStates",
     "GpuHealthChanged",
     "GpuOfflineChanged",
     "JobBindingChanged",
@@ -35,6 +40,7 @@ __all__ = [
     "JobStateChanged",
     "JobSubmitted",
     "Position",
+    "applies",
     "fold_states",
     "project",
 ]

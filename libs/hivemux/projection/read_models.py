@@ -8,9 +8,9 @@ does not depend on how the projector interleaves partitions, which is what makes
 projection equal to one rebuilt from the beginning):
 
 - ``jobs``: vc/kind/priority/size from ``jobs.submitted``; state and last reason from
-  ``jobs.lifecycle`` (a finished state, `FINISHED_STATES`, is never left: duplicate
+  ``jobs.lifecycle`` (`applies`: a finished state, `FINISHED_STATES`, is never left: duplicate
   completions of gang members and the ``stopped`` an executor reports after a cancel change
-  nothing); binding per pod from ``cells.bindings``; placement from ``placements``.
+  nothing; a suspended job stays suspended until `ENDS_SUSPENSION`); binding per pod from ``cells.bindings``; placement from ``placements``.
 - ``job_events``: every submission, lifecycle change, binding record (refusals included),
   placement decision, eviction by a health transition, fault naming the job, command and
   refusal, with reason and inputs.
@@ -31,7 +31,7 @@ and a topic is projected once its name is in `PROJECTED_TOPICS`.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -51,6 +51,8 @@ PROJECTED_TOPICS: tuple[str, ...] = (
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
 FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
+# The states that end a suspension (`jobs.control`); any other change leaves a suspended job so.
+ENDS_SUSPENSION: tuple[str, ...] = ("completed", "failed", "cancelled", "suspended", "resumed")
 
 
 @dataclass(frozen=True)
@@ -151,22 +153,54 @@ class FaultRow:
 Change = JobSubmitted | JobStateChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
 
 
-def fold_states(changes: Sequence[JobStateChanged]) -> list[JobStateChanged]:
-    """One state change per job with the effect of applying `changes` in order: the last one,
-    unless a finished state came first (it is kept); `at` is the latest of them (the row's
-    ``updated_at``). The store applies the result in one statement.
+def applies(current: str | None, new: str) -> bool:
+    """Whether a lifecycle change to `new` changes a job now in `current` (None: unknown job).
+    A finished job stays finished; a suspended one stays suspended until resumed, cancelled,
+    finished or suspended again (the stopped/waiting notes after a suspension do not move it;
+    as `jobs.control` and `status` read it)."""
+    if current in FINISHED_STATES:
+        return False
+    return not (current == "suspended" and new not in ENDS_SUSPENSION)
 
-    Example: running, completed, stopped -> completed (at of stopped)."""
-    folded: dict[str, JobStateChanged] = {}
+
+@dataclass(frozen=True)
+class FoldedStates:
+    """One job's state changes of a batch, folded: the state and reason they leave a job in that
+    was in an ordinary state (or unknown), and in one that was suspended (None: unchanged); a
+    finished job is unchanged. ``at`` is the latest change (the row's ``updated_at``)."""
+
+    job_id: str
+    state: str
+    reason: str
+    from_suspended: str | None
+    from_suspended_reason: str | None
+    at: datetime
+
+
+def fold_states(changes: Sequence[JobStateChanged]) -> list[FoldedStates]:
+    """Per job, the effect of applying `changes` in order (`applies`), for each kind of state the
+    stored row may be in; the store applies the result in one statement.
+
+    Example: running, completed, stopped -> completed; from suspended: stopped, resumed, waiting ->
+    waiting (the stopped is ignored, resumed ends the suspension)."""
+    by_job: dict[str, list[JobStateChanged]] = {}
     for change in changes:
-        before = folded.get(change.job_id)
-        if before is None:
-            folded[change.job_id] = change
-        elif before.state in FINISHED_STATES:
-            folded[change.job_id] = replace(before, at=max(before.at, change.at))
-        else:
-            folded[change.job_id] = replace(change, at=max(before.at, change.at))
-    return list(folded.values())
+        by_job.setdefault(change.job_id, []).append(change)
+    folded = []
+    for job_id, own in by_job.items():
+        ordinary, suspended = _run(None, own), _run("suspended", own)
+        folded.append(FoldedStates(job_id, ordinary[0] or own[0].state, ordinary[1] or "", *suspended, max(c.at for c in own)))
+    return folded
+
+
+def _run(start: str | None, changes: Sequence[JobStateChanged]) -> tuple[str | None, str | None]:
+    state: str | None = start
+    moved: tuple[str | None, str | None] = (None, None)
+    for change in changes:
+        if applies(state, change.state):
+            state = change.state
+            moved = (state, change.reason)
+    return moved
 
 
 def project(event: Event, position: Position) -> tuple[Change, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime
 from typing import Any
 
@@ -53,14 +53,20 @@ _STATEMENTS: dict[type, str] = {
         ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = EXCLUDED.kind, priority = EXCLUDED.priority,
             pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
-    # Applied once per batch over `fold_states` (one row per job, so one statement suffices).
+    # Applied once per batch over `fold_states` (one row per job): existing rows by what their
+    # stored state makes of the batch, then the jobs not stored yet (see `_STATES_INSERT`).
     JobStateChanged: f"""
-        INSERT INTO jobs (job_id, state, last_reason, updated_at)
-        SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[])
-        ON CONFLICT (job_id) DO UPDATE SET
-            state = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.state ELSE EXCLUDED.state END,
-            last_reason = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.last_reason ELSE EXCLUDED.last_reason END,
-            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+        UPDATE jobs SET
+            state = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.state
+                         WHEN jobs.state = 'suspended' THEN coalesce(f.from_suspended, jobs.state)
+                         ELSE f.state END,
+            last_reason = CASE WHEN jobs.state = ANY({_FINISHED}) THEN jobs.last_reason
+                               WHEN jobs.state = 'suspended' THEN coalesce(f.from_suspended_reason, jobs.last_reason)
+                               ELSE f.reason END,
+            updated_at = GREATEST(jobs.updated_at, f.at)
+        FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+             AS f(job_id, state, reason, from_suspended, from_suspended_reason, at)
+        WHERE jobs.job_id = f.job_id""",
     JobBindingChanged: """
         INSERT INTO jobs (job_id, binding, updated_at)
         VALUES ($1, CASE WHEN $3::jsonb IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($2::text, $3::jsonb) END, $4)
@@ -102,6 +108,11 @@ _STATEMENTS: dict[type, str] = {
 }
 
 
+_STATES_INSERT = """
+    INSERT INTO jobs (job_id, state, last_reason, updated_at)
+    SELECT job_id, state, reason, at FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
+        AS f(job_id, state, reason, from_suspended, from_suspended_reason, at)
+    ON CONFLICT (job_id) DO NOTHING"""
 _STAGING = "CREATE TEMP TABLE IF NOT EXISTS job_events_in (LIKE job_events) ON COMMIT DELETE ROWS"
 _JOB_EVENT_COLUMNS = ("job_id", "event_id", "occurred_at", "topic", "partition", "offset", "kind", "what", "reason", "inputs")
 
@@ -209,7 +220,9 @@ class ReadModelStore:
                     continue
                 if kind is JobStateChanged:
                     folded = fold_states([c for c in changes if isinstance(c, JobStateChanged)])
-                    await conn.execute(_STATEMENTS[kind], *(list(column) for column in zip(*map(_args, folded), strict=True)))
+                    columns = [list(column) for column in zip(*(astuple(f) for f in folded), strict=True)]
+                    await conn.execute(_STATEMENTS[kind], *columns)
+                    await conn.execute(_STATES_INSERT, *columns)
                 elif kind is JobEventRow:
                     await conn.execute(_STAGING)
                     await conn.copy_records_to_table("job_events_in", records=grouped[kind], columns=_JOB_EVENT_COLUMNS)

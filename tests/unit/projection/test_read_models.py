@@ -130,18 +130,29 @@ def test_every_projected_topic_is_declared_and_its_model_is_projected() -> None:
 
 
 @pytest.mark.parametrize(
-    ("states", "folded"),
-    [(["waiting", "running"], "running"), (["running", "completed", "stopped"], "completed"),
-     (["cancelled", "stopped", "waiting"], "cancelled"), (["suspended", "resumed", "waiting"], "waiting")],
-    ids=["last", "finished-kept", "cancel-kept", "resume"],
+    ("states", "ordinary", "suspended"),
+    [(["waiting", "running"], "running", None),
+     (["running", "completed", "stopped"], "completed", "completed"),
+     (["cancelled", "stopped", "waiting"], "cancelled", "cancelled"),
+     (["suspended", "stopped", "waiting"], "suspended", "suspended"),
+     (["stopped", "resumed", "waiting"], "waiting", "waiting"),
+     (["stopped", "waiting"], "waiting", None)],
+    ids=["last", "finished-kept", "cancel-kept", "suspension-kept", "resume", "suspended-unchanged"],
 )  # fmt: skip
-def test_fold_states_is_applying_them_in_order(states: list[str], folded: str) -> None:
+def test_fold_states_is_applying_them_in_order(states: list[str], ordinary: str, suspended: str | None) -> None:
     from datetime import timedelta
 
-    from hivemux.projection import fold_states
+    from hivemux.projection import applies, fold_states
 
     changes = [JobStateChanged("j1", s, f"r-{s}", AT + timedelta(seconds=k)) for k, s in enumerate(states)]
     changes.append(JobStateChanged("j2", "waiting", "", AT))
-    (one, other) = fold_states(changes)
-    assert (one.state, one.reason, one.at) == (folded, f"r-{folded}", AT + timedelta(seconds=len(states) - 1))
+    one, other = fold_states(changes)
+    assert (one.state, one.reason, one.at) == (ordinary, f"r-{ordinary}", AT + timedelta(seconds=len(states) - 1))
+    assert (one.from_suspended, one.from_suspended_reason) == (suspended, suspended and f"r-{suspended}")
     assert other.job_id == "j2"
+    # the fold is the sequence applied one by one
+    for start, expected in ((None, ordinary), ("suspended", suspended or "suspended")):
+        state = start
+        for s in states:
+            state = s if applies(state, s) else state
+        assert state == expected
