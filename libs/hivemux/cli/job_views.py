@@ -79,7 +79,7 @@ def history(job_id: str, as_json: bool) -> None:
 def _job_json(job: JobRow) -> dict[str, Any]:
     return {
         "job_id": job.job_id, "state": job.state, "vc": job.vc, "kind": job.kind, "priority": job.priority,
-        "pods": job.pods, "gpus": job.gpus, "placement": job.placement, "binding": job.binding,
+        "priority_value": job.priority_value, "pods": job.pods, "gpus": job.gpus, "placement": job.placement, "binding": job.binding,
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
         "updated_at": job.updated_at.isoformat(), "last_reason": job.last_reason,
     }  # fmt: skip

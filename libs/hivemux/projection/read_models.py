@@ -7,13 +7,14 @@ records of a job, or of a GPU, are on one partition and arrive in order; the res
 does not depend on how the projector interleaves partitions, which is what makes a resumed
 projection equal to one rebuilt from the beginning):
 
-- ``jobs``: vc/kind/priority/size from ``jobs.submitted``; state and last reason from
+- ``jobs``: vc/kind/priority/size from ``jobs.submitted`` (the priority value also from
+  ``jobs.priorities``, keyed by job like it: its changes come after the submission); state and last reason from
   ``jobs.lifecycle`` (`applies`: a finished state, `FINISHED_STATES`, is never left: duplicate
   completions of gang members and the ``stopped`` an executor reports after a cancel change
   nothing; a suspended job stays suspended until `ENDS_SUSPENSION`); binding per pod from ``cells.bindings``; placement from ``placements``.
 - ``job_events``: every submission, lifecycle change, binding record (refusals included),
-  placement decision, eviction by a health transition, fault naming the job, command and
-  refusal, with reason and inputs.
+  placement decision, eviction by a health transition, fault naming the job, command,
+  refusal and priority change, with reason and inputs.
 - ``gpus``: health state, cause, reason and inputs from ``gpu.health``; the offline job and its
   SM share from ``placements``. Placements are keyed by job, so two jobs placed on one GPU
   may arrive in either order: the later placement by event time wins, and an eviction clears
@@ -44,6 +45,7 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "jobs.lifecycle",
     "jobs.commands",
     "jobs.refusals",
+    "jobs.priorities",
     "cells.bindings",
     "placements",
     "gpu.health",
@@ -68,6 +70,7 @@ class JobSubmitted:
     vc: str
     kind: str
     priority: str
+    priority_value: int
     pods: int
     gpus: int
     at: datetime
@@ -78,6 +81,15 @@ class JobStateChanged:
     job_id: str
     state: str
     reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class JobPriorityChanged:
+    """A training job's HiveD priority value changed by a command."""
+
+    job_id: str
+    priority_value: int
     at: datetime
 
 
@@ -150,7 +162,7 @@ class FaultRow:
     at: datetime
 
 
-Change = JobSubmitted | JobStateChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
+Change = JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
 
 
 def applies(current: str | None, new: str) -> bool:
@@ -216,7 +228,7 @@ def _row(event: Event, job_id: str, position: Position, kind: str, what: str, re
 def _submission(event: JobSubmission, at: Position) -> tuple[Change, ...]:
     gpus = sum(event.pod_sizes)
     return (
-        JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.pods, gpus, event.occurred_at),
+        JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.priority_value, event.pods, gpus, event.occurred_at),
         _row(event, event.job_id, at, "submitted", "submitted", "", {"vc": event.vc, "kind": event.kind.value,
              "priority": event.priority.value, "pods": event.pods, "gpus": gpus, "model": event.workload.model}),
     )  # fmt: skip
@@ -286,6 +298,14 @@ def _refusal(event: Any, at: Position) -> tuple[Change, ...]:
     return (_row(event, event.job_id, at, "refusal", str(event.action), event.reason, inputs),)
 
 
+def _priority(event: Any, at: Position) -> tuple[Change, ...]:
+    inputs = {**event.inputs, "previous": event.previous, "priority_value": event.priority_value}
+    return (
+        JobPriorityChanged(event.job_id, event.priority_value, event.occurred_at),
+        _row(event, event.job_id, at, "priority", str(event.priority_value), event.reason, inputs),
+    )
+
+
 _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "JobSubmission": _submission,
     "JobLifecycleEvent": _lifecycle,
@@ -295,4 +315,5 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "Fault": _fault,
     "JobCommand": _command,
     "JobCommandRefused": _refusal,
+    "JobPriorityChanged": _priority,
 }

@@ -32,6 +32,7 @@ from ..projection import (
     JobBindingChanged,
     JobEventRow,
     JobPlacementChanged,
+    JobPriorityChanged,
     JobStateChanged,
     JobSubmitted,
     fold_states,
@@ -48,10 +49,10 @@ class ProjectionConflict(HivemuxError):
 
 _STATEMENTS: dict[type, str] = {
     JobSubmitted: """
-        INSERT INTO jobs (job_id, vc, kind, priority, pods, gpus, submitted_at, updated_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+        INSERT INTO jobs (job_id, vc, kind, priority, priority_value, pods, gpus, submitted_at, updated_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
         ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = EXCLUDED.kind, priority = EXCLUDED.priority,
-            pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
+            priority_value = EXCLUDED.priority_value, pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
     # Applied once per batch over `fold_states` (one row per job): existing rows by what their
     # stored state makes of the batch, then the jobs not stored yet (see `_STATES_INSERT`).
@@ -67,6 +68,10 @@ _STATEMENTS: dict[type, str] = {
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
              AS f(job_id, state, reason, from_suspended, from_suspended_reason, at)
         WHERE jobs.job_id = f.job_id""",
+    JobPriorityChanged: """
+        INSERT INTO jobs (job_id, priority_value, updated_at) VALUES ($1, $2, $3)
+        ON CONFLICT (job_id) DO UPDATE SET priority_value = EXCLUDED.priority_value,
+            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
     JobBindingChanged: """
         INSERT INTO jobs (job_id, binding, updated_at)
         VALUES ($1, CASE WHEN $3::jsonb IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($2::text, $3::jsonb) END, $4)
@@ -124,7 +129,9 @@ def _json(value: Any) -> str | None:
 def _args(change: Change) -> tuple[Any, ...]:
     match change:
         case JobSubmitted():
-            return change.job_id, change.vc, change.kind, change.priority, change.pods, change.gpus, change.at
+            return change.job_id, change.vc, change.kind, change.priority, change.priority_value, change.pods, change.gpus, change.at
+        case JobPriorityChanged():
+            return change.job_id, change.priority_value, change.at
         case JobStateChanged():
             return change.job_id, change.state, change.reason, change.at
         case JobBindingChanged():
@@ -153,6 +160,7 @@ class JobRow:
     vc: str | None
     kind: str | None
     priority: str | None
+    priority_value: int | None
     pods: int | None
     gpus: int | None
     placement: dict[str, Any] | None
@@ -174,7 +182,7 @@ class JobEventRecord:
     offset: int
 
 
-_JOB_COLUMNS = "job_id, state, vc, kind, priority, pods, gpus, placement, binding, submitted_at, updated_at, last_reason"
+_JOB_COLUMNS = "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason"
 
 
 def _job(row: asyncpg.Record) -> JobRow:

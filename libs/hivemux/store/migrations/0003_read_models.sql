@@ -17,7 +17,8 @@ CREATE TABLE jobs (
     state         text NOT NULL DEFAULT 'submitted',
     vc            text,
     kind          text,
-    priority      text,
+    priority      text,                            -- HiveD's class: guaranteed or opportunistic
+    priority_value int,                            -- HiveD's priority within it (-1, 0..1000)
     pods          int,
     gpus          int,
     placement     jsonb,                          -- the matcher's current placement (offline jobs)
