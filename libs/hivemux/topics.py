@@ -36,6 +36,7 @@ from .events import (
     JobCommand,
     JobCommandRefused,
     JobLifecycleEvent,
+    JobPriorityChanged,
     JobSubmission,
     NodePressure,
     NodeTelemetry,
@@ -106,6 +107,7 @@ JOBS_SUBMITTED = Topic("jobs.submitted", JobSubmission, "job_id", 4, "delete", "
 # lifecycle sit on the same partition number of each topic.
 JOBS_COMMANDS = Topic("jobs.commands", JobCommand, "job_id", 4, "delete", "Users' commands on jobs: cancel, suspend, resume")
 JOBS_REFUSALS = Topic("jobs.refusals", JobCommandRefused, "job_id", 4, "delete", "Job commands refused, with the reason")
+JOBS_PRIORITIES = Topic("jobs.priorities", JobPriorityChanged, "job_id", 4, "delete", "Training jobs' HiveD priority changes")
 JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete", "Job state changes with reasons")
 # Compacted: a profile is the job's whole solo profile; a newer one replaces it.
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
@@ -138,6 +140,7 @@ TOPICS: tuple[Topic, ...] = (
     JOBS_SUBMITTED,
     JOBS_COMMANDS,
     JOBS_REFUSALS,
+    JOBS_PRIORITIES,
     JOBS_LIFECYCLE,
     JOBS_PROFILED,
     SHARING_OBSERVATIONS,

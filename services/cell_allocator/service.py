@@ -1,8 +1,8 @@
 """The cell-allocator shell: moves events in and out of `hivemux.cells.allocator_events`.
 
 Folded from the start of each topic (one active instance per cell configuration): cell
-configurations, the job log, this allocator's own bindings (crash recovery), job ends and GPU
-health, and the clock ticks. Each handler is one call into the library, which returns the events
+configurations, the job log, this allocator's own bindings (crash recovery), job ends and job
+control (cancel, suspend, resume, priority changes), GPU health, and the clock ticks. Each handler is one call into the library, which returns the events
 to publish. A ticker publishes a clock tick; consuming a tick runs the retry pass of waiting jobs
 when one is due, stamped with the tick's event time, never the local clock (`cells.allocator`),
 so the pass is on the log and replaying the topics reproduces it.
@@ -26,10 +26,10 @@ from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
 from hivemux.cells.schedulers import SchedulerKind, build_scheduler
 from hivemux.cells_inspect.server import start_inspect_server
 from hivemux.errors import ConfigurationError
-from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobLifecycleEvent, JobSubmission
+from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobLifecycleEvent, JobPriorityChanged, JobSubmission
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED
+from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
@@ -81,6 +81,9 @@ class CellAllocatorShell:
     def on_lifecycle(self, change: JobLifecycleEvent, ctx: RecordContext) -> list[Event]:
         return self.edge.on_lifecycle(change, replaying=ctx.replaying)
 
+    def on_priority(self, change: JobPriorityChanged, ctx: RecordContext) -> list[Event]:
+        return self.edge.on_priority(change, replaying=ctx.replaying)
+
     def on_health(self, transition: HealthTransition, ctx: RecordContext) -> list[Event]:
         return self.edge.on_health(transition, replaying=ctx.replaying)
 
@@ -105,6 +108,7 @@ def build(settings: AllocatorSettings) -> Service:
     service.fold(JOBS_SUBMITTED, shell.on_submission)
     service.fold(CELL_BINDINGS, shell.on_binding)
     service.fold(JOBS_LIFECYCLE, shell.on_lifecycle)
+    service.fold(JOBS_PRIORITIES, shell.on_priority)
     service.fold(GPU_HEALTH, shell.on_health)
     service.fold(CLOCK_TICKS, shell.on_tick)
     service.every(settings.retry_interval_s, shell.tick)

@@ -1,8 +1,8 @@
 """The job-controller shell: moves events in and out of `hivemux.jobs.control_events`.
 
 Consumed as a group: `jobs.commands` (keyed by job, like the job log). Folded by every
-instance from the start: the job log, the lifecycle events (its own decisions included, so a
-restarted instance knows what it decided) and its refusals. Each handler is one call into the
+instance from the start: the job log, the lifecycle events and priority changes (its own
+decisions included, so a restarted instance knows what it decided) and its refusals. Each handler is one call into the
 library, which returns the events to publish.
 
 The commands and the folds are read by two consumers side by side, so a command sent right
@@ -19,11 +19,11 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import Event, JobCommand, JobCommandRefused, JobLifecycleEvent, JobSubmission
+from hivemux.events import Event, JobCommand, JobCommandRefused, JobLifecycleEvent, JobPriorityChanged, JobSubmission
 from hivemux.jobs.control_events import JobControlEvents
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_REFUSALS, JOBS_SUBMITTED
+from hivemux.topics import JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS, JOBS_SUBMITTED
 
 NAME = "job-controller"
 _POLL_S = 0.05
@@ -46,6 +46,9 @@ class JobController:
     def on_lifecycle(self, change: JobLifecycleEvent, _: RecordContext) -> None:
         self.edge.on_lifecycle(change)
 
+    def on_priority(self, change: JobPriorityChanged, _: RecordContext) -> None:
+        self.edge.on_priority(change)
+
     def on_refusal(self, refusal: JobCommandRefused, _: RecordContext) -> None:
         self.edge.on_refusal(refusal)
 
@@ -63,6 +66,7 @@ def build(settings: JobControllerSettings) -> Service:
     service.fold(JOBS_SUBMITTED, controller.on_submission)
     service.fold(JOBS_LIFECYCLE, controller.on_lifecycle)
     service.fold(JOBS_REFUSALS, controller.on_refusal)
+    service.fold(JOBS_PRIORITIES, controller.on_priority)
     service.on(JOBS_COMMANDS, controller.on_command)
     return service
 

@@ -1,6 +1,7 @@
 """Job control on the embedded broker: the job-controller and the cell-allocator run in this
 process, the real CLI (`hivemux jobs cancel|suspend|resume`) runs as a subprocess. A bound
-training job is suspended (its cells released, its node told to stop), resumed, cancelled;
+training job is suspended (its cells released, its node told to stop), resumed, cancelled; a
+guaranteed one changes priority (an opportunistic one may not: another class);
 the same command id sent again acts once; a command on a cancelled or unknown job is a
 one-line refusal with exit code 1."""
 
@@ -32,7 +33,7 @@ from hivemux.services.cell_allocator.service import AllocatorSettings
 from hivemux.services.cell_allocator.service import build as build_allocator
 from hivemux.services.job_controller.service import JobControllerSettings
 from hivemux.services.job_controller.service import build as build_controller
-from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE, JOBS_REFUSALS
+from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS
 
 pytestmark = pytest.mark.integration
 
@@ -92,6 +93,21 @@ async def test_cancel_suspend_resume_through_the_cli(infra: Endpoints) -> None:
         assert code == 0 and out.startswith(f"{job_id} resumed: resumed by tester; back at the end of VC vc-b's queue"), out
         code, out = await cli(infra, "resume", job_id)
         assert code == 1 and out.count("\n") == 0 and f"cannot resume job {job_id}: it is" in out and out.endswith("not suspended"), out
+
+        code, out = await cli(infra, "priority", job_id, "10")
+        assert code == 1 and "it is opportunistic; guaranteed is another class of VC vc-b's capacity" in out, out
+        guaranteed = JobSubmission(
+            occurred_at=datetime.now(UTC), source="test", job_id=f"{job_id}-g", vc="vc-a", kind=JobKind.TRAINING,
+            gpus_per_pod=1, priority=Priority.GUARANTEED, priority_value=10,
+            workload=WorkloadSpec(model="bert", batch_size=8, iterations=1_000_000),
+        )  # fmt: skip
+        async with Publisher(infra.bootstrap_servers, source="test") as publisher:
+            await publisher.publish(guaranteed)
+        code, out = await cli(infra, "priority", guaranteed.job_id, "20", "--reason", "deadline")
+        assert code == 0 and out.startswith(f"{guaranteed.job_id} priority 20: priority 10 -> 20 by tester: deadline"), out
+        changed = [e for _, e in await read_all(infra.bootstrap_servers, JOBS_PRIORITIES) if e.job_id == guaranteed.job_id]
+        assert [(c.previous, c.priority_value) for c in changed] == [(10, 20)]
+        assert (await cli(infra, "cancel", guaranteed.job_id))[0] == 0
 
         command_id = f"cancel-{uuid.uuid4().hex[:8]}"
         first = await cli(infra, "cancel", job_id, "--command-id", command_id)

@@ -39,6 +39,7 @@ from hivemux.events import (
     JobCommand,
     JobCommandRefused,
     JobLifecycleEvent,
+    JobPriorityChanged,
     JobState,
     JobSubmission,
     NodeTelemetry,
@@ -109,6 +110,7 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
     JobSubmission: job_submission,
     JobLifecycleEvent: lambda: JobLifecycleEvent(**ENVELOPE, job_id="train-1", state=JobState.BOUND, gpu_ids=("a",)),
     JobCommand: lambda: JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="cancel"),
+    JobPriorityChanged: lambda: JobPriorityChanged(**ENVELOPE, job_id="train-1", priority_value=200, previous=100),
     JobCommandRefused: lambda: JobCommandRefused(
         **ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="resume", reason="not suspended", job_state="running",
     ),
@@ -471,3 +473,9 @@ def test_job_commands_are_validated_at_decode() -> None:
         JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="explode")
     with pytest.raises(ValidationError):
         JobCommand(**ENVELOPE, command_id="c 1", principal="alice", job_id="train-1", action="cancel")
+    with pytest.raises(ValidationError):  # set_priority needs a value in HiveD's range, the others none
+        JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="set_priority")
+    with pytest.raises(ValidationError):
+        JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="set_priority", priority_value=1001)
+    with pytest.raises(ValidationError):
+        JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="cancel", priority_value=5)

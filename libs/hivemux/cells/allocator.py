@@ -128,6 +128,11 @@ class CellAllocator:
         self._saw(at)
         return self._allocation(self.jobs.resume(job_id), at, cause)
 
+    def reprioritize(self, job_id: str, priority: int, *, at: datetime, cause: str) -> Allocation:
+        """A user changed the job's HiveD priority (`JobAllocator.reprioritize`)."""
+        self._saw(at)
+        return self._allocation(self.jobs.reprioritize(job_id, priority), at, cause)
+
     def gpu_health(self, node: str, gpu: str, *, disabled: bool, at: datetime, cause: str) -> Allocation:
         """A GPU entered or left Disabled: its node may turn bad or healthy (`bad_hardware`)."""
         self._saw(at)

@@ -20,7 +20,8 @@ Job control (`hivemux.jobs.control`): a ``cancelled`` job ends like a completed 
 each node that ran one of their pods gets a ``stop`` command (the executor's graceful sequence:
 freeze, SIGTERM, grace, kill); a ``resumed`` job goes back to the end of the queue. The
 ``stopped`` the executor then reports for a job stopped that way is not its end (a suspended
-job must stay resumable), so it is ignored.
+job must stay resumable), so it is ignored. A ``JobPriorityChanged`` sets the job's HiveD
+priority (`JobAllocator.reprioritize`).
 
 Events are stamped with the allocation's event time and their ids derived from its cause
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
@@ -45,6 +46,7 @@ from hivemux.events import (
     HealthTransition,
     JobKind,
     JobLifecycleEvent,
+    JobPriorityChanged,
     JobState,
     JobSubmission,
     Priority,
@@ -128,6 +130,11 @@ class AllocatorEvents:
                 allocation = self.core.end(job_id, at=at, cause=cause)
             case _:
                 return []
+        return [] if replaying else self.events(allocation)
+
+    def on_priority(self, change: JobPriorityChanged, *, replaying: bool) -> list[Event]:
+        """A user changed a training job's HiveD priority (job controller)."""
+        allocation = self.core.reprioritize(change.job_id, change.priority_value, at=change.occurred_at, cause=str(change.event_id))
         return [] if replaying else self.events(allocation)
 
     def _stops(self, allocation: Allocation, change: JobLifecycleEvent) -> list[Event]:

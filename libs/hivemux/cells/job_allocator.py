@@ -23,6 +23,9 @@ Job control (`hivemux.jobs.control`): `end` of a cancelled job and `suspend` fre
 and drop any reservation HiveD holds for it while it waits on a preemption (its unbound pods
 are deleted from the scheduler, which deletes a preempting group); a suspended job leaves the
 queue until `resume` puts it back at the end, as a new arrival with its VC and priority.
+`reprioritize` changes a job's priority: a waiting job is tried again at once at the new one
+(its reservation at the old one dropped); a job holding cells keeps them (HiveD binds cells at
+a priority, with no in-place change) and the new priority counts from its next scheduling.
 
 Crash recovery: `restore` re-adds a recorded binding; `end` of a job whose bindings come
 later in the replay is remembered, so replaying the topics in any interleaving converges.
@@ -30,6 +33,7 @@ later in the replay is remembered, so replaying the topics in any interleaving c
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import Counter
 from collections.abc import Callable
@@ -118,10 +122,13 @@ class JobAllocator:
     placed: dict[str, dict[str, tuple[api.Pod, api.BindInfo]]] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
     suspended: set[str] = field(default_factory=set)
+    early_priorities: dict[str, int] = field(default_factory=dict)  # changed before the submission was folded
 
     def submit(self, job: TrainingJob) -> list[Decision]:
         if job.job_id in self.jobs or job.job_id in self.ended:
             return []  # a re-delivered submission changes nothing
+        if job.job_id in self.early_priorities:
+            job = dataclasses.replace(job, priority=self.early_priorities.pop(job.job_id))
         self.jobs[job.job_id] = job
         if job.job_id in self.suspended:
             return []  # suspended before its submission was folded: it waits for `resume`
@@ -228,6 +235,23 @@ class JobAllocator:
             return []  # not one of the allocator's jobs (an offline job)
         self.waiting[job_id] = ""
         return self._try(self.jobs[job_id])
+
+    def reprioritize(self, job_id: str, priority: int) -> list[Decision]:
+        """A new HiveD priority (see the module docstring)."""
+        job = self.jobs.get(job_id)
+        if job_id in self.ended:
+            return []
+        if job is None:
+            self.early_priorities[job_id] = priority
+            return []
+        if job.priority == priority:
+            return []
+        self.jobs[job_id] = job = dataclasses.replace(job, priority=priority)
+        if job_id not in self.waiting:
+            return []  # holding cells (or suspended): the new priority counts from its next scheduling
+        self._drop_reservation(job_id)
+        self.waiting[job_id] = ""
+        return self._try(job)
 
     def _drop_reservation(self, job_id: str) -> None:
         """Delete the job's unbound pods from the scheduler: a preempting group's reserved

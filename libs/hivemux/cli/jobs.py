@@ -1,7 +1,7 @@
 """`hivemux jobs`: what a user does with jobs, one command for each thing.
 
-Writes publish commands on the bus (`jobs submit`, `cancel`, `suspend`, `resume`: the latter
-three wait for the job controller's outcome, a lifecycle event or a refusal, and print it);
+Writes publish commands on the bus (`jobs submit`, `cancel`, `suspend`, `resume`, `priority`:
+all but submit wait for the job controller's outcome, a lifecycle event or a refusal, and print it);
 reads come from the read models.
 """
 
@@ -49,19 +49,21 @@ def _principal(value: str | None) -> str:
     return value or os.environ.get("HIVEMUX_PRINCIPAL") or getpass.getuser()
 
 
-def _control(action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float) -> None:
+def _control(
+    action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float, priority: int | None = None
+) -> None:
     """Publish one command, wait for its outcome on the bus and print it (a refusal exits 1)."""
     from pydantic import ValidationError
 
     from ..bus import Publisher
     from ..bus.lookup import wait_for_event
-    from ..events import JobCommand, JobCommandRefused, JobLifecycleEvent, outcome_id
-    from ..topics import JOBS_LIFECYCLE, JOBS_REFUSALS
+    from ..events import JobCommand, JobCommandRefused, JobLifecycleEvent, JobPriorityChanged, outcome_id
+    from ..topics import JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS
 
     try:
         command = JobCommand(
             occurred_at=datetime.now(UTC), source="cli", command_id=command_id or uuid.uuid4().hex,
-            principal=_principal(principal), job_id=job_id, action=action, reason=reason,
+            principal=_principal(principal), job_id=job_id, action=action, reason=reason, priority_value=priority,
         )  # fmt: skip
     except ValidationError as error:
         raise click.ClickException(f"invalid {action} command: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}") from error
@@ -70,12 +72,15 @@ def _control(action: str, job_id: str, reason: str, principal: str | None, comma
     async def send_and_wait() -> object:
         async with Publisher(servers, source="cli") as publisher:
             await publisher.publish(command)
-        return await wait_for_event(servers, (JOBS_LIFECYCLE, JOBS_REFUSALS), job_id, outcome_id(command.command_id), timeout_s=timeout)
+        outcomes = (JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS)
+        return await wait_for_event(servers, outcomes, job_id, outcome_id(command.command_id), timeout_s=timeout)
 
     outcome = run_on_bus(send_and_wait())
     match outcome:
         case JobLifecycleEvent():
             click.echo(f"{job_id} {outcome.state.value}: {outcome.reason}")
+        case JobPriorityChanged():
+            click.echo(f"{job_id} priority {outcome.priority_value}: {outcome.reason}")
         case JobCommandRefused():
             raise click.ClickException(outcome.reason)
         case _:
@@ -98,3 +103,17 @@ def _control_command(action: str, help_text: str) -> None:
 _control_command("cancel", "Cancel a job: its cells are released and its workload stopped; it ends as cancelled.")
 _control_command("suspend", "Suspend a job: its cells are released and its workload stopped until it is resumed.")
 _control_command("resume", "Resume a suspended job: it goes back to the end of its VC's queue, same VC and priority.")
+
+
+@jobs_group.command("priority")
+@click.argument("job_id")
+@click.argument("value", type=click.IntRange(-1, 1000))
+@click.option("--reason", default="", help="Why (recorded with the command and its outcome)")
+@click.option("--principal", default=None, help="Who asks; default $HIVEMUX_PRINCIPAL or the OS user name")
+@click.option("--command-id", default=None, help="Command id (a retry with the same id acts once); default a new one")
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for the outcome")
+def priority(job_id: str, value: int, reason: str, principal: str | None, command_id: str | None, timeout: float) -> None:
+    """Change a training job's HiveD priority within its class (guaranteed 0..1000; -1 stays -1).
+
+    A job holding cells keeps them; the new priority counts from its next scheduling."""
+    _control("set_priority", job_id, reason, principal, command_id, timeout, value)

@@ -12,7 +12,7 @@ decoded and validated once, converted to domain values by the code that consumes
 
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .clock import ClockTick
-from .commands import JobAction, JobCommand, JobCommandRefused, outcome_id
+from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChanged, outcome_id
 from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState
 from .jobs import (
     FINISHED_STATES,
@@ -47,6 +47,7 @@ __all__ = [
     "JobAction",
     "JobCommand",
     "JobCommandRefused",
+    "JobPriorityChanged",
     "outcome_id",
     "REASON_MAX",
     "Reason",
@@ -78,6 +79,7 @@ __all__ = [
     "Profile",
     "Record",
     "Remediation",
+    "ReportState",
     "ResourceEstimates",
     "SharingObservation",
     "SysMonitorSnapshot",

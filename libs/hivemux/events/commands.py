@@ -7,7 +7,8 @@ decides is either a job lifecycle event (`cancelled`, `suspended`, `resumed`) wh
 derived from the command id, or a `JobCommandRefused` whose event id is derived the same way,
 so whoever published the command finds its outcome, and a command applied twice acts once.
 
-Priority changes (``set_priority``) are not implemented yet: the action is not accepted here.
+``set_priority`` changes a training job's HiveD priority within its class (see
+`hivemux.jobs.control`); its outcome is a `JobPriorityChanged` (or a refusal).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import uuid
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from .base import Event, Name, Reason, derived_id
 
@@ -24,6 +25,7 @@ class JobAction(StrEnum):
     CANCEL = "cancel"
     SUSPEND = "suspend"
     RESUME = "resume"
+    SET_PRIORITY = "set_priority"
 
 
 class JobCommand(Event):
@@ -33,7 +35,24 @@ class JobCommand(Event):
     principal: Name = Field(description="Who asked")
     job_id: Name
     action: JobAction
+    priority_value: int | None = Field(default=None, ge=-1, le=1000, description="set_priority only: HiveD's -1 (opportunistic) or 0..1000")
     reason: Reason = ""
+
+    @model_validator(mode="after")
+    def _priority_only_for_set_priority(self) -> "JobCommand":
+        if (self.action is JobAction.SET_PRIORITY) != (self.priority_value is not None):
+            raise ValueError("priority_value is required by set_priority and allowed with it only")
+        return self
+
+
+class JobPriorityChanged(Event):
+    """A training job's HiveD priority changed by a command (its event id: `outcome_id`)."""
+
+    job_id: Name
+    priority_value: int = Field(ge=-1, le=1000)
+    previous: int = Field(ge=-1, le=1000)
+    reason: Reason = ""
+    inputs: dict[str, str] = Field(default_factory=dict)
 
 
 class JobCommandRefused(Event):

@@ -15,6 +15,15 @@ States and transitions (a command in any other cell of this table is refused):
     cancel    any state but finished                          cancelled (finished)
     suspend   any state but finished and suspended            suspended
     resume    suspended                                       resumed (back in its queue)
+    priority  a training job not finished, within its class   its HiveD priority changed
+
+Priority changes (``set_priority``) stay within the VC's rules as HiveD has them: a guaranteed
+job (0..1000) runs on its VC's quota, an opportunistic one (-1) on capacity nobody reserved, so
+a change between the two classes is refused (it would change what the VC pays with: submit the
+job again as such); within the guaranteed class the value orders the VC's own jobs (who
+preempts whom). Only training jobs have one (offline jobs are placed by matching). A job
+holding cells keeps them: HiveD binds cells at a priority and has no in-place change, so the
+new value counts from its next scheduling (after a preemption, or a suspend and resume).
 
 Finished: completed, failed, rejected, cancelled (`events.FINISHED_STATES`); an unknown job is
 refused too. Rules of the fold: a finished job stays finished; a suspended job stays suspended
@@ -48,7 +57,7 @@ from hivemux.events import FINISHED_STATES, JobAction, JobState, outcome_id
 # The states this controller decides; nothing else publishes them.
 CONTROL_STATES = frozenset({JobState.CANCELLED, JobState.SUSPENDED, JobState.RESUMED})
 _ENDS_SUSPENSION = frozenset({JobState.COMPLETED, JobState.FAILED, *CONTROL_STATES})
-_TARGET = {JobAction.CANCEL: JobState.CANCELLED, JobAction.SUSPEND: JobState.SUSPENDED, JobAction.RESUME: JobState.RESUMED}
+_TARGET: dict[JobAction, JobState] = {JobAction.CANCEL: JobState.CANCELLED, JobAction.SUSPEND: JobState.SUSPENDED, JobAction.RESUME: JobState.RESUMED}
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class Command:
     action: JobAction
     reason: str
     at: datetime
+    priority_value: int | None = None  # set_priority only
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,18 @@ class Applied:
     command: Command
     event_id: uuid.UUID
     state: JobState
+    reason: str
+    inputs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Reprioritized:
+    """A priority change is applied: publish a `JobPriorityChanged` with id `event_id`."""
+
+    command: Command
+    event_id: uuid.UUID
+    priority_value: int
+    previous: int
     reason: str
     inputs: dict[str, str]
 
@@ -85,6 +107,7 @@ class Refused:
 class _Job:
     vc: str
     kind: str
+    priority: int  # HiveD's: -1 opportunistic, 0..1000 guaranteed
     state: JobState = JobState.SUBMITTED
 
 
@@ -94,8 +117,16 @@ class JobControl:
     outcomes: set[uuid.UUID] = field(default_factory=set)  # outcome ids decided or seen on the topics
 
     # -- folds ----------------------------------------------------------------------------
-    def submitted(self, job_id: str, vc: str, kind: str) -> None:
-        self.jobs.setdefault(job_id, _Job(vc, kind))
+    def submitted(self, job_id: str, vc: str, kind: str, priority: int = -1) -> None:
+        self.jobs.setdefault(job_id, _Job(vc, kind, priority))
+
+    def priority_changed(self, event_id: uuid.UUID, job_id: str, priority: int) -> None:
+        """A recorded priority change (this controller's own, live or before a restart)."""
+        if event_id in self.outcomes:
+            return
+        self.outcomes.add(event_id)
+        if job_id in self.jobs:
+            self.jobs[job_id].priority = priority
 
     def lifecycle(self, event_id: uuid.UUID, job_id: str, state: JobState) -> None:
         """A lifecycle event (anyone's, this controller's own included)."""
@@ -115,7 +146,7 @@ class JobControl:
         self.outcomes.add(event_id)
 
     # -- decisions ------------------------------------------------------------------------
-    def decide(self, command: Command) -> Applied | Refused | None:
+    def decide(self, command: Command) -> Applied | Reprioritized | Refused | None:
         """The outcome of one command; None when this command id was decided before."""
         event_id = outcome_id(command.command_id)
         if event_id in self.outcomes:
@@ -125,16 +156,43 @@ class JobControl:
         inputs = {"action": command.action.value, "principal": command.principal, "command_id": command.command_id}
         if job is None:
             return Refused(command, event_id, f"unknown job {command.job_id}", None, inputs)
-        inputs |= {"job_state": job.state.value, "vc": job.vc, "kind": job.kind}
-        why_not = _why_not(command.action, job.state)
+        inputs |= {"job_state": job.state.value, "vc": job.vc, "kind": job.kind, "priority": str(job.priority)}
+        why_not = _why_not(command.action, job.state) or _why_not_priority(command, job)
         if why_not is not None:
             return Refused(command, event_id, f"cannot {command.action.value} job {command.job_id}: {why_not}", job.state, inputs)
+        if command.action is JobAction.SET_PRIORITY:
+            return self._reprioritize(command, job, event_id, inputs)
         target = _TARGET[command.action]
         job.state = target
         reason = f"{target.value} by {command.principal}" + (f": {command.reason}" if command.reason else "")
         if target is JobState.RESUMED:
             reason += f"; back at the end of VC {job.vc}'s queue"
         return Applied(command, event_id, target, reason, inputs)
+
+
+    def _reprioritize(self, command: Command, job: _Job, event_id: uuid.UUID, inputs: dict[str, str]) -> Reprioritized:
+        assert command.priority_value is not None  # validated at decode
+        previous, job.priority = job.priority, command.priority_value
+        reason = f"priority {previous} -> {job.priority} by {command.principal}" + (f": {command.reason}" if command.reason else "")
+        if job.state in _HOLDS_CELLS:
+            reason += "; it keeps its cells, the new priority counts from its next scheduling"
+        return Reprioritized(command, event_id, job.priority, previous, reason, inputs)
+
+
+_HOLDS_CELLS = frozenset({JobState.BOUND, JobState.RUNNING, JobState.PLACED})
+
+
+def _why_not_priority(command: Command, job: _Job) -> str | None:
+    if command.action is not JobAction.SET_PRIORITY or command.priority_value is None:
+        return None
+    if job.kind != "training":
+        return f"only training jobs have a HiveD priority ({job.kind} jobs are placed by matching)"
+    if (job.priority < 0) != (command.priority_value < 0):
+        classes = ("opportunistic", "guaranteed") if job.priority < 0 else ("guaranteed", "opportunistic")
+        return f"it is {classes[0]}; {classes[1]} is another class of VC {job.vc}'s capacity: submit it again as such"
+    if job.priority == command.priority_value:
+        return f"it already has priority {job.priority}"
+    return None
 
 
 def _why_not(action: JobAction, state: JobState) -> str | None:

@@ -2,7 +2,7 @@
 
 Each method decodes one validated event into `control.JobControl`'s input and makes one call;
 `on_command` turns the outcome into its event: an `Applied` into the job's `JobLifecycleEvent`
-(``cancelled``, ``suspended``, ``resumed``), a `Refused` into a `JobCommandRefused`, both with
+(``cancelled``, ``suspended``, ``resumed``), a `Reprioritized` into a `JobPriorityChanged`, a `Refused` into a `JobCommandRefused`, both with
 the id derived from the command id (`events.outcome_id`), stamped with the command's event
 time. A command whose id was decided before publishes nothing.
 """
@@ -14,11 +14,13 @@ from hivemux.events import (
     JobCommand,
     JobCommandRefused,
     JobLifecycleEvent,
+    JobPriorityChanged,
     JobSubmission,
+    Priority,
     clip_reason,
 )
 
-from .control import Applied, Command, JobControl
+from .control import Applied, Command, JobControl, Reprioritized
 
 
 class JobControlEvents:
@@ -27,7 +29,12 @@ class JobControlEvents:
         self.source = source
 
     def on_submission(self, job: JobSubmission) -> None:
-        self.core.submitted(job.job_id, job.vc, job.kind.value)
+        # HiveD's priority as the cell allocator reads it (`cells.allocator_events.training_job`)
+        priority = -1 if job.priority is Priority.OPPORTUNISTIC else max(0, job.priority_value)
+        self.core.submitted(job.job_id, job.vc, job.kind.value, priority)
+
+    def on_priority(self, change: JobPriorityChanged) -> None:
+        self.core.priority_changed(change.event_id, change.job_id, change.priority_value)
 
     def on_lifecycle(self, change: JobLifecycleEvent) -> None:
         self.core.lifecycle(change.event_id, change.job_id, change.state)
@@ -39,9 +46,17 @@ class JobControlEvents:
         return job_id in self.core.jobs
 
     def on_command(self, c: JobCommand) -> list[Event]:
-        outcome = self.core.decide(Command(c.command_id, c.principal, c.job_id, c.action, c.reason, c.occurred_at))
+        outcome = self.core.decide(Command(c.command_id, c.principal, c.job_id, c.action, c.reason, c.occurred_at, c.priority_value))
         if outcome is None:
             return []
+        if isinstance(outcome, Reprioritized):
+            return [
+                JobPriorityChanged(
+                    event_id=outcome.event_id, occurred_at=c.occurred_at, source=self.source, job_id=c.job_id,
+                    priority_value=outcome.priority_value, previous=outcome.previous, reason=clip_reason(outcome.reason),
+                    inputs=outcome.inputs,
+                )  # fmt: skip
+            ]
         if isinstance(outcome, Applied):
             return [
                 JobLifecycleEvent(

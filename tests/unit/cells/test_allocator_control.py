@@ -7,7 +7,7 @@ import pytest
 
 from hivemux.cells import api
 from hivemux.cells.allocator_events import training_job
-from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobLifecycleEvent, JobState
+from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobLifecycleEvent, JobPriorityChanged, JobState
 
 from test_allocator_events import SCHEDULERS, at, ended, of, shell, training
 
@@ -114,3 +114,29 @@ def test_control_folded_before_the_submission_still_holds(kind: str) -> None:
     resumed = s.on_lifecycle(control("early-suspend", JobState.RESUMED, 3), replaying=False)
     assert [(b.job_id, b.state) for b in of(resumed, CellBinding)] == [("early-suspend", "bound")]
     assert s.on_lifecycle(control("some-offline-job", JobState.RESUMED, 4), replaying=False) == []
+
+
+def reprioritized(job_id: str, value: int, previous: int, seconds: float) -> JobPriorityChanged:
+    return JobPriorityChanged(occurred_at=at(seconds), source="job-controller/0", job_id=job_id, priority_value=value, previous=previous)
+
+
+def test_a_waiting_job_raised_above_the_holder_preempts_it() -> None:
+    """HiveD within one VC: a guaranteed job of higher priority preempts a lower one."""
+    s = shell("hived")
+    s.on_submission(training("holder", pods=2), replaying=False)  # priority 100, every vc-a cell
+    waiting = s.on_submission(training("raised", pods=2, seconds=2), replaying=False)
+    assert [e.state for e in of(waiting, JobLifecycleEvent)] == [JobState.WAITING]
+    out = s.on_priority(reprioritized("raised", 500, 100, 5), replaying=False)
+    assert [(b.job_id, b.state) for b in of(out, CellBinding)] == [("holder", "preempted")] * 2 + [("raised", "bound")] * 2
+    assert s.core.jobs.jobs["raised"].priority == 500
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_a_job_holding_cells_keeps_them_and_a_late_submission_takes_the_new_priority(kind: str) -> None:
+    s = shell(kind)
+    s.on_submission(training("bound", pods=2), replaying=False)
+    assert s.on_priority(reprioritized("bound", 7, 100, 5), replaying=False) == []
+    assert s.core.jobs.jobs["bound"].priority == 7 and s.core.jobs.fully_placed("bound")
+    assert s.on_priority(reprioritized("later", 300, 100, 6), replaying=False) == []
+    s.on_submission(training("later", seconds=7), replaying=False)
+    assert s.core.jobs.jobs["later"].priority == 300

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from hivemux.bus import RecordContext
 from hivemux.events import JobCommand, JobCommandRefused, JobKind, JobLifecycleEvent, JobState, JobSubmission, WorkloadSpec, outcome_id
 from hivemux.services.job_controller.service import JobController, JobControllerSettings, build
-from hivemux.topics import JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_REFUSALS, JOBS_SUBMITTED
+from hivemux.topics import JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS, JOBS_SUBMITTED
 
 AT = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 CTX = RecordContext("t", 0, 0, None)
@@ -17,7 +17,7 @@ CTX = RecordContext("t", 0, 0, None)
 
 def test_build_folds_the_job_log_and_consumes_commands_as_a_group() -> None:
     service = build(JobControllerSettings())
-    assert set(service.folds) == {JOBS_SUBMITTED.name, JOBS_LIFECYCLE.name, JOBS_REFUSALS.name}
+    assert set(service.folds) == {JOBS_SUBMITTED.name, JOBS_LIFECYCLE.name, JOBS_REFUSALS.name, JOBS_PRIORITIES.name}
     assert set(service.subscriptions) == {JOBS_COMMANDS.name}
 
 
@@ -35,7 +35,7 @@ def test_a_command_waits_for_the_fold_then_is_decided() -> None:
 
     (event,) = asyncio.run(scenario())
     assert isinstance(event, JobLifecycleEvent) and event.state is JobState.CANCELLED and event.event_id == outcome_id("c1")
-    assert event.inputs == {"action": "cancel", "principal": "alice", "command_id": "c1", "job_state": "submitted", "vc": "vc-a", "kind": "offline"}
+    assert event.inputs == {"action": "cancel", "principal": "alice", "command_id": "c1", "job_state": "submitted", "vc": "vc-a", "kind": "offline", "priority": "-1"}
 
 
 def test_a_command_on_a_job_that_never_comes_is_refused() -> None:
