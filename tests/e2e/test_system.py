@@ -103,13 +103,6 @@ async def test_submitted_jobs_are_placed_run_and_bound(system, tmp_path: Path) -
     states = {e.state for e in await eventually(lambda: _events(endpoints, JOBS_LIFECYCLE, "e2e-training"), timeout_s=30)}
     assert "bound" in states
 
-    status = _cli(env, "status", "--json")
-    assert status.returncode == 0, status.stderr
-    summary = json.loads(status.stdout)
-    assert sum(summary["gpus_by_health"].values()) == 16
-    assert {"job_id": "e2e-training", "node_ids": ["node-02", "node-03"]} in summary["training_bound"]
-    assert "e2e-offline" in {row["job_id"] for row in summary["offline_shared"]}
-
     async def projected():  # type: ignore[no-untyped-def]
         """The projector's read model, through the CLI."""
         described = _cli(env, "jobs", "describe", "e2e-training", "--json")
@@ -120,6 +113,17 @@ async def test_submitted_jobs_are_placed_run_and_bound(system, tmp_path: Path) -
     assert await eventually(lambda: _cli_has(env, " bound ", "jobs", "history", "e2e-training"), timeout_s=30)
     assert await eventually(lambda: _cli_has(env, " placement ", "jobs", "history", "e2e-offline"), timeout_s=30)
     assert "e2e-training" in _cli(env, "jobs", "list", "--vc", "vc-a", "--kind", "training").stdout
+
+    async def status():  # type: ignore[no-untyped-def]
+        """`hivemux status`, from the read model once the projector has folded what was seen above."""
+        shown = _cli(env, "status", "--json")
+        assert shown.returncode == 0, shown.stderr
+        summary = json.loads(shown.stdout)
+        return sum(summary["gpus_by_health"].values()) == 16 and summary
+
+    summary = await eventually(status, timeout_s=30)
+    assert {"job_id": "e2e-training", "node_ids": ["node-02", "node-03"]} in summary["training_bound"]
+    assert "e2e-offline" in {row["job_id"] for row in summary["offline_shared"]}
     assert all(child.process.poll() is None for child in children)  # nobody died on the way
     matcher = next(c for c in children if c.name == "matcher")
     with urllib.request.urlopen(f"http://127.0.0.1:{matcher.port}/metrics", timeout=5) as response:

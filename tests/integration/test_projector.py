@@ -5,11 +5,13 @@ burst and restarted, its read models equal a projection rebuilt from the topics
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
@@ -137,10 +139,34 @@ async def test_read_commands_on_a_projected_database(infra: Endpoints, pg_dsn: s
     assert f"{prefix}-00001" in run("jobs", "list", "--state", "suspended")
     described = run("jobs", "describe", f"{prefix}-00007")
     assert "running" in described and "DGX2-V100" in described and "vc-1" in described
-    history = run("jobs", "history", f"{prefix}-00000").splitlines()
+    history = run("jobs", "history", f"{prefix}-00000").splitlines()  # by event time, then topic, partition, offset
     assert [line.split()[1:3] for line in history] == [
         ["submitted", "submitted"], ["lifecycle", "waiting"], ["binding", "bound"], ["binding", "bound"],
-        ["lifecycle", "running"], ["command", "cancel"], ["lifecycle", "cancelled"], ["lifecycle", "stopped"], ["refusal", "suspend"],
+        ["lifecycle", "running"], ["command", "cancel"], ["binding", "released"], ["binding", "released"], ["lifecycle", "cancelled"],
+        ["lifecycle", "stopped"], ["refusal", "suspend"],
     ]  # fmt: skip
+    # `hivemux status` reads the read model: the same summary as folding the topics (this burst's part)
+    from hivemux.bus.replay import read_topics
+    from hivemux.status import STATUS_TOPICS, fold_status
+
+    events, _ = await read_topics(infra.bootstrap_servers, STATUS_TOPICS)
+    folded = fold_status(events).summary()
+    shown = json.loads(run("status", "--json"))
+    assert shown["gpus_by_health"] == folded["gpus_by_health"]
+    for part in ("offline_sharing", "offline_shared", "waiting", "training_bound", "training_bound_now"):
+        assert [r for r in shown[part] if r["job_id"].startswith(prefix)] == [r for r in folded[part] if r["job_id"].startswith(prefix)], part
+    mine = [e for e in events if getattr(e, "job_id", "").startswith(prefix)]
+    assert Counter(fold_status(mine).job_state.values()) == Counter(
+        {s: n for s, n in await _my_states(env["HIVEMUX_POSTGRES_DSN"], prefix)}
+    )
     missing = subprocess.run([sys.executable, "-m", "hivemux.cli.main", "jobs", "describe", "nope"], env=env, capture_output=True, text=True)
     assert missing.returncode == 1 and "no job nope" in missing.stderr
+
+
+async def _my_states(dsn: str, prefix: str) -> list[tuple[str, int]]:
+    connection = await asyncpg.connect(dsn)
+    try:
+        rows = await connection.fetch("SELECT state, count(*) AS n FROM jobs WHERE job_id LIKE $1 GROUP BY state", prefix + "-%")
+    finally:
+        await connection.close()
+    return [(r["state"], r["n"]) for r in rows]

@@ -81,6 +81,7 @@ def job_burst(prefix: str, jobs: int) -> list[list[Event]]:
                 events += [
                     JobCommand(**base, occurred_at=tick(4), command_id=f"c-{job}", principal="alice", job_id=job, action=JobAction.CANCEL),
                     JobLifecycleEvent(**base, occurred_at=tick(5), job_id=job, state=JobState.CANCELLED, reason="cancelled by alice"),
+                    *[CellBinding(**base, **bound, occurred_at=tick(5), job_id=job, state="released", pod=pod) for pod in pods],
                     JobLifecycleEvent(**base, occurred_at=tick(6), job_id=job, state=JobState.STOPPED, reason="workload stopped"),
                     JobCommandRefused(**base, occurred_at=tick(7), command_id=f"c2-{job}", principal="bob", job_id=job,
                                       action=JobAction.SUSPEND, reason="job is cancelled", job_state="cancelled"),
@@ -88,6 +89,7 @@ def job_burst(prefix: str, jobs: int) -> list[list[Event]]:
             elif i % 5 == 1:  # suspended; every other one resumed (the stopped/waiting notes between change nothing)
                 events += [
                     JobLifecycleEvent(**base, occurred_at=tick(4), job_id=job, state=JobState.SUSPENDED, reason="suspended by bob"),
+                    *[CellBinding(**base, **bound, occurred_at=tick(4), job_id=job, state="released", pod=pod) for pod in pods],
                     JobLifecycleEvent(**base, occurred_at=tick(5), job_id=job, state=JobState.STOPPED, reason="workload stopped"),
                     JobLifecycleEvent(**base, occurred_at=tick(6), job_id=job, state=JobState.WAITING, reason="cells released"),
                 ]

@@ -58,12 +58,12 @@ def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(as_json: bool) -> None:
-    """GPUs by health state and jobs by state, folded from the topics."""
-    from ..bus.replay import read_topics
-    from ..status import STATUS_TOPICS, fold_status, render_summary
+    """GPUs by health state and jobs by state, from the read models (HIVEMUX_POSTGRES_DSN)."""
+    from ..status import render_summary
+    from ..store.read_models import ReadModelStore
+    from .read_model_io import run_on_read_models
 
-    events, _ = _run_on_bus(read_topics(BusSettings().kafka_bootstrap_servers, STATUS_TOPICS))
-    summary = fold_status(events).summary()
+    summary = run_on_read_models(lambda pool: ReadModelStore(pool).status_summary())
     click.echo(json.dumps(summary, indent=2) if as_json else render_summary(summary))
 
 

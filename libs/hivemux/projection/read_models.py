@@ -260,6 +260,7 @@ def _placement(event: Placement, at: Position) -> tuple[Change, ...]:
         "gpu_id": event.gpu_id, "node_id": event.node_id, "sm_share": event.sm_share, "policy": event.policy,
         "predicted_normalized_throughput": event.predicted_normalized_throughput,
         "predicted_online_slowdown": event.predicted_online_slowdown, "model_version": event.model_version,
+        "online_workload": event.inputs.get("online_workload"),
     }  # fmt: skip
     return (
         JobPlacementChanged(event.job_id, decision if placed else None, event.occurred_at),

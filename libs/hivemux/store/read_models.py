@@ -41,6 +41,8 @@ from ..projection import (
 TopicPartition = tuple[str, int]
 READ_MODEL_TABLES = ("jobs", "job_events", "gpus", "faults", "projector_offsets")
 _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
+_NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
+_NOT_SHARING = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended", "evicted", "preempted")) + "]"
 
 
 class ProjectionConflict(HivemuxError):
@@ -153,6 +155,12 @@ def _args(change: Change) -> tuple[Any, ...]:
     raise TypeError(f"not a read-model change: {change!r}")
 
 
+def _sharing(job_id: str, placed: dict[str, Any]) -> dict[str, Any]:
+    online = placed.get("online_workload")
+    return {"job_id": job_id, "gpu_id": placed["gpu_id"], "node_id": placed["node_id"], "sm_share": placed["sm_share"],
+            "online_workload": str(online) if online else None}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class JobRow:
     job_id: str
@@ -262,6 +270,42 @@ class ReadModelStore:
             job_id, limit,
         )  # fmt: skip
         return [JobEventRecord(**{**dict(r), "inputs": json.loads(r["inputs"])}) for r in rows]
+
+    async def status_summary(self) -> dict[str, Any]:
+        """What `hivemux status` prints (the shape of `hivemux.status.ClusterStatus.summary`),
+        from the read models."""
+        async with self._pool.acquire() as conn:
+            health = await conn.fetch("SELECT health, count(*) AS n FROM gpus WHERE health IS NOT NULL GROUP BY health ORDER BY health")
+            by_state = await conn.fetch("SELECT state, count(*) AS n FROM jobs GROUP BY state ORDER BY state")
+            submitted = await conn.fetchval("SELECT count(*) FROM jobs WHERE kind IS NOT NULL")
+            # As `status` reads it: an ended, stopped, evicted, preempted or suspended job shares
+            # and holds nothing, whether or not its release was recorded yet.
+            sharing_now = await conn.fetch(
+                f"SELECT job_id, placement FROM jobs WHERE placement IS NOT NULL AND NOT state = ANY({_NOT_SHARING}) ORDER BY job_id")
+            shared_ever = await conn.fetch(
+                "SELECT DISTINCT ON (job_id) job_id, inputs FROM job_events WHERE kind = 'placement' AND what = 'place' "
+                'ORDER BY job_id, occurred_at DESC, topic, partition, "offset" DESC')
+            bound_ever = await conn.fetch(
+                "SELECT job_id, array_agg(DISTINCT node) AS nodes FROM job_events, "
+                "jsonb_array_elements_text(inputs -> 'node_ids') AS node WHERE kind = 'binding' AND what = 'bound' "
+                "GROUP BY job_id ORDER BY job_id")
+            bound_now = await conn.fetch(
+                "SELECT job_id, array_agg(DISTINCT node) AS nodes FROM jobs, jsonb_each(binding) AS b(pod, spec), "
+                f"jsonb_array_elements_text(spec -> 'node_ids') AS node WHERE NOT state = ANY({_NOT_BOUND}) GROUP BY job_id ORDER BY job_id")
+            waiting = await conn.fetch("SELECT job_id, last_reason FROM jobs WHERE state = 'waiting' ORDER BY job_id")
+        states = {r["state"]: r["n"] for r in by_state}
+        shared = {r["job_id"]: _sharing(r["job_id"], json.loads(r["inputs"])) for r in shared_ever}
+        bound = {r["job_id"]: sorted(r["nodes"]) for r in bound_ever}
+        return {
+            "gpus_by_health": {r["health"]: r["n"] for r in health},
+            "jobs": {"submitted": submitted, "placed": len(set(shared) | set(bound)), "completed": states.get("completed", 0),
+                     "by_state": states},
+            "offline_sharing": [_sharing(r["job_id"], json.loads(r["placement"])) for r in sharing_now],
+            "offline_shared": list(shared.values()),
+            "waiting": [{"job_id": r["job_id"], "reason": r["last_reason"]} for r in waiting],
+            "training_bound": [{"job_id": j, "node_ids": n} for j, n in bound.items()],
+            "training_bound_now": [{"job_id": r["job_id"], "node_ids": sorted(r["nodes"])} for r in bound_now],
+        }  # fmt: skip
 
     async def table(self, name: str, order_by: str) -> list[dict[str, Any]]:
         """Every row of a read-model table in a fixed order (tests compare projections)."""
