@@ -235,7 +235,9 @@ def _submission(event: JobSubmission, at: Position) -> tuple[Change, ...]:
 
 
 def _lifecycle(event: JobLifecycleEvent, at: Position) -> tuple[Change, ...]:
-    inputs = {"node_id": event.node_id, "gpu_ids": list(event.gpu_ids)} if event.node_id or event.gpu_ids else {}
+    inputs: dict[str, Any] = dict(event.inputs)
+    if event.node_id or event.gpu_ids:
+        inputs |= {"node_id": event.node_id, "gpu_ids": list(event.gpu_ids)}
     return (
         JobStateChanged(event.job_id, event.state.value, event.reason, event.occurred_at),
         _row(event, event.job_id, at, "lifecycle", event.state.value, event.reason, inputs),
@@ -291,11 +293,14 @@ def _fault(event: Fault, at: Position) -> tuple[Change, ...]:
 
 
 def _command(event: Any, at: Position) -> tuple[Change, ...]:
-    return (_row(event, event.job_id, at, "command", str(event.action), event.reason, {"command_id": event.command_id, "principal": event.principal}),)
+    inputs = {"command_id": event.command_id, "principal": event.principal}
+    if getattr(event, "priority_value", None) is not None:
+        inputs["priority_value"] = event.priority_value
+    return (_row(event, event.job_id, at, "command", str(event.action), event.reason, inputs),)
 
 
 def _refusal(event: Any, at: Position) -> tuple[Change, ...]:
-    inputs = {"command_id": event.command_id, "principal": event.principal, "job_state": event.job_state}
+    inputs = {**getattr(event, "inputs", {}), "command_id": event.command_id, "principal": event.principal, "job_state": event.job_state}
     return (_row(event, event.job_id, at, "refusal", str(event.action), event.reason, inputs),)
 
 

@@ -62,6 +62,8 @@ def test_lifecycle_sets_state_and_reason() -> None:
     change, row = project(event, POS)
     assert change == JobStateChanged("j1", "waiting", "no free cell", AT)
     assert (row.kind, row.what, row.reason, row.inputs) == ("lifecycle", "waiting", "no free cell", {})
+    decided = event.model_copy(update={"inputs": {"command_id": "c1"}, "node_id": "n1"})
+    assert project(decided, POS)[1].inputs == {"command_id": "c1", "node_id": "n1", "gpu_ids": []}
 
 
 @pytest.mark.parametrize(
