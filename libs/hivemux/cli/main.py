@@ -12,6 +12,7 @@ import click
 from pydantic import ValidationError
 
 from .. import schemas
+from ..errors import ConfigurationError
 from ..settings import BusSettings
 from ..topics import ALL_TOPICS
 from .bus_io import run_on_bus as _run_on_bus
@@ -34,6 +35,8 @@ def service(name: str) -> None:
     except ValidationError as error:  # bad configuration fails at start, readably
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         raise click.ClickException(f"bad configuration for {name}: {problems}") from error
+    except ConfigurationError as error:
+        raise click.ClickException(f"bad configuration for {name}: {error}") from error
 
 
 @cli.command()

@@ -4,7 +4,10 @@ projected database: tests/integration/test_projector.py.)"""
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -33,3 +36,11 @@ def test_unreachable_database_is_a_one_line_error(monkeypatch: pytest.MonkeyPatc
     assert result.exit_code == 1
     assert result.output.startswith("Error: cannot read the read models") and len(result.output.strip().splitlines()) == 1
     assert "secret" not in result.output
+
+
+def test_the_projector_without_a_database_refuses_to_start_in_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "HIVEMUX_POSTGRES_DSN"}
+    done = subprocess.run([sys.executable, "-m", "hivemux.cli.main", "service", "projector"], env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1] == "Error: bad configuration for projector: the projector needs HIVEMUX_POSTGRES_DSN"
