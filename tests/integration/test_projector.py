@@ -170,3 +170,31 @@ async def _my_states(dsn: str, prefix: str) -> list[tuple[str, int]]:
     finally:
         await connection.close()
     return [(r["state"], r["n"]) for r in rows]
+
+
+async def test_vc_cells_from_the_newest_configuration_and_the_bound_pods(pg_dsn: str) -> None:
+    from hivemux.projection import JobBindingChanged, JobStateChanged, JobSubmitted, VcQuotasChanged
+    from hivemux.store.read_models import ReadModelStore
+    from tests.support.read_model_kit import T0
+
+    pool = await connect(pg_dsn)
+    await migrate(pool)
+    store = ReadModelStore(pool)
+    pod = {"cell_type": "T4-POOL", "node_ids": ["n1"], "gpu_ids": ["n1/gpu-0", "n1/gpu-1"], "priority": "guaranteed"}
+    changes = [
+        VcQuotasChanged(2, {"vc-a": 8, "vc-b": 4}, T0), VcQuotasChanged(1, {"vc-a": 99}, T0),  # an older one changes nothing
+        JobSubmitted("g", "vc-a", "training", "guaranteed", 0, 1, 2, T0), JobBindingChanged("g", "g/0", pod, T0),
+        JobSubmitted("o", "vc-b", "training", "opportunistic", -1, 1, 2, T0),
+        JobBindingChanged("o", "o/0", {**pod, "priority": "opportunistic"}, T0),
+        JobSubmitted("w", "vc-b", "training", "guaranteed", 0, 1, 2, T0), JobStateChanged("w", "waiting", "no free cell", T0),
+    ]  # fmt: skip
+    await store.apply(changes, {}, {("t", 0): 8})
+    try:
+        assert await store.vc_cells() == [
+            {"vc": "vc-a", "guaranteed_gpus": 8, "guaranteed_used": 2, "guaranteed_free": 6, "opportunistic_used": 0, "waiting_jobs": 0},
+            {"vc": "vc-b", "guaranteed_gpus": 4, "guaranteed_used": 0, "guaranteed_free": 4, "opportunistic_used": 2, "waiting_jobs": 1},
+        ]
+        await store.apply([VcQuotasChanged(3, {"vc-a": 4}, T0)], {("t", 0): 8}, {("t", 0): 9})
+        assert [(r["vc"], r["guaranteed_gpus"]) for r in await store.vc_cells()] == [("vc-a", 4), ("vc-b", 0)]
+    finally:
+        await pool.close()

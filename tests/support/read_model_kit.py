@@ -32,6 +32,8 @@ ORDER_BY = {
     "faults": "event_id",
     "projector_offsets": "topic, partition",
     "vcs": "vc, state",
+    "vc_quotas": "vc",
+    "vc_cells": "vc",
 }
 
 

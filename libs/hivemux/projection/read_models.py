@@ -20,6 +20,8 @@ projection equal to one rebuilt from the beginning):
   may arrive in either order: the later placement by event time wins, and an eviction clears
   the GPU only if it evicts the job shown.
 - ``faults``: detected error patterns with their remediation, from ``gpu.faults``.
+- ``vc_quotas``: each VC's guaranteed GPUs in the newest cell configuration (``cells.config``,
+  one partition); the views ``vcs`` and ``vc_cells`` add what the jobs' bound pods use.
 
 Example: ``JobLifecycleEvent(job_id="j1", state="waiting", reason="no free cell")`` read at
 ``jobs.lifecycle/2@17`` gives ``(JobStateChanged("j1", "waiting", "no free cell", at),
@@ -37,7 +39,9 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from ..events import CellBinding, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
+from ..cells.config import parse_config
+from ..errors import ConfigurationError
+from ..events import CellBinding, CellConfig, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
 
 # Topics folded into the read models (names; those not in the registry are skipped).
 PROJECTED_TOPICS: tuple[str, ...] = (
@@ -50,6 +54,7 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "placements",
     "gpu.health",
     "gpu.faults",
+    "cells.config",
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
 FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
@@ -162,7 +167,16 @@ class FaultRow:
     at: datetime
 
 
-Change = JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
+@dataclass(frozen=True)
+class VcQuotasChanged:
+    """A newer cell configuration: each VC's guaranteed GPUs (leaf cells, pinned cells included)."""
+
+    version: int
+    guaranteed_gpus: dict[str, int]
+    at: datetime
+
+
+Change = VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
 
 
 def applies(current: str | None, new: str) -> bool:
@@ -312,6 +326,20 @@ def _priority(event: Any, at: Position) -> tuple[Change, ...]:
     )
 
 
+def _cell_config(event: CellConfig, at: Position) -> tuple[Change, ...]:
+    try:
+        config = parse_config(event.config)
+    except ConfigurationError:
+        return ()  # the allocator refuses it too: the VCs keep the configuration they have
+    leaves = {name: info.leaf_cell_number for name, info in config.cell_types.items()}
+    quotas = {
+        name: sum(c.cell_number * leaves[c.cell_type] for c in vc.virtual_cells)
+        + sum(leaves[config.pinned_cells[p].cell_type] for p in vc.pinned_cells if p in config.pinned_cells)
+        for name, vc in config.virtual_clusters.items()
+    }
+    return (VcQuotasChanged(event.version, quotas, event.occurred_at),)
+
+
 _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "JobSubmission": _submission,
     "JobLifecycleEvent": _lifecycle,
@@ -322,4 +350,5 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "JobCommand": _command,
     "JobCommandRefused": _refusal,
     "JobPriorityChanged": _priority,
+    "CellConfig": _cell_config,
 }

@@ -35,11 +35,12 @@ from ..projection import (
     JobPriorityChanged,
     JobStateChanged,
     JobSubmitted,
+    VcQuotasChanged,
     fold_states,
 )
 
 TopicPartition = tuple[str, int]
-READ_MODEL_TABLES = ("jobs", "job_events", "gpus", "faults", "projector_offsets")
+READ_MODEL_TABLES = ("jobs", "job_events", "gpus", "faults", "vc_quotas", "projector_offsets")
 _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
 _NOT_SHARING = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended", "evicted", "preempted")) + "]"
@@ -109,6 +110,9 @@ _STATEMENTS: dict[type, str] = {
             offline_since = CASE WHEN $6 AND (gpus.offline_since IS NULL OR $5 >= gpus.offline_since) THEN $5
                                  ELSE gpus.offline_since END,
             changed_at = GREATEST(gpus.changed_at, EXCLUDED.changed_at)""",
+    # A configuration replaces the quotas only if it is newer than the one shown (see `apply`).
+    VcQuotasChanged: """
+        INSERT INTO vc_quotas (vc, guaranteed_gpus, config_version) SELECT vc, gpus, $3 FROM unnest($1::text[], $2::int[]) AS q(vc, gpus)""",
     FaultRow: """
         INSERT INTO faults (event_id, gpu_id, node_id, kind, detail, xid, job_id, remediation, occurred_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (event_id) DO NOTHING""",
@@ -149,6 +153,8 @@ def _args(change: Change) -> tuple[Any, ...]:
                     _json(change.metrics), change.online_workload, change.at)  # fmt: skip
         case GpuOfflineChanged():
             return change.gpu_id, change.node_id, change.job_id, change.sm_share, change.at, change.placed
+        case VcQuotasChanged():
+            return change.version, change.at
         case FaultRow():
             return (change.event_id, change.gpu_id, change.node_id, change.kind, change.detail, change.xid, change.job_id,
                     change.remediation, change.at)  # fmt: skip
@@ -239,6 +245,12 @@ class ReadModelStore:
                     columns = [list(column) for column in zip(*(astuple(f) for f in folded), strict=True)]
                     await conn.execute(_STATEMENTS[kind], *columns)
                     await conn.execute(_STATES_INSERT, *columns)
+                elif kind is VcQuotasChanged:
+                    for quotas in (c for c in changes if isinstance(c, VcQuotasChanged)):
+                        if await conn.fetchval("SELECT $1 > coalesce(max(config_version), 0) FROM vc_quotas", quotas.version):
+                            await conn.execute("DELETE FROM vc_quotas")
+                            vcs = sorted(quotas.guaranteed_gpus)
+                            await conn.execute(_STATEMENTS[kind], vcs, [quotas.guaranteed_gpus[v] for v in vcs], quotas.version)
                 elif kind is JobEventRow:
                     await conn.execute(_STAGING)
                     await conn.copy_records_to_table("job_events_in", records=grouped[kind], columns=_JOB_EVENT_COLUMNS)
@@ -270,6 +282,10 @@ class ReadModelStore:
             job_id, limit,
         )  # fmt: skip
         return [JobEventRecord(**{**dict(r), "inputs": json.loads(r["inputs"])}) for r in rows]
+
+    async def vc_cells(self) -> list[dict[str, Any]]:
+        """Per VC: guaranteed GPUs, used, free, opportunistic use, waiting jobs."""
+        return [dict(r) for r in await self._pool.fetch("SELECT * FROM vc_cells ORDER BY vc")]
 
     async def status_summary(self) -> dict[str, Any]:
         """What `hivemux status` prints (the shape of `hivemux.status.ClusterStatus.summary`),
@@ -309,6 +325,6 @@ class ReadModelStore:
 
     async def table(self, name: str, order_by: str) -> list[dict[str, Any]]:
         """Every row of a read-model table in a fixed order (tests compare projections)."""
-        if name not in (*READ_MODEL_TABLES, "vcs"):
+        if name not in (*READ_MODEL_TABLES, "vcs", "vc_cells"):
             raise ValueError(f"not a read-model table: {name}")
         return [dict(r) for r in await self._pool.fetch(f"SELECT * FROM {name} ORDER BY {order_by}")]

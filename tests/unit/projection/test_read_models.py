@@ -168,3 +168,16 @@ def test_fold_states_is_applying_them_in_order(states: list[str], ordinary: str,
         for s in states:
             state = s if applies(state, s) else state
         assert state == expected
+
+
+def test_a_cell_configuration_gives_each_vc_its_guaranteed_gpus() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    from hivemux.events import CellConfig
+    from hivemux.projection import VcQuotasChanged
+
+    raw = yaml.safe_load((Path(__file__).resolve().parents[3] / "libs/hivemux/cells/demo_cluster.yaml").read_text())
+    assert project(CellConfig(**BASE, version=3, config=raw), POS) == (VcQuotasChanged(3, {"vc-a": 8, "vc-b": 0}, AT),)
+    assert project(CellConfig(**BASE, version=4, config={"virtualClusters": {}}), POS) == ()  # refused by the allocator too

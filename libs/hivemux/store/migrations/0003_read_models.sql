@@ -77,17 +77,40 @@ CREATE TABLE faults (
 );
 CREATE INDEX faults_gpu ON faults (gpu_id, occurred_at);
 
--- Per VC: jobs per state, and the GPUs its bound training jobs hold by priority (a view over
--- jobs, so it can never disagree with them).
+-- Each VC's guaranteed GPUs (leaf cells) in the newest cell configuration (cells.config).
+CREATE TABLE vc_quotas (
+    vc              text PRIMARY KEY,
+    guaranteed_gpus int NOT NULL,
+    config_version  int NOT NULL
+);
+
+-- GPUs held by each job's bound pods, by the priority each pod was bound with.
+CREATE VIEW job_gpus AS
+SELECT job_id, vc, state,
+       coalesce(sum(jsonb_array_length(pod -> 'gpu_ids')) FILTER (WHERE pod ->> 'priority' = 'guaranteed'), 0)::int AS guaranteed,
+       coalesce(sum(jsonb_array_length(pod -> 'gpu_ids')) FILTER (WHERE pod ->> 'priority' = 'opportunistic'), 0)::int AS opportunistic
+FROM jobs LEFT JOIN LATERAL jsonb_each(jobs.binding) AS b(name, pod) ON true
+GROUP BY job_id, vc, state;
+
+-- Per VC and job state: how many jobs, and the GPUs their bound pods hold (views over jobs, so
+-- they never disagree with them).
 CREATE VIEW vcs AS
-SELECT vc,
-       state,
-       count(*)::int AS jobs,
-       coalesce(sum(CASE WHEN priority = 'guaranteed' THEN bound.gpus END), 0)::int AS guaranteed_gpus_used,
-       coalesce(sum(CASE WHEN priority = 'opportunistic' THEN bound.gpus END), 0)::int AS opportunistic_gpus_used
-FROM jobs
-CROSS JOIN LATERAL (
-    SELECT coalesce(sum(jsonb_array_length(pod -> 'gpu_ids')), 0) AS gpus FROM jsonb_each(jobs.binding) AS b(name, pod)
-) AS bound
-WHERE vc IS NOT NULL
+SELECT vc, state, count(*)::int AS jobs,
+       sum(guaranteed)::int AS guaranteed_gpus_used, sum(opportunistic)::int AS opportunistic_gpus_used
+FROM job_gpus WHERE vc IS NOT NULL
 GROUP BY vc, state;
+
+-- Per VC: guaranteed GPUs, those in use, those free, opportunistic use and the queue length.
+CREATE VIEW vc_cells AS
+WITH used AS (
+    SELECT vc, sum(guaranteed) AS guaranteed, sum(opportunistic) AS opportunistic,
+           count(*) FILTER (WHERE state = 'waiting') AS waiting
+    FROM job_gpus WHERE vc IS NOT NULL GROUP BY vc
+)
+SELECT coalesce(q.vc, u.vc) AS vc,
+       coalesce(q.guaranteed_gpus, 0)::int AS guaranteed_gpus,
+       coalesce(u.guaranteed, 0)::int AS guaranteed_used,
+       greatest(coalesce(q.guaranteed_gpus, 0) - coalesce(u.guaranteed, 0), 0)::int AS guaranteed_free,
+       coalesce(u.opportunistic, 0)::int AS opportunistic_used,
+       coalesce(u.waiting, 0)::int AS waiting_jobs
+FROM vc_quotas AS q FULL JOIN used AS u ON q.vc = u.vc;
