@@ -29,6 +29,7 @@ ORDER_BY = {
     "jobs": "job_id",
     "job_events": 'job_id, occurred_at, topic, partition, "offset", event_id',
     "gpus": "gpu_id",
+    "gpu_events": 'gpu_id, occurred_at, topic, partition, "offset", event_id',
     "faults": "event_id",
     "projector_offsets": "topic, partition",
     "vcs": "vc, state",

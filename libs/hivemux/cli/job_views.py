@@ -1,4 +1,4 @@
-"""`hivemux jobs list | describe | history`: reads of the PostgreSQL read models (written only by
+"""`hivemux jobs list | describe | history | explain`: reads of the PostgreSQL read models (written only by
 the projector, `hivemux.store.read_models`), through HIVEMUX_POSTGRES_DSN."""
 
 from __future__ import annotations
@@ -74,6 +74,30 @@ def history(job_id: str, as_json: bool) -> None:
             continue
         inputs = " ".join(f"{k}={v}" for k, v in sorted(e.inputs.items()) if v not in (None, [], ""))
         click.echo(f"{e.occurred_at.isoformat():<32} {e.kind:<10} {e.what:<10} {e.reason}" + (f"  [{inputs}]" if inputs else ""))
+
+
+@jobs_group.command("explain")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="The explanation as one JSON document.")
+def explain(job_id: str, as_json: bool) -> None:
+    """Why a job is (not) running: waiting reasons with counts, its place in its VC's queue, the
+    cells it was bound to, placements with predicted throughput, evictions with the metric and
+    threshold, preemptions with the preemptor, and every decision in order."""
+    from ..projection.explain import QUEUED_STATES, explain_job, render_job
+
+    async def read(pool: Any) -> tuple[JobRow | None, list[Any], list[JobRow]]:
+        store = ReadModelStore(pool)
+        job = await store.job(job_id)
+        if job is None:
+            return None, [], []
+        queue = await store.queue(job.vc, QUEUED_STATES) if job.vc else []
+        return job, await store.history(job_id), queue
+
+    job, events, queue = run_on_read_models(read)
+    if job is None:
+        raise click.ClickException(f"no job {job_id} in the read model")
+    explanation = explain_job(job, events, queue)
+    click.echo(json.dumps(explanation, indent=2, default=str) if as_json else render_job(explanation))
 
 
 def _job_json(job: JobRow) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from ..errors import ConfigurationError
 from ..settings import BusSettings
 from ..topics import ALL_TOPICS
 from .bus_io import run_on_bus as _run_on_bus
+from .gpu_views import gpus_group
 from .jobs import jobs_group
 from . import job_views  # noqa: F401 - registers jobs list/describe/history on jobs_group
 from .projector import projector_group
@@ -328,6 +329,7 @@ def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[
 
 
 cli.add_command(jobs_group)
+cli.add_command(gpus_group)
 cli.add_command(projector_group)
 
 

@@ -19,6 +19,8 @@ projection equal to one rebuilt from the beginning):
   SM share from ``placements``. Placements are keyed by job, so two jobs placed on one GPU
   may arrive in either order: the later placement by event time wins, and an eviction clears
   the GPU only if it evicts the job shown.
+- ``gpu_events``: each GPU's history: health transitions (metrics, cause, evicted workloads),
+  offline placements and evictions on it, faults (``gpu.health``, ``placements``, ``gpu.faults``).
 - ``faults``: detected error patterns with their remediation, from ``gpu.faults``.
 - ``vc_quotas``: each VC's guaranteed GPUs in the newest cell configuration (``cells.config``,
   one partition); the views ``vcs`` and ``vc_cells`` add what the jobs' bound pods use.
@@ -155,6 +157,22 @@ class GpuOfflineChanged:
 
 
 @dataclass(frozen=True)
+class GpuEventRow:
+    """One entry of a GPU's history (``gpu_events``, migration 0004): a health transition
+    (``kind="health"``, ``what`` the new state, inputs the metrics, cause, from state and the
+    evicted workloads), an offline job placed on it or evicted from it (``placement``) or a fault."""
+
+    gpu_id: str
+    event_id: UUID
+    at: datetime
+    position: Position
+    kind: str
+    what: str
+    reason: str = ""
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class FaultRow:
     event_id: UUID
     gpu_id: str
@@ -176,7 +194,10 @@ class VcQuotasChanged:
     at: datetime
 
 
-Change = VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow | GpuHealthChanged | GpuOfflineChanged | FaultRow
+Change = (
+    VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow
+    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow
+)
 
 
 def applies(current: str | None, new: str) -> bool:
@@ -278,11 +299,14 @@ def _placement(event: Placement, at: Position) -> tuple[Change, ...]:
         "predicted_online_slowdown": event.predicted_online_slowdown, "model_version": event.model_version,
         "online_workload": event.inputs.get("online_workload"),
     }  # fmt: skip
+    inputs = {**event.inputs, **decision}
     return (
         JobPlacementChanged(event.job_id, decision if placed else None, event.occurred_at),
         GpuOfflineChanged(event.gpu_id, event.node_id, event.job_id, event.sm_share, placed, event.occurred_at),
-        _row(event, event.job_id, at, "placement", event.action, event.reason, {**event.inputs, **decision}),
-    )
+        _row(event, event.job_id, at, "placement", event.action, event.reason, inputs),
+        GpuEventRow(event.gpu_id, event.event_id, event.occurred_at, at, "placement", event.action, event.reason,
+                    {**inputs, "job_id": event.job_id}),
+    )  # fmt: skip
 
 
 def _health(event: HealthTransition, at: Position) -> tuple[Change, ...]:
@@ -295,15 +319,20 @@ def _health(event: HealthTransition, at: Position) -> tuple[Change, ...]:
              {**event.metrics, "gpu_id": event.gpu_id, "from_state": event.from_state.value, "cause": event.cause})
         for job in event.evicted_workloads
     )  # fmt: skip
-    return (changed, *evictions)
+    history = GpuEventRow(event.gpu_id, event.event_id, event.occurred_at, at, "health", event.to_state.value, event.reason,
+                          {"metrics": dict(event.metrics), "from_state": event.from_state.value, "cause": event.cause,
+                           "online_workload": event.online_workload, "evicted": list(event.evicted_workloads)})  # fmt: skip
+    return (changed, history, *evictions)
 
 
 def _fault(event: Fault, at: Position) -> tuple[Change, ...]:
     row = FaultRow(event.event_id, event.gpu_id, event.node_id, event.kind.value, event.detail, event.xid, event.job_id,
                    event.remediation, event.occurred_at)  # fmt: skip
+    history = GpuEventRow(event.gpu_id, event.event_id, event.occurred_at, at, "fault", event.kind.value, event.detail,
+                          {"xid": event.xid, "job_id": event.job_id, "remediation": event.remediation})  # fmt: skip
     if event.job_id is None:
-        return (row,)
-    return row, _row(event, event.job_id, at, "fault", event.kind.value, event.detail, {"gpu_id": event.gpu_id, "remediation": event.remediation})
+        return row, history
+    return row, history, _row(event, event.job_id, at, "fault", event.kind.value, event.detail, {"gpu_id": event.gpu_id, "remediation": event.remediation})
 
 
 def _command(event: Any, at: Position) -> tuple[Change, ...]:

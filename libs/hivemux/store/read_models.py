@@ -27,6 +27,7 @@ from ..projection import (
     FINISHED_STATES,
     Change,
     FaultRow,
+    GpuEventRow,
     GpuHealthChanged,
     GpuOfflineChanged,
     JobBindingChanged,
@@ -40,7 +41,7 @@ from ..projection import (
 )
 
 TopicPartition = tuple[str, int]
-READ_MODEL_TABLES = ("jobs", "job_events", "gpus", "faults", "vc_quotas", "projector_offsets")
+READ_MODEL_TABLES = ("jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "projector_offsets")
 _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
 _NOT_SHARING = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended", "evicted", "preempted")) + "]"
@@ -113,6 +114,9 @@ _STATEMENTS: dict[type, str] = {
     # A configuration replaces the quotas only if it is newer than the one shown (see `apply`).
     VcQuotasChanged: """
         INSERT INTO vc_quotas (vc, guaranteed_gpus, config_version) SELECT vc, gpus, $3 FROM unnest($1::text[], $2::int[]) AS q(vc, gpus)""",
+    GpuEventRow: """
+        INSERT INTO gpu_events (gpu_id, event_id, occurred_at, topic, partition, "offset", kind, what, reason, inputs)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb) ON CONFLICT (gpu_id, event_id) DO NOTHING""",
     FaultRow: """
         INSERT INTO faults (event_id, gpu_id, node_id, kind, detail, xid, job_id, remediation, occurred_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (event_id) DO NOTHING""",
@@ -144,9 +148,10 @@ def _args(change: Change) -> tuple[Any, ...]:
             return change.job_id, change.pod, _json(change.binding), change.at
         case JobPlacementChanged():
             return change.job_id, _json(change.placement), change.at
-        case JobEventRow():
+        case JobEventRow() | GpuEventRow():
             p = change.position
-            return (change.job_id, change.event_id, change.at, p.topic, p.partition, p.offset, change.kind, change.what,
+            subject = change.job_id if isinstance(change, JobEventRow) else change.gpu_id
+            return (subject, change.event_id, change.at, p.topic, p.partition, p.offset, change.kind, change.what,
                     change.reason, _json(change.inputs))  # fmt: skip
         case GpuHealthChanged():
             return (change.gpu_id, change.node_id, change.gpu_type, change.health, change.cause, change.reason,
@@ -280,6 +285,25 @@ class ReadModelStore:
             'SELECT occurred_at, kind, what, reason, inputs, topic, partition, "offset" FROM job_events WHERE job_id = $1 '
             'ORDER BY occurred_at, topic, partition, "offset" LIMIT $2',
             job_id, limit,
+        )  # fmt: skip
+        return [JobEventRecord(**{**dict(r), "inputs": json.loads(r["inputs"])}) for r in rows]
+
+    async def queue(self, vc: str, states: Sequence[str]) -> list[JobRow]:
+        """The jobs of `vc` in one of `states` (the explainer ranks them: `hivemux.projection.explain`)."""
+        rows = await self._pool.fetch(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE vc = $1 AND state = ANY($2::text[]) ORDER BY job_id", vc, list(states))
+        return [_job(r) for r in rows]
+
+    async def gpu(self, gpu_id: str) -> dict[str, Any] | None:
+        """The GPU's row (health, cause, reason, metrics, online workload, offline job, SM share)."""
+        row = await self._pool.fetchrow("SELECT * FROM gpus WHERE gpu_id = $1", gpu_id)
+        return None if row is None else {**dict(row), "health_metrics": json.loads(row["health_metrics"])}
+
+    async def gpu_history(self, gpu_id: str) -> list[JobEventRecord]:
+        """The GPU's health transitions, placements/evictions on it and faults, in order (migration 0004)."""
+        rows = await self._pool.fetch(
+            'SELECT occurred_at, kind, what, reason, inputs, topic, partition, "offset" FROM gpu_events WHERE gpu_id = $1 '
+            'ORDER BY occurred_at, topic, partition, "offset"',
+            gpu_id,
         )  # fmt: skip
         return [JobEventRecord(**{**dict(r), "inputs": json.loads(r["inputs"])}) for r in rows]
 

@@ -25,6 +25,7 @@ from hivemux.events.commands import JobAction, JobCommand, JobCommandRefused
 from hivemux.events.clock import ClockTick
 from hivemux.projection import (
     FaultRow,
+    GpuEventRow,
     GpuHealthChanged,
     GpuOfflineChanged,
     JobBindingChanged,
@@ -89,25 +90,29 @@ def test_a_refused_binding_is_history_only() -> None:
 def test_placement_changes_the_job_and_the_gpu(action: str) -> None:
     event = Placement(**BASE, job_id="j2", action=action, gpu_id="n1/gpu-1", node_id="n1", sm_share=40.0, policy="matching",
                       reason="r", inputs={"online_workload": "bert"})  # fmt: skip
-    job, gpu, row = project(event, POS)
+    job, gpu, row, history = project(event, POS)
     assert isinstance(job, JobPlacementChanged) and (job.placement is None) == (action == "evict")
     assert gpu == GpuOfflineChanged("n1/gpu-1", "n1", "j2", 40.0, action == "place", AT)
     assert row.inputs["online_workload"] == "bert" and row.what == action
+    assert isinstance(history, GpuEventRow) and (history.gpu_id, history.kind, history.what, history.inputs["job_id"]) == (
+        "n1/gpu-1", "placement", action, "j2")
 
 
 def test_health_transition_changes_the_gpu_and_records_evictions_per_job() -> None:
     event = HealthTransition(**BASE, gpu_id="n1/gpu-0", node_id="n1", gpu_type="A100", from_state=HealthState.HEALTHY,
                              to_state=HealthState.OVERLIMIT, reason="sm high", metrics={"sm_activity": 97.0},
                              evicted_workloads=("j2", "j3"))  # fmt: skip
-    gpu, *evictions = project(event, POS)
+    gpu, history, *evictions = project(event, POS)
     assert isinstance(gpu, GpuHealthChanged) and (gpu.health, gpu.metrics) == ("Overlimit", {"sm_activity": 97.0})
+    assert isinstance(history, GpuEventRow) and (history.what, history.inputs["from_state"], history.inputs["evicted"]) == (
+        "Overlimit", "Healthy", ["j2", "j3"])
     assert [(e.job_id, e.kind, e.inputs["sm_activity"]) for e in evictions] == [("j2", "eviction", 97.0), ("j3", "eviction", 97.0)]
 
 
 def test_fault_is_a_row_and_a_job_event_when_it_names_the_job() -> None:
     event = Fault(**BASE, gpu_id="n1/gpu-0", node_id="n1", kind=list(FaultKind)[0], detail="xid 31", job_id="j4")
-    assert kinds(project(event, POS)) == [FaultRow, JobEventRow]
-    assert kinds(project(event.model_copy(update={"job_id": None}), POS)) == [FaultRow]
+    assert kinds(project(event, POS)) == [FaultRow, GpuEventRow, JobEventRow]
+    assert kinds(project(event.model_copy(update={"job_id": None}), POS)) == [FaultRow, GpuEventRow]
 
 
 def test_commands_and_refusals_are_job_events() -> None:

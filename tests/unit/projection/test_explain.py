@@ -1,0 +1,119 @@
+"""The explainer (`hivemux.projection.explain`) on read-model rows: a waiting job with repeated
+reasons, a placed offline job, an evicted one, a preempted training gang, a finished one, and a GPU."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from hivemux.projection.explain import explain_gpu, explain_job, offending_metrics, queue_key, render_gpu, render_job
+from hivemux.store.read_models import JobEventRecord, JobRow
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def at(s: int) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def job(job_id: str, state: str, *, vc: str = "vc-a", kind: str = "training", priority: str = "guaranteed", value: int = 0,
+        submitted: int = 0, placement: dict[str, Any] | None = None, binding: dict[str, Any] | None = None, reason: str = "") -> JobRow:  # fmt: skip
+    return JobRow(job_id, state, vc, kind, priority, value, 1, 2, placement, binding or {}, at(submitted), at(100), reason)
+
+
+def ev(s: int, kind: str, what: str, reason: str = "", **inputs: Any) -> JobEventRecord:
+    return JobEventRecord(at(s), kind, what, reason, inputs, "t", 0, s)
+
+
+PLACE = {"gpu_id": "n1/gpu-0", "node_id": "n1", "sm_share": 40.0, "predicted_normalized_throughput": 0.62,
+         "predicted_online_slowdown": 0.04, "online_workload": "bert", "policy": "matching"}  # fmt: skip
+OVER = "sm_activity=97.000 > overlimit 90.000; memory_usage=97.656 >= unhealthy 95.000"
+
+
+def test_a_waiting_job_dedups_reasons_and_knows_its_place_in_the_queue() -> None:
+    me = job("w2", "waiting", submitted=5, reason="no free cell")
+    events = [ev(5, "submitted", "submitted"), ev(6, "lifecycle", "waiting", "no free cell"), ev(7, "lifecycle", "waiting", "no free cell"),
+              ev(8, "lifecycle", "waiting", "VC quota used"), ev(9, "lifecycle", "waiting", "no free cell")]  # fmt: skip
+    queue = [job("w1", "waiting", submitted=1), job("w3", "waiting", submitted=3, priority="opportunistic", value=-1),
+             job("w0", "waiting", submitted=9, value=10), me]  # fmt: skip
+    x = explain_job(me, events, queue)
+    assert x["waiting"] == [
+        {"reason": "no free cell", "count": 3, "first": at(6).isoformat(), "last": at(9).isoformat()},
+        {"reason": "VC quota used", "count": 1, "first": at(8).isoformat(), "last": at(8).isoformat()},
+    ]
+    assert x["queue"] == {"vc": "vc-a", "position": 3, "of": 4, "ahead": ["w0", "w1"], "waiting_for": "no free cell"}
+    assert x["verdict"] == "not running: waiting; position 3 of 4 in vc-a's queue; waits for: no free cell"
+    assert [(c["what"], c["count"]) for c in x["chain"]] == [("submitted", 1), ("waiting", 2), ("waiting", 1), ("waiting", 1)]
+    assert "3x" in render_job(x) and "ahead: w0, w1" in render_job(x)
+
+
+def test_a_placed_offline_job_shows_throughput_sm_share_and_neighbour() -> None:
+    me = job("o1", "placed", kind="offline", placement=PLACE)
+    x = explain_job(me, [ev(1, "lifecycle", "waiting", "no GPU fits"), ev(2, "placement", "place", "best pair", **PLACE)])
+    assert x["queue"] is None
+    assert x["placements"][0] | {} == {"at": at(2).isoformat(), "action": "place", **PLACE, "reason": "best pair"}
+    assert x["verdict"] == "placed: offline on n1/gpu-0 with 40 % of the SMs beside online bert, predicted normalized throughput 0.62"
+    assert "predicted_normalized_throughput=0.62" in render_job(x)
+
+
+def test_an_evicted_job_shows_the_gpu_state_metric_value_and_threshold() -> None:
+    me = job("o2", "evicted", kind="offline", reason="GPU overlimit; the job waits for the next round")
+    events = [ev(2, "placement", "place", "best pair", **PLACE),
+              ev(5, "eviction", "Overlimit", OVER, gpu_id="n1/gpu-0", from_state="Healthy", cause="metrics", sm_activity=97.0),
+              ev(5, "placement", "evict", "GPU overlimit", **PLACE)]  # fmt: skip
+    x = explain_job(me, events, [me])
+    (e,) = x["evictions"]
+    assert (e["gpu_id"], e["gpu_state"], e["from_state"], e["metrics"]) == ("n1/gpu-0", "Overlimit", "Healthy", {"sm_activity": 97.0})
+    assert e["offending"][0] == {"metric": "sm_activity", "value": 97.0, "op": ">", "level": "overlimit", "threshold": 90.0}
+    assert x["verdict"].startswith("not running: evicted from n1/gpu-0 (GPU went Overlimit); position 1 of 1")
+    assert "sm_activity=97 > overlimit 90" in render_job(x)
+
+
+def test_a_preempted_training_gang_names_the_preemptor_and_its_cells() -> None:
+    pod = {"cell_type": "DGX2-V100-NODE", "node_ids": ["n1"], "gpu_ids": ["n1/gpu-0", "n1/gpu-1"], "priority": "opportunistic"}
+    me = job("g1", "preempted", priority="opportunistic", value=-1, reason="preempted by prod-7; it waits to resume")
+    events = [ev(1, "binding", "bound", "bound to n1", pod="g1/0", **pod), ev(1, "binding", "bound", "bound to n2", pod="g1/1", **pod),
+              ev(9, "binding", "preempted", "preempted by prod-7", pod="g1/0", node_ids=["n1"]),
+              ev(9, "binding", "preempted", "preempted by prod-7", pod="g1/1", node_ids=["n2"]),
+              ev(9, "lifecycle", "preempted", "preempted by prod-7; it waits to resume")]  # fmt: skip
+    x = explain_job(me, events, [me, job("g0", "waiting")])
+    assert [(p["pod"], p["by"]) for p in x["preemptions"]] == [("g1/0", "prod-7"), ("g1/1", "prod-7")]
+    assert [(b["what"], b["chain"]) for b in x["bindings"]][:2] == [("bound", "DGX2-V100-NODE")] * 2
+    assert x["verdict"] == ("not running: preempted by prod-7; position 2 of 2 in vc-a's queue; "
+                            "waits for: preempted by prod-7; it waits to resume")  # fmt: skip
+
+
+@pytest.mark.parametrize("state", ["completed", "failed", "cancelled"])
+def test_a_finished_job_says_how_it_ended(state: str) -> None:
+    me = job("f1", state, reason="exit 0")
+    x = explain_job(me, [ev(1, "lifecycle", "running"), ev(9, "lifecycle", state, "exit 0")], [me])
+    assert x["queue"] is None and x["verdict"] == f"not running: {state} (exit 0)"
+
+
+def test_queue_key_orders_guaranteed_then_priority_then_submission() -> None:
+    jobs = [job("a", "waiting", priority="opportunistic", value=-1), job("b", "waiting", submitted=5), job("c", "waiting", value=5, submitted=9)]
+    assert [j.job_id for j in sorted(jobs, key=queue_key)] == ["c", "b", "a"]
+
+
+def test_a_gpu_history_with_causes() -> None:
+    gpu = {"gpu_id": "n1/gpu-0", "node_id": "n1", "gpu_type": "A100", "health": "Overlimit", "health_cause": "metrics",
+           "health_reason": OVER, "health_metrics": {"sm_activity": 97.0}, "online_workload": "bert", "offline_job": None,
+           "sm_share": None, "offline_since": None, "changed_at": at(5)}  # fmt: skip
+    events = [ev(0, "health", "Healthy", "initialization finished: first sample", metrics={"sm_activity": 10.0}, from_state="Init",
+                 cause="metrics", evicted=[]),
+              ev(2, "placement", "place", "best pair", job_id="o2", **PLACE),
+              ev(5, "health", "Overlimit", OVER, metrics={"sm_activity": 97.0}, from_state="Healthy", cause="metrics", evicted=["o2"]),
+              ev(6, "fault", "xid", "xid 79", xid=79, job_id=None, remediation="drain")]  # fmt: skip
+    x = explain_gpu(gpu, events)
+    assert [(t["from"], t["to"], t["cause"]) for t in x["transitions"]] == [("Init", "Healthy", "metrics"), ("Healthy", "Overlimit", "metrics")]
+    assert x["transitions"][1]["evicted"] == ["o2"] and x["transitions"][1]["offending"][1]["threshold"] == 95.0
+    assert x["placements"][0]["job_id"] == "o2" and x["faults"][0]["remediation"] == "drain"
+    text = render_gpu(x)
+    assert "Healthy -> Overlimit (metrics)" in text and "evicted o2" in text and "xid" in text
+
+
+def test_offending_metrics_reads_the_in_band_form() -> None:
+    assert offending_metrics("sm_activity=80.000 not below healthy 70.000") == [
+        {"metric": "sm_activity", "value": 80.0, "op": "not <", "level": "healthy", "threshold": 70.0}]
