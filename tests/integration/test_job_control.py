@@ -124,7 +124,11 @@ async def test_cancel_suspend_resume_through_the_cli(infra: Endpoints) -> None:
         refusals = [e for _, e in await read_all(infra.bootstrap_servers, JOBS_REFUSALS) if isinstance(e, JobCommandRefused)]
         assert {r.job_id for r in refusals} >= {job_id, unknown} and all(r.principal == "tester" for r in refusals if r.job_id == unknown)
         stops = [e for _, e in await read_all(infra.bootstrap_servers, EXECUTOR_COMMANDS) if isinstance(e, ExecutorCommand) and e.job_id == job_id]
-        assert all(s.action in (CommandAction.START_TRAINING, CommandAction.STOP) for s in stops)
+        # Starts and stops only, but for a HiveD preemption: the opportunistic job may scavenge
+        # cells that the guaranteed job (or another test's job on this shared broker) takes back.
+        unexpected = [(s.action, s.reason) for s in stops if s.action not in (CommandAction.START_TRAINING, CommandAction.STOP)
+                      and not (s.action is CommandAction.EVICT and s.reason.startswith("preempted by "))]  # fmt: skip
+        assert unexpected == [] and any(s.action is CommandAction.STOP for s in stops), [(s.action, s.reason) for s in stops]
     finally:
         for s in services:
             s.stop()
