@@ -85,18 +85,18 @@ def explain(job_id: str, as_json: bool) -> None:
     threshold, preemptions with the preemptor, and every decision in order."""
     from ..projection.explain import QUEUED_STATES, explain_job, render_job
 
-    async def read(pool: Any) -> tuple[JobRow | None, list[Any], list[JobRow]]:
+    async def read(pool: Any) -> tuple[JobRow | None, list[Any], tuple[list[JobRow], dict[str, Any]]]:
         store = ReadModelStore(pool)
         job = await store.job(job_id)
         if job is None:
-            return None, [], []
-        queue = await store.queue(job.vc, QUEUED_STATES) if job.vc else []
+            return None, [], ([], {})
+        queue = await store.queue(job.vc, QUEUED_STATES) if job.vc else ([], {})
         return job, await store.history(job_id), queue
 
-    job, events, queue = run_on_read_models(read)
+    job, events, (queue, queued_since) = run_on_read_models(read)
     if job is None:
         raise click.ClickException(f"no job {job_id} in the read model")
-    explanation = explain_job(job, events, queue)
+    explanation = explain_job(job, events, queue, queued_since)
     click.echo(json.dumps(explanation, indent=2, default=str) if as_json else render_job(explanation))
 
 

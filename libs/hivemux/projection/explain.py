@@ -63,10 +63,12 @@ def _iso(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
-def queue_key(job: JobLike) -> tuple[int, int, str, str]:
-    """Rank in a VC's queue: guaranteed first, higher priority value first, earlier submission."""
-    submitted = _iso(job.submitted_at) or "9999"
-    return (0 if job.priority == "guaranteed" else 1, -(job.priority_value or 0), submitted, job.job_id)
+def queue_key(job: JobLike, since: datetime | None = None) -> tuple[int, int, str, str]:
+    """Rank in a VC's queue: guaranteed first, higher priority value first, then who queued
+    first (`since`: when it last entered the queue, i.e. its submission or its latest resume,
+    preemption or eviction; default its submission)."""
+    queued = _iso(since or job.submitted_at) or "9999"
+    return (0 if job.priority == "guaranteed" else 1, -(job.priority_value or 0), queued, job.job_id)
 
 
 def offending_metrics(reason: str) -> list[dict[str, Any]]:
@@ -108,11 +110,11 @@ def collapse(events: Iterable[EventLike]) -> list[dict[str, Any]]:
     return chain
 
 
-def _queue(job: JobLike, queue: Sequence[JobLike], waiting_for: str | None) -> dict[str, Any] | None:
+def _queue(job: JobLike, queue: Sequence[JobLike], waiting_for: str | None, since: Mapping[str, datetime]) -> dict[str, Any] | None:
     if job.state not in QUEUED_STATES:
         return None
     # Training jobs queue for HiveD's cells, offline jobs for the matcher's GPUs: separate queues.
-    ranked = sorted({q.job_id: q for q in (*queue, job) if q.kind == job.kind}.values(), key=queue_key)
+    ranked = sorted({q.job_id: q for q in (*queue, job) if q.kind == job.kind}.values(), key=lambda q: queue_key(q, since.get(q.job_id)))
     position = [q.job_id for q in ranked].index(job.job_id)
     return {"vc": job.vc, "position": position + 1, "of": len(ranked), "ahead": [q.job_id for q in ranked[:position]],
             "waiting_for": waiting_for or job.last_reason or None}  # fmt: skip
@@ -141,8 +143,11 @@ def _preemption(e: EventLike) -> dict[str, Any]:
     return {"at": _iso(e.occurred_at), "pod": e.inputs.get("pod"), "by": preemptor(e.reason), "source": e.kind, "reason": e.reason}
 
 
-def explain_job(job: JobLike, events: Sequence[EventLike], queue: Sequence[JobLike] = ()) -> dict[str, Any]:
-    """The explanation of `job` from its events (in order) and the queued jobs of its VC."""
+def explain_job(
+    job: JobLike, events: Sequence[EventLike], queue: Sequence[JobLike] = (), queued_since: Mapping[str, datetime] | None = None
+) -> dict[str, Any]:
+    """The explanation of `job` from its events (in order), the queued jobs of its VC and when
+    each last entered the queue (`queue_key`)."""
     waiting = dedup_waiting(events)
     latest_wait = next((e.reason for e in reversed(events) if e.kind == "lifecycle" and e.what == "waiting"), None)
     placements = [_placement(e) for e in events if e.kind == "placement"]
@@ -155,7 +160,7 @@ def explain_job(job: JobLike, events: Sequence[EventLike], queue: Sequence[JobLi
     explanation: dict[str, Any] = {
         "job_id": job.job_id, "state": job.state, "vc": job.vc, "kind": job.kind, "priority": job.priority,
         "priority_value": job.priority_value, "submitted_at": _iso(job.submitted_at), "last_reason": job.last_reason,
-        "waiting": waiting, "queue": _queue(job, queue, latest_wait),
+        "waiting": waiting, "queue": _queue(job, queue, latest_wait, queued_since or {}),
         "bindings": [_binding(e) for e in events if e.kind == "binding"], "current_binding": job.binding,
         "placements": placements, "current_placement": job.placement, "evictions": evictions, "preemptions": preemptions,
         "faults": [{"at": _iso(e.occurred_at), "kind": e.what, "detail": e.reason, **e.inputs} for e in events if e.kind == "fault"],

@@ -204,7 +204,7 @@ class JobEventRecord:
 _JOB_COLUMNS = "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason"
 
 
-def _job(row: asyncpg.Record) -> JobRow:
+def _job(row: asyncpg.Record | Mapping[str, Any]) -> JobRow:
     values = dict(row)
     values["placement"] = None if values["placement"] is None else json.loads(values["placement"])
     values["binding"] = json.loads(values["binding"])
@@ -288,10 +288,16 @@ class ReadModelStore:
         )  # fmt: skip
         return [JobEventRecord(**{**dict(r), "inputs": json.loads(r["inputs"])}) for r in rows]
 
-    async def queue(self, vc: str, states: Sequence[str]) -> list[JobRow]:
-        """The jobs of `vc` in one of `states` (the explainer ranks them: `hivemux.projection.explain`)."""
-        rows = await self._pool.fetch(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE vc = $1 AND state = ANY($2::text[]) ORDER BY job_id", vc, list(states))
-        return [_job(r) for r in rows]
+    async def queue(self, vc: str, states: Sequence[str]) -> tuple[list[JobRow], dict[str, datetime]]:
+        """The jobs of `vc` in one of `states`, and when each last entered the queue (its latest
+        resume, preemption or eviction, else its submission); `hivemux.projection.explain` ranks them."""
+        rows = await self._pool.fetch(
+            f"SELECT {_JOB_COLUMNS}, (SELECT max(e.occurred_at) FROM job_events AS e WHERE e.job_id = jobs.job_id AND e.kind = 'lifecycle' "
+            "AND e.what IN ('resumed', 'preempted', 'evicted')) AS requeued_at FROM jobs WHERE vc = $1 AND state = ANY($2::text[]) ORDER BY job_id",
+            vc, list(states),
+        )  # fmt: skip
+        since = {r["job_id"]: r["requeued_at"] for r in rows if r["requeued_at"] is not None}
+        return [_job({k: v for k, v in r.items() if k != "requeued_at"}) for r in rows], since
 
     async def gpu(self, gpu_id: str) -> dict[str, Any] | None:
         """The GPU's row (health, cause, reason, metrics, online workload, offline job, SM share)."""

@@ -117,3 +117,11 @@ def test_a_gpu_history_with_causes() -> None:
 def test_offending_metrics_reads_the_in_band_form() -> None:
     assert offending_metrics("sm_activity=80.000 not below healthy 70.000") == [
         {"metric": "sm_activity", "value": 80.0, "op": "not <", "level": "healthy", "threshold": 70.0}]
+
+
+def test_a_requeued_job_ranks_by_when_it_entered_the_queue_again() -> None:
+    resumed = job("r", "waiting", submitted=0, reason="no free cell")
+    later = job("l", "waiting", submitted=5)
+    x = explain_job(resumed, [ev(0, "submitted", "submitted"), ev(8, "lifecycle", "resumed")], [later, resumed], {"r": at(8)})
+    assert (x["queue"]["position"], x["queue"]["ahead"]) == (2, ["l"])
+    assert explain_job(resumed, [], [later, resumed])["queue"]["position"] == 1  # by submission when not requeued
