@@ -80,6 +80,14 @@ async def test_two_instances_split_the_gpus_and_take_over_with_state(infra: Endp
     first = await start_processor(infra, group, "a", config, tmp_path / "a.log")
     second = await start_processor(infra, group, "b", config, tmp_path / "b.log")
     try:
+        # Both caught up on their folds and joining the group before the first sample: one that
+        # joined seconds later (a slow catch-up on a loaded machine) would find every GPU already
+        # judged by the other. The broker holds a JoinGroup for half the session timeout (3 s).
+        async def both_ready() -> bool:
+            return all(b"ready (group" in (tmp_path / f"{i}.log").read_bytes() for i in ("a", "b"))
+
+        await eventually(both_ready, timeout_s=60)
+        await asyncio.sleep(5.0)
         async with Publisher(infra.bootstrap_servers, source="test") as publisher:
 
             async def initialized() -> list[HealthTransition] | None:

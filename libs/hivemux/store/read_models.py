@@ -56,7 +56,9 @@ _STATEMENTS: dict[type, str] = {
         INSERT INTO jobs (job_id, vc, kind, priority, priority_value, pods, gpus, submitted_at, updated_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
         ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = EXCLUDED.kind, priority = EXCLUDED.priority,
-            priority_value = EXCLUDED.priority_value, pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
+            -- a priority change folded before the submission keeps its value (migration 0005)
+            priority_value = CASE WHEN jobs.priority_changed_at IS NULL THEN EXCLUDED.priority_value ELSE jobs.priority_value END,
+            pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
     # Applied once per batch over `fold_states` (one row per job): existing rows by what their
     # stored state makes of the batch, then the jobs not stored yet (see `_STATES_INSERT`).
@@ -73,8 +75,9 @@ _STATEMENTS: dict[type, str] = {
              AS f(job_id, state, reason, from_suspended, from_suspended_reason, at)
         WHERE jobs.job_id = f.job_id""",
     JobPriorityChanged: """
-        INSERT INTO jobs (job_id, priority_value, updated_at) VALUES ($1, $2, $3)
+        INSERT INTO jobs (job_id, priority_value, priority_changed_at, updated_at) VALUES ($1, $2, $3, $3)
         ON CONFLICT (job_id) DO UPDATE SET priority_value = EXCLUDED.priority_value,
+            priority_changed_at = EXCLUDED.priority_changed_at,
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
     JobBindingChanged: """
         INSERT INTO jobs (job_id, binding, updated_at)
