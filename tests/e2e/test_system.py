@@ -38,8 +38,8 @@ jobs:
 
 @pytest.fixture(scope="module")
 def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Endpoints, list[Child], dict[str, str]]]:
-    """A whole system: infrastructure of its own (unless given by the environment) and the
-    seven services, each its own process."""
+    """A whole system: infrastructure of its own (unless given by the environment) and
+    every service the CLI knows (cli/services.py), each its own process."""
     workdir = tmp_path_factory.mktemp("system")
     with embedded_infra(InfraSettings()) as infra:
         env = {
