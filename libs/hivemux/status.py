@@ -22,6 +22,7 @@ from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, P
 
 STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS)
 _ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED, JobState.CANCELLED}
+_NOT_BOUND = {s.value for s in _ENDED} | {JobState.SUSPENDED.value}  # holds no cells now
 # A suspended job stays suspended until resumed or cancelled (or its workload had finished):
 # the stopped/waiting notes that follow the suspension do not change it (`jobs.control`).
 _ENDS_SUSPENSION = {JobState.RESUMED, JobState.CANCELLED, JobState.COMPLETED, JobState.FAILED}
@@ -104,8 +105,12 @@ class ClusterStatus:
                 {"job_id": j, "reason": self.job_reason.get(j, "")} for j, s in sorted(self.job_state.items()) if s == JobState.WAITING.value
             ],
             "training_bound": [{"job_id": j, "node_ids": sorted(n)} for j, n in sorted(self.bound_ever.items())],
+            # Judged at the end, not as events arrive: the topics are folded one after another, so a
+            # job's end may be applied before its bindings (the read model's status does the same).
             "training_bound_now": [
-                {"job_id": j, "node_ids": sorted({n for nodes in pods.values() for n in nodes})} for j, pods in sorted(self.bound_now.items())
+                {"job_id": j, "node_ids": sorted({n for nodes in pods.values() for n in nodes})}
+                for j, pods in sorted(self.bound_now.items())
+                if self.job_state.get(j) not in _NOT_BOUND
             ],
         }
 

@@ -18,11 +18,12 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from hivemux.bus import Publisher
+from hivemux.bus import Publisher, ensure_topics
 from hivemux.events import Event
 from hivemux.infra import Endpoints
 from hivemux.store import connect, migrate
 from hivemux.store.read_models import ReadModelStore
+from hivemux.topics import ALL_TOPICS
 from tests.support.buskit import eventually, produce_raw
 from tests.support.read_model_kit import ORDER_BY, expected_job_events, job_burst
 
@@ -121,6 +122,7 @@ async def _equals(value, wanted: int) -> bool:  # type: ignore[no-untyped-def]
 
 async def test_read_commands_on_a_projected_database(infra: Endpoints, pg_dsn: str) -> None:
     prefix = f"rc{uuid.uuid4().hex[:8]}"
+    await ensure_topics(infra.bootstrap_servers, ALL_TOPICS)  # the services would have created them
     async with Publisher(infra.bootstrap_servers, source="burst") as publisher:
         await publisher.publish_all([e for job in job_burst(prefix, 12) for e in job])
     env = env_for(infra, pg_dsn)
