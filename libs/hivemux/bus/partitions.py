@@ -9,8 +9,9 @@ beginning, a service pinned to one key's partition) waits here, refreshing, for 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 
 async def discover_partitions(consumer: AIOKafkaConsumer, topic: str, *, attempts: int = 50, pause_s: float = 0.1) -> set[int]:
@@ -23,3 +24,12 @@ async def discover_partitions(consumer: AIOKafkaConsumer, topic: str, *, attempt
         await consumer._client.force_metadata_update()  # noqa: SLF001 - no public refresh in aiokafka
         await asyncio.sleep(pause_s)
     raise RuntimeError(f"topic {topic!r} has no partitions on the broker")
+
+
+async def all_partitions(consumer: AIOKafkaConsumer, topics: Iterable[str]) -> list[TopicPartition]:
+    """Every partition of `topics`, in topic then partition order (for a consumer that assigns
+    itself the whole of some topics)."""
+    out: list[TopicPartition] = []
+    for name in sorted(topics):
+        out += [TopicPartition(name, p) for p in sorted(await discover_partitions(consumer, name))]
+    return out

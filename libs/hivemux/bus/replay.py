@@ -9,22 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
 from ..errors import InvalidEvent
 from ..events import Event
 from ..topics import Topic
 from .codec import decode_value
-from .partitions import discover_partitions
+from .partitions import all_partitions
 
 OnRecord = Callable[[ConsumerRecord], Awaitable[None]]
 
 
 async def assign_from_beginning(consumer: AIOKafkaConsumer, topics: Sequence[str]) -> None:
     """Assign every partition of `topics` to a group-less consumer, at offset 0."""
-    partitions: list[TopicPartition] = []
-    for name in sorted(topics):
-        partitions += [TopicPartition(name, p) for p in sorted(await discover_partitions(consumer, name))]
+    partitions = await all_partitions(consumer, topics)
     consumer.assign(partitions)
     await consumer.seek_to_beginning(*partitions)
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from .partitions import discover_partitions
+from .partitions import all_partitions
 
 Position = tuple[str, int]
 OnBatch = Callable[[list[ConsumerRecord], dict[Position, int], dict[Position, int]], Awaitable[None]]
@@ -48,9 +48,7 @@ async def consume_tracked(
     await consumer.start()
     seen = 0
     try:
-        assigned: list[TopicPartition] = []
-        for name in sorted(topics):
-            assigned += [TopicPartition(name, p) for p in sorted(await discover_partitions(consumer, name))]
+        assigned = await all_partitions(consumer, topics)
         consumer.assign(assigned)
         current = {(tp.topic, tp.partition): positions.get((tp.topic, tp.partition), 0) for tp in assigned}
         for tp in assigned:

@@ -67,8 +67,7 @@ class HealthProcessorCore:
     def advance(self, at: float) -> None:
         """Time passed without a record of ours (a clock tick on the bus): the watermark moves
         forward to `at`, never back."""
-        if at > self.watermark:
-            self._advance(at)
+        self._advance(at)
 
     def assign(self, partitions: Iterable[int] | None) -> None:
         if partitions is None:
