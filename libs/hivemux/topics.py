@@ -112,9 +112,11 @@ JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete
 # Compacted: a profile is the job's whole solo profile; a newer one replaces it.
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
 SHARING_OBSERVATIONS = Topic("sharing.observations", SharingObservation, "gpu_id", 4, "delete", "Measured effects of sharing a GPU")
-# Compacted: a model version carries all its parameters, a configuration version the whole cell
-# configuration; consumers take the newest version per key, so the last record is the state.
-PREDICTOR_MODELS = Topic("predictor.models", PredictorModel, "gpu_type", 1, "compact", "Speed predictor versions per GPU type")
+# History, not compacted: every training is a decision on the log, refused versions too
+# (``published=False``): compacted by GPU type, a refused version would hide the one in use.
+PREDICTOR_MODELS = Topic("predictor.models", PredictorModel, "gpu_type", 1, "delete", "Speed predictor versions per GPU type")
+# Compacted: a configuration version carries the whole cell configuration; consumers take the
+# newest version, so the last record is the state.
 CELL_CONFIG = Topic("cells.config", CellConfig, "cluster", 1, "compact", "Cell configuration versions (HiveD format)")
 # History, not compacted: a job's record is one per pod (bound, then released or preempted) plus
 # its refusals, which name no pod. The allocator rebuilds from the whole binding log after a crash

@@ -1,15 +1,20 @@
-"""The predictor shell: moves events in and out of `hivemux.prediction.predictor.PredictorCore`.
+"""The predictor shell: moves events in and out of `hivemux.prediction.predictor_events`.
 
-Folds `predictor.models`, `jobs.profiled`, `sharing.observations`. Each tick: `publish_first`
-(per GPU type, the newest version PostgreSQL holds, for a restarted predictor over a fresh
-broker, else the core's analytic v1), then `maintain` (train the first due type in a worker
-thread, record the version in PostgreSQL, publish it if the core accepted it)."""
+Folds `predictor.models` (published and refused versions), `jobs.profiled`,
+`sharing.observations` and `clock.ticks`. The ticker only publishes a clock tick (the only
+clock read); consuming its own tick live decides, at the tick's position in the log: analytic v1
+for types with none, then at most one training (run here in a worker thread, abortable when the
+service stops), whose version is published either way (refused ones ``published=False``).
+PostgreSQL mirrors every version; a restarted predictor over a fresh broker republishes the
+stored ones once the fold has caught up (`on_ready`), before its first tick."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import threading
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 import asyncpg
 from prometheus_client import Counter, Gauge
@@ -17,22 +22,20 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import Event, PredictorModel, Profile, SharingObservation, derived_id
+from hivemux.events import ClockTick, Event, PredictorModel, Profile, SharingObservation
 from hivemux.observability import serve
-from hivemux.prediction.predictor import ModelVersion, PredictorCore
+from hivemux.prediction.predictor import PredictorCore
+from hivemux.prediction.predictor_events import FIELDS, PredictorEvents
 from hivemux.prediction.retraining import RetrainPolicy
-from hivemux.prediction.speed_predictor import TrainingSettings
-from hivemux.prediction.training_set import Observation, Solo
+from hivemux.prediction.speed_predictor import TrainingAborted, TrainingSettings
 from hivemux.settings import ServiceSettings
 from hivemux.store import ModelRecord, ModelStore, connect, migrate
-from hivemux.topics import JOBS_PROFILED, PREDICTOR_MODELS, SHARING_OBSERVATIONS
+from hivemux.topics import CLOCK_TICKS, JOBS_PROFILED, PREDICTOR_MODELS, SHARING_OBSERVATIONS
 
 NAME = "predictor"
 log = logging.getLogger("hivemux.services.predictor")
 OBSERVATIONS = Counter("hivemux_predictor_observations_total", "Sharing observations received", ["gpu_type"])
 HELDOUT = Gauge("hivemux_predictor_heldout_error", "Held-out MAPE of the newest trained model", ["gpu_type", "published"])
-_FIELDS = ("gpu_type", "version", "kind", "parameters", "weights_b64", "heldout_error", "trained_on")
-_STORED = (*_FIELDS, "event_id", "occurred_at")  # a stored version's event
 
 
 class PredictorSettings(ServiceSettings):
@@ -49,11 +52,12 @@ class PredictorSettings(ServiceSettings):
 class Predictor:
     def __init__(self, settings: PredictorSettings) -> None:
         self.settings = settings
-        self.source = f"{NAME}/{settings.instance}"
         policy = RetrainPolicy(retrain_after=settings.retrain_after, bootstrap_pairs=settings.bootstrap_pairs, seed=settings.seed)
-        self.core = PredictorCore(settings.gpu_types, policy)
-        self.pool: asyncpg.Pool | None = None
+        self.core = core = PredictorCore(settings.gpu_types, policy)
+        self.edge = PredictorEvents(core, f"{NAME}/{settings.instance}", TrainingSettings(epochs=settings.epochs))
         self.store: ModelStore | None = None
+        self.pool: asyncpg.Pool | None = None
+        self.ready = False  # ticks are published once the stored versions are restored
         self._abort = threading.Event()  # asks a training thread to stop (service shutting down)
 
     async def start(self) -> None:
@@ -68,78 +72,77 @@ class Predictor:
             await self.pool.close()
 
     def on_model(self, model: PredictorModel, _: RecordContext | None = None) -> None:
-        self.core.on_model(ModelVersion(at=model.occurred_at, **{f: getattr(model, f) for f in _FIELDS}))
+        self.edge.on_model(model)
 
-    def on_profile(self, profile: Profile, _: RecordContext) -> None:
-        solo = Solo(profile.sm_activity, profile.gpu_util, profile.sm_occupancy, profile.iteration_time_ms)
-        self.core.on_profile(profile.job_id, solo, profile.occurred_at)
+    def on_profile(self, profile: Profile, _: RecordContext | None = None) -> None:
+        self.edge.on_profile(profile)
 
-    def on_observation(self, o: SharingObservation, _: RecordContext) -> None:
+    def on_observation(self, o: SharingObservation, _: RecordContext | None = None) -> None:
         OBSERVATIONS.labels(o.gpu_type).inc()
-        online, outcome = o.gpu_metrics.get("online_sm_activity"), (o.normalized_throughput, o.online_slowdown)
-        self.core.on_observation(Observation(o.gpu_type, o.offline_job_id, online, o.sm_share, *outcome, o.occurred_at))
+        self.edge.on_observation(o)
 
-    def event_of(self, v: ModelVersion) -> PredictorModel:
-        event_id = derived_id("model", v.gpu_type, v.version)
-        return PredictorModel(event_id=event_id, occurred_at=v.at, source=self.source, **{f: getattr(v, f) for f in _FIELDS})
-
-    def publish_missing(self) -> list[Event]:
-        """Version 1 (analytic) of each GPU type's model, unless one is already published."""
-        return [self.event_of(v) for v in self.core.first_versions()]
-
-    async def publish_first(self) -> list[Event]:
-        """A model on the topic for every type at once (restored, or analytic v1)."""
-        restored: list[Event] = []
+    async def restore(self, publish: Callable[[list[Event]], Awaitable[object]]) -> None:
+        """Once caught up: republish the stored versions of types with none on the log (a fresh
+        broker), wait until the fold has them, then tick (so no tick decides before them)."""
+        restored: list[PredictorModel] = []
         for gpu_type in self.settings.gpu_types:
-            stored = await self.store.latest_published(gpu_type) if self.store and gpu_type not in self.core.latest else None
-            if stored is not None:
-                restored.append(event := PredictorModel(source=self.source, **{f: getattr(stored, f) for f in _STORED}))
-                self.on_model(event)
-        first = self.publish_missing()
-        for event in first:
-            await self._record(event, published=True)
-        return restored + first
+            if self.store is not None and gpu_type not in self.core.taken:
+                restored += self.edge.restored(await self.store.versions(gpu_type))
+        await publish(list(restored))
+        for _ in range(600):  # at most 30 s
+            if all(self.core.taken.get(e.gpu_type, 0) >= e.version for e in restored):
+                break
+            await asyncio.sleep(0.05)
+        self.ready = True
+        await publish(self.tick())
 
-    async def maintain(self) -> list[Event]:
-        """Train at most one GPU type per call (in a worker thread), so a stopping service waits
-        for one training at most; a cancelled call aborts it after its epoch."""
-        gpu_type = self.core.next_due()
-        if gpu_type is None:
-            return []
-        observations = self.core.training.size(gpu_type)
-        newest = await self.store.newest_version(gpu_type) if self.store is not None else 0
-        version = max(self.core.latest.get(gpu_type, 0), newest) + 1
-        settings = TrainingSettings(epochs=self.settings.epochs)
-        try:
-            candidate = await asyncio.to_thread(self.core.train, gpu_type, version, settings, self._abort.is_set)
-        except asyncio.CancelledError:
-            self._abort.set()
-            raise
-        trained = self.core.accept(candidate, observations)
-        HELDOUT.labels(gpu_type, str(trained.published).lower()).set(candidate.report.heldout.throughput_mape)
-        if not trained.published:
-            log.info("model v%d for %s not published: %s", trained.version, gpu_type, candidate.reason)
-        event = self.event_of(trained)
-        await self._record(event, published=trained.published)
-        return [event] if trained.published else []
+    def tick(self) -> list[Event]:
+        """Publish the time (the only clock read): decisions are made when the tick is consumed."""
+        source = self.edge.source
+        return [ClockTick(occurred_at=datetime.now(UTC), source=source, ticker=source)] if self.ready else []
 
-    async def _record(self, event: PredictorModel, *, published: bool) -> None:
+    async def on_tick(self, tick: ClockTick, ctx: RecordContext) -> list[Event]:
+        step = self.edge.on_tick(tick, replaying=ctx.replaying)
+        events = list(step.events)
+        if step.training is not None:
+            try:
+                candidate = await asyncio.to_thread(step.training.run, self._abort.is_set)
+            except asyncio.CancelledError:
+                self._abort.set()
+                raise
+            except TrainingAborted:
+                return events  # stopping: a later live tick trains again
+            events.append(model := self.edge.accept(step.training, candidate))
+            HELDOUT.labels(model.gpu_type, str(model.published).lower()).set(candidate.report.heldout.throughput_mape)
+            if not model.published:
+                log.info("model v%d for %s not published: %s", model.version, model.gpu_type, candidate.reason)
+        for event in events:
+            await self._record(event)
+        return events
+
+    async def _record(self, event: PredictorModel) -> None:
         if self.store is not None:
-            fields = {f: getattr(event, f) for f in _STORED}
-            await self.store.record(ModelRecord(**{**fields, "parameters": dict(event.parameters)}, published=published))
+            fields = {f: getattr(event, f) for f in (*FIELDS, "event_id", "occurred_at")}
+            await self.store.record(ModelRecord(**{**fields, "parameters": dict(event.parameters)}))
 
 
 def build(settings: PredictorSettings) -> Service:
     predictor = Predictor(settings)
     service = Service(NAME, settings)
+    service.audit({"settings": settings.recorded()}, decides=(PREDICTOR_MODELS,))  # restored versions: no decision
     service.on_start(predictor.start)
     service.on_stop(predictor.stop)
     service.fold(PREDICTOR_MODELS, predictor.on_model)
     service.fold(JOBS_PROFILED, predictor.on_profile)
     service.fold(SHARING_OBSERVATIONS, predictor.on_observation)
-    service.every(settings.tick_s, predictor.publish_first)
-    service.every(settings.tick_s, predictor.maintain)
+    service.fold(CLOCK_TICKS, predictor.on_tick)
+    service.every(settings.tick_s, predictor.tick)
+    service.on_ready(lambda: predictor.restore(lambda events: service.publisher.publish_all(events)))  # type: ignore[union-attr]
     return service
+
+
+def rebuild(configuration: dict) -> Service:
+    return build(PredictorSettings.model_validate(configuration["settings"]))
 
 
 def main() -> None:

@@ -24,11 +24,13 @@ from typing import Any
 import pytest
 import yaml
 
+from hivemux.bus import RecordContext
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
 from hivemux.cells.schedulers import build_scheduler
 from hivemux.events import (
     CellBinding,
     CellConfig,
+    ClockTick,
     DeviceControl,
     Event,
     GpuTelemetryBatch,
@@ -52,7 +54,7 @@ from hivemux.matching.matcher import MatcherCore
 from hivemux.matching.policy import MatchingPolicy
 from hivemux.profiling.profiler import WorkloadProfiler
 from hivemux.services.predictor.service import Predictor, PredictorSettings
-from hivemux.topics import CELL_BINDINGS, TOPICS, Topic, topic_for
+from hivemux.topics import CELL_BINDINGS, CLOCK_TICKS, TOPICS, Topic, topic_for
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 NODES = ("node-02", "node-03")  # the demo cluster's T4 training nodes, 4 GPUs each
@@ -254,7 +256,9 @@ def record(seed: int) -> Log:
             queue.append(event)
 
     async def first_models() -> list[Event]:  # version 1 of each type, then the bootstrapped MLP
-        return await cores.predictor.publish_first() + await cores.predictor.maintain()
+        own = ClockTick(occurred_at=at(0), source=cores.predictor.edge.source, ticker=cores.predictor.edge.source)
+        live = RecordContext(CLOCK_TICKS.name, 0, 0, None)
+        return await cores.predictor.on_tick(own, live)
 
     publish(asyncio.run(first_models()))
     for event in inputs(seed):
@@ -285,7 +289,7 @@ def run() -> Log:
 
 def test_the_run_covers_every_compacted_topic_with_keys_written_more_than_once(run: Log) -> None:
     compacted = {t.name for t in TOPICS if t.cleanup_policy == "compact"}
-    assert compacted == {"health.state", "jobs.profiled", "predictor.models", "cells.config"}
+    assert compacted == {"health.state", "jobs.profiled", "cells.config"}
     kept = last_per_key(run)
     for name in compacted:
         assert sum(t.name == name for t, _ in kept) < sum(t.name == name for t, _ in run), f"{name}: nothing to compact"

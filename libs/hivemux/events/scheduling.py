@@ -30,7 +30,9 @@ class SharingObservation(Event):
 
 
 class PredictorModel(Event):
-    """A version of the speed predictor for one GPU type (weights and metadata)."""
+    """A version of the speed predictor for one GPU type (weights and metadata). Every version
+    the predictor trains is on the topic, refused ones with ``published=False`` (a decision on
+    the log; consumers predicting with the model skip them)."""
 
     gpu_type: Name
     version: int = Field(ge=1)
@@ -39,6 +41,9 @@ class PredictorModel(Event):
     weights_b64: str | None = Field(default=None, description="Serialized weights, for kind=mlp")
     heldout_error: NonNegative | None = None
     trained_on: int = Field(default=0, ge=0, description="Number of observations it was fitted on")
+    published: bool = Field(
+        default=True, description="False: a trained version refused (held-out error worse than the model in use); not for prediction"
+    )
 
 
 class CellBinding(Event):

@@ -176,6 +176,8 @@ class MatcherCore:
         self.scheduler.on_profile(SoloProfile(p.job_id, p.sm_activity, p.gpu_util, p.sm_occupancy, p.memory_peak_mib, p.iteration_time_ms))
 
     def on_model(self, model: PredictorModel) -> None:
+        if not model.published:
+            return  # a refused training (on the log as a decision): not for prediction
         self.scheduler.on_model(model.gpu_type, model.version, lambda: speed_model(model))
 
     def on_placement(self, p: Placement) -> None:

@@ -18,7 +18,9 @@ Modules, by the paper's parts:
 - `retraining`  when to retrain (`RetrainPolicy`) and when a new version is published (held-out
                 error not worse: `train_version`); the paper trains once, hivemux keeps learning;
 - `predictor`   the deciding core (`PredictorCore`): versions in use per GPU type, analytic v1,
-                the next type due, accepting or refusing a trained version, in event time.
+                the next type due, accepting or refusing a trained version, in event time;
+- `predictor_events` its edge: events in, `PredictorModel` events out, decisions on the
+                predictor's own clock ticks (`PredictorEvents`).
 
 Section numbers are the preprint's (`muxflow-2024-preprint.txt`); the journal version
 (`muxflow-journal.txt`) leaves the matching-based scheduling and its predictor out.

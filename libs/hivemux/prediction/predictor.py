@@ -1,21 +1,25 @@
 """The speed predictor's deciding core: which model version each GPU type uses, and the next one
 (MuxFlow preprint §3 "Speed predictor", §5 and §6).
 
-Per configured GPU type it folds the published versions (`predictor.models`), the offline
-profiles and the sharing observations (into a `TrainingSet`), and decides:
+Per configured GPU type it folds the versions on `predictor.models` (published ones are used for
+prediction; refused ones, ``published=False``, count only as trainings and as taken version
+numbers), the offline profiles and the sharing observations (into a `TrainingSet`), and decides:
 1. `first_versions`: a type with no version yet gets version 1, the analytic estimate, at once
    (the matcher can work while the MLP trains);
 2. `next_due`: the first type (in configured order) whose first version is out and that is due
-   for training (`RetrainPolicy.due`: no MLP yet, or enough new observations);
+   for training (`RetrainPolicy.due`: never trained yet, or enough new observations since the
+   last training, published or refused: an MLP version's ``observations`` parameter);
+   `next_version`: one above the highest version of the type folded or decided;
 3. `train` (synchronous, deterministic for the same folded state; the shell runs it in a
    worker thread) and `accept`: the trained candidate becomes the next version, published only
    if its held-out error is not worse (`retraining.train_version`); refused or not, the version
-   is returned so the shell can record it.
+   is folded and returned (it goes on the log either way).
 
 Time is event time: a decision is stamped with the newest observation of its GPU type when
 there is one, else with the latest event the core consumed, else `EPOCH` (version 1 is a
 constant that depends on no input; a predictor that consumed nothing stamps it with the epoch).
-Replaying the same topics gives the same versions, stamps and event ids.
+`on_tick` folds a clock tick's time. Replaying the same topics gives the same versions, stamps
+and event ids.
 
 Worked example: a core for ("T4",) with ``retrain_after=30``: `first_versions()` returns the
 analytic v1; `next_due()` is "T4" (no MLP); after `accept` of the bootstrapped v2, `next_due()`
@@ -72,11 +76,11 @@ class PredictorCore:
         self.policy = policy
         self.training = TrainingSet()
         self.latest: dict[str, int] = {}  # gpu type -> newest published version
+        self.taken: dict[str, int] = {}  # gpu type -> newest version, published or refused
         self.current: dict[str, SpeedModel] = {}  # gpu type -> the model in use
         self.observations: dict[str, int] = {}  # gpu type -> observations consumed (joined or not)
         self.refused: dict[str, Candidate] = {}  # gpu type -> last refused candidate (for inspection)
-        self._has_mlp: set[str] = set()
-        self._trained_on: dict[str, int] = {}  # gpu type -> joined observations at the last training
+        self._trained_on: dict[str, tuple[int, int]] = {}  # gpu type -> (version, joined observations) of the last training
         self.event_time: datetime | None = None  # the latest consumed event's time
 
     def _saw(self, at: datetime) -> None:
@@ -85,19 +89,25 @@ class PredictorCore:
 
     # -- folds --------------------------------------------------------------------------
     def on_model(self, version: ModelVersion) -> None:
+        """Fold a version (idempotent: the core's own decisions come back from the topic)."""
         self._saw(version.at)
-        if version.version <= self.latest.get(version.gpu_type, 0):
+        gpu_type = version.gpu_type
+        self.taken[gpu_type] = max(self.taken.get(gpu_type, 0), version.version)
+        if version.kind == "mlp" and version.version > self._trained_on.get(gpu_type, (0, 0))[0]:
+            self._trained_on[gpu_type] = (version.version, int(version.parameters.get("observations", 0.0)))
+        if not version.published or version.version <= self.latest.get(gpu_type, 0):
             return
         self.latest[version.gpu_type] = version.version
         model = speed_model_of(version)
         if model is not None:
             self.current[version.gpu_type] = model
-            if version.kind == "mlp":
-                self._has_mlp.add(version.gpu_type)
 
     def on_profile(self, job_id: str, solo: SoloExecution, at: datetime) -> None:
         self._saw(at)
         self.training.add_profile(job_id, solo)
+
+    def on_tick(self, at: datetime) -> None:
+        self._saw(at)
 
     def on_observation(self, observation: Observation) -> None:
         self._saw(observation.at)
@@ -118,9 +128,13 @@ class PredictorCore:
         return out
 
     def due(self, gpu_type: str) -> bool:
+        trained = self._trained_on.get(gpu_type)
         return self.policy.due(
-            has_mlp=gpu_type in self._has_mlp, observations=self.training.size(gpu_type), trained_on=self._trained_on.get(gpu_type, 0)
+            has_mlp=trained is not None, observations=self.training.size(gpu_type), trained_on=trained[1] if trained else 0
         )
+
+    def next_version(self, gpu_type: str) -> int:
+        return self.taken.get(gpu_type, 0) + 1
 
     def next_due(self) -> str | None:
         """The first configured type whose first version is out and that is due for training."""
@@ -148,7 +162,6 @@ class PredictorCore:
         to record, published (and now in use) only if the candidate is not worse."""
         report = candidate.report
         gpu_type = report.model.gpu_type
-        self._trained_on[gpu_type] = observations
         version = ModelVersion(
             gpu_type=gpu_type,
             version=report.model.version,
@@ -168,8 +181,7 @@ class PredictorCore:
             trained_on=report.trained_on,
             published=candidate.publish,
         )
-        if candidate.publish:
-            self.on_model(version)
-        else:
+        self.on_model(version)
+        if not candidate.publish:
             self.refused[gpu_type] = candidate
         return version

@@ -1,8 +1,9 @@
 """The predictor's store of speed-model versions (MuxFlow §5.2; migration 0002).
 
 Every trained version is recorded, published or not, so "why is version 4 not in use" has an
-answer (its held-out error was worse). `latest_published(gpu_type)` is what a restarted
-predictor resumes from instead of bootstrapping again. Writes are idempotent
+answer (its held-out error was worse). A mirror of `predictor.models`: a restarted predictor
+over a fresh broker republishes the newest published version and the refused ones after it
+(`versions(gpu_type)`) instead of bootstrapping again. Writes are idempotent
 (``ON CONFLICT DO NOTHING``): a version number is written once.
 """
 

@@ -64,3 +64,19 @@ def test_next_due_waits_for_the_first_version_then_for_observations() -> None:
     for i in range(2):
         core.on_observation(Observation("A100", "a", 40.0, 60.0, 0.6, 0.1, T0))
     assert core.observations == {"A100": 2} and core.next_due() == "A100" and core.event_time == T0
+
+
+def test_a_refused_version_counts_as_a_training_and_a_taken_number() -> None:
+    core = PredictorCore(("T4",), RetrainPolicy(retrain_after=2))
+    core.first_versions()
+    weights = MlpSpeedModel("T4", 2).weights_b64()
+    core.on_model(ModelVersion("T4", 2, "mlp", T0, {"observations": 0.0}, weights_b64=weights))
+    core.on_model(ModelVersion("T4", 3, "mlp", T0, {"observations": 2.0}, weights_b64=weights, published=False))
+    assert (core.latest, core.taken, core.current["T4"].version, core.next_version("T4")) == ({"T4": 2}, {"T4": 3}, 2, 4)
+    core.on_profile("a", SOLO, T0)
+    for _ in range(3):
+        core.on_observation(Observation("T4", "a", 40.0, 60.0, 0.6, 0.1, T0))
+    assert not core.due("T4")  # 3 joined, the refused v3 trained on 2
+    core.on_model(ModelVersion("T4", 3, "mlp", T0, {"observations": 2.0}, weights_b64=weights, published=False))  # redelivered
+    core.on_observation(Observation("T4", "a", 40.0, 60.0, 0.6, 0.1, T0))
+    assert core.due("T4") and core.next_due() == "T4"

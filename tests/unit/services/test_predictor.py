@@ -1,7 +1,8 @@
-"""The predictor shell (`hivemux.services.predictor.service.Predictor`) over its core
-(`hivemux.prediction.predictor.PredictorCore`): publishes version 1 of the analytic speed model
-per configured GPU type, once; bootstraps the MLP from simulator pairs; retrains on observations
-and publishes only a version that is not worse."""
+"""The predictor shell (`hivemux.services.predictor.service.Predictor`) over its edge
+(`hivemux.prediction.predictor_events`): its ticker only publishes clock ticks; consuming its own
+tick live publishes version 1 of the analytic speed model per configured GPU type, once, then
+bootstraps the MLP from simulator pairs; retrains on observations and publishes a worse version
+as refused (``published=False``)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,27 @@ from datetime import UTC, datetime
 import pytest
 
 from hivemux.bus import RecordContext
-from hivemux.events import PredictorModel, Profile, SharingObservation, derived_id
+from hivemux.events import ClockTick, PredictorModel, Profile, SharingObservation, derived_id
 from hivemux.prediction.analytic import default_analytic_model
-from hivemux.services.predictor.service import Predictor, PredictorSettings
+from hivemux.prediction.speed_predictor import TrainingSettings
+from hivemux.services.predictor.service import Predictor, PredictorSettings, build, rebuild
 from hivemux.simulated.catalog import solo_profile
 from hivemux.simulated.interference import shared_execution
-from hivemux.topics import PREDICTOR_MODELS, topic_for
+from hivemux.topics import CLOCK_TICKS, PREDICTOR_MODELS, topic_for
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 CTX = RecordContext("predictor.models", 0, 0, None)
+LIVE = RecordContext("clock.ticks", 0, 0, None)
+REPLAYING = RecordContext("clock.ticks", 0, 0, None, replaying=True)
+
+
+def own_tick(predictor: Predictor, at: datetime = T0) -> ClockTick:
+    return ClockTick(occurred_at=at, source=predictor.edge.source, ticker=predictor.edge.source)
+
+
+def first_versions(predictor: Predictor) -> list[PredictorModel]:
+    """What an own live tick publishes first (v1 of the types with none), without training."""
+    return predictor.edge.on_tick(own_tick(predictor), replaying=False).events
 
 
 def published(gpu_type: str, version: int) -> PredictorModel:
@@ -26,7 +39,7 @@ def published(gpu_type: str, version: int) -> PredictorModel:
 
 
 def test_one_model_per_configured_type() -> None:
-    out = Predictor(PredictorSettings()).publish_missing()
+    out = first_versions(Predictor(PredictorSettings()))
     assert [m.gpu_type for m in out] == ["T4", "A10", "V100", "A100"]
     for model in out:
         assert isinstance(model, PredictorModel)
@@ -39,8 +52,8 @@ def test_one_model_per_configured_type() -> None:
 
 
 def test_event_ids_are_deterministic_across_instances() -> None:
-    a = Predictor(PredictorSettings()).publish_missing()
-    b = Predictor(PredictorSettings()).publish_missing()
+    a = first_versions(Predictor(PredictorSettings()))
+    b = first_versions(Predictor(PredictorSettings()))
     assert [m.event_id for m in a] == [m.event_id for m in b]
     assert len({m.event_id for m in a}) == 4
 
@@ -51,20 +64,20 @@ def test_event_ids_are_deterministic_across_instances() -> None:
     ids=["one", "two-in-given-order", "none"],
 )
 def test_configured_types(types: tuple[str, ...], expected: list[str]) -> None:
-    assert [m.gpu_type for m in Predictor(PredictorSettings(gpu_types=types)).publish_missing()] == expected
+    assert [m.gpu_type for m in first_versions(Predictor(PredictorSettings(gpu_types=types)))] == expected
 
 
 def test_publishes_each_type_only_once() -> None:
     predictor = Predictor(PredictorSettings())
-    assert len(predictor.publish_missing()) == 4
-    assert predictor.publish_missing() == []
+    assert len(first_versions(predictor)) == 4
+    assert first_versions(predictor) == []
 
 
 def test_type_folded_from_the_topic_is_not_republished() -> None:
     predictor = Predictor(PredictorSettings())
     predictor.on_model(published("A10", 1), CTX)
     predictor.on_model(published("V100", 3), CTX)
-    assert [m.gpu_type for m in predictor.publish_missing()] == ["T4", "A100"]
+    assert [m.gpu_type for m in first_versions(predictor)] == ["T4", "A100"]
     assert predictor.core.latest == {"A10": 1, "V100": 3, "T4": 1, "A100": 1}
 
 
@@ -85,7 +98,7 @@ def test_observations_are_counted_per_type() -> None:
     for _ in range(3):
         predictor.on_observation(observation, RecordContext("sharing.observations", 0, 0, None))
     assert predictor.core.observations == {"T4": 3}
-    assert [m.trained_on for m in predictor.publish_missing()] == [0, 0, 0, 0]  # the analytic model is not fitted yet
+    assert [m.trained_on for m in first_versions(predictor)] == [0, 0, 0, 0]  # the analytic model is not fitted yet
 
 
 def _observation(job_id: str, online: float, share: float, throughput: float, slowdown: float, i: int) -> SharingObservation:
@@ -108,12 +121,13 @@ def _profile(job_id: str) -> Profile:
 async def test_bootstraps_an_mlp_then_refuses_a_worse_retrained_one() -> None:
     settings = PredictorSettings(gpu_types=("T4",), bootstrap_pairs=800, epochs=150, retrain_after=30)
     predictor = Predictor(settings)
-    first = await predictor.publish_first() + await predictor.maintain()
-    assert [(m.kind, m.version) for m in first] == [("analytic", 1), ("mlp", 2)]
+    assert await predictor.on_tick(own_tick(predictor), REPLAYING) == []  # catching up: decided before
+    first = await predictor.on_tick(own_tick(predictor), LIVE)
+    assert [(m.kind, m.version, m.published) for m in first] == [("analytic", 1, True), ("mlp", 2, True)]
     mlp = first[1]
     assert mlp.weights_b64 and mlp.heldout_error is not None and mlp.heldout_error < 0.37
     assert mlp.parameters["layers"] == 4.0 and mlp.parameters["hidden"] == 64.0
-    assert await predictor.maintain() == []  # nothing new to learn from
+    assert await predictor.on_tick(own_tick(predictor), LIVE) == []  # nothing new to learn from
 
     # observations arrive before their job's profile: they wait for it
     solo = solo_profile("resnet50", 32, "T4")
@@ -125,9 +139,26 @@ async def test_bootstraps_an_mlp_then_refuses_a_worse_retrained_one() -> None:
     predictor.on_profile(_profile("job-a"), CTX)
     assert predictor.core.observed("T4").rows.shape == (30, 6) and predictor.core.due("T4")
 
-    predictor.settings = settings.model_copy(update={"epochs": 1})  # a deliberately poor training run
-    assert await predictor.maintain() == []
-    refused = predictor.core.refused["T4"]
-    assert refused.report.model.version == 3 and not refused.publish
+    other = ClockTick(occurred_at=T0, source="cell-allocator/0", ticker="cell-allocator/0")
+    assert await predictor.on_tick(other, LIVE) == []  # another service's tick decides nothing here
+    predictor.edge.training = TrainingSettings(epochs=1)  # a deliberately poor training run
+    [refused] = await predictor.on_tick(own_tick(predictor), LIVE)
+    assert (refused.version, refused.published, refused.event_id) == (3, False, derived_id("model", "T4", 3))
+    assert not predictor.core.refused["T4"].publish
     assert predictor.core.latest["T4"] == 2 and predictor.core.current["T4"].version == 2
-    assert not predictor.core.due("T4")
+    assert not predictor.core.due("T4") and predictor.core.next_version("T4") == 4
+
+
+def test_the_ticker_publishes_only_clock_ticks_once_restored() -> None:
+    predictor = Predictor(PredictorSettings())
+    assert predictor.tick() == []  # the stored versions are not restored yet
+    predictor.ready = True
+    [tick] = predictor.tick()
+    assert isinstance(tick, ClockTick) and tick.ticker == tick.source == "predictor/0" and topic_for(tick) is CLOCK_TICKS
+
+
+def test_rebuild_from_the_recorded_settings() -> None:
+    settings = PredictorSettings(gpu_types=("T4", "A10"), epochs=7, tick_s=0.5)
+    service = rebuild({"settings": settings.recorded()})
+    assert service.name == "predictor" and service.settings == settings and CLOCK_TICKS.name in service.folds
+    assert build(settings).folds.keys() == service.folds.keys()
