@@ -8,12 +8,15 @@ settings once and passes them down; the library never reads the environment.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class BusSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="HIVEMUX_", extra="ignore")
+    # populate_by_name: the audit replay rebuilds settings from their recorded field names.
+    model_config = SettingsConfigDict(env_prefix="HIVEMUX_", extra="ignore", populate_by_name=True)
 
     kafka_bootstrap_servers: str = Field(
         default="127.0.0.1:9092",
@@ -39,3 +42,24 @@ class ServiceSettings(BusSettings):
     instance: str = Field(default="0", validation_alias="HIVEMUX_INSTANCE")
     group_prefix: str = Field(default="hivemux", validation_alias="HIVEMUX_GROUP_PREFIX")
     log_level: str = Field(default="INFO", validation_alias="HIVEMUX_LOG_LEVEL")
+
+    def recorded(self) -> dict[str, Any]:
+        """The settings a service's decisions depend on, as JSON for the audit journal: every
+        field but the connections, the secrets and the logging (an auditor rebuilds the
+        service from this with `model_validate`)."""
+        return self.model_dump(mode="json", exclude=_NOT_RECORDED)
+
+
+# Where the service talks and how it logs, not what it decides; the DSN holds a password.
+_NOT_RECORDED = {
+    "kafka_bootstrap_servers",
+    "session_timeout_ms",
+    "heartbeat_interval_ms",
+    "fetch_max_wait_ms",
+    "create_topics",
+    "replication_factor",
+    "postgres_dsn",
+    "metrics_port",
+    "metrics_host",
+    "log_level",
+}

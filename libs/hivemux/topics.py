@@ -25,6 +25,7 @@ from .events import (
     CellBinding,
     CellConfig,
     ClockTick,
+    ConsumptionJournal,
     DeadLetter,
     DeviceControl,
     Event,
@@ -130,6 +131,9 @@ EXECUTOR_COMMANDS = Topic("executor.commands", ExecutorCommand, "node_id", 8, "d
 # Time passing (`events/clock.py`): every instance folds all ticks, so one partition.
 CLOCK_TICKS = Topic("clock.ticks", ClockTick, "ticker", 1, "delete", "Ticks that trigger periodic decisions at their event time")
 EXECUTOR_REPORTS = Topic("executor.reports", ExecutorReport, "node_id", 8, "delete", "Node executors' workload reports")
+# What each deciding service consumed, in order (`events/audit.py`): keyed by the instance, so
+# each incarnation's records stay in order on one partition; the audit replay reads it.
+AUDIT_JOURNAL = Topic("audit.journal", ConsumptionJournal, "source", 4, "delete", "Deciding services' consumption journals")
 
 TOPICS: tuple[Topic, ...] = (
     GPU_TELEMETRY,
@@ -153,6 +157,7 @@ TOPICS: tuple[Topic, ...] = (
     EXECUTOR_COMMANDS,
     EXECUTOR_REPORTS,
     CLOCK_TICKS,
+    AUDIT_JOURNAL,
 )
 
 ALL_TOPICS: tuple[Topic, ...] = TOPICS + tuple(t.dead_letter for t in TOPICS)

@@ -29,7 +29,7 @@ from hivemux.errors import ConfigurationError
 from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobLifecycleEvent, JobPriorityChanged, JobSubmission
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED
+from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, EXECUTOR_COMMANDS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
@@ -95,8 +95,9 @@ class CellAllocatorShell:
         return self.edge.on_tick(tick, replaying=ctx.replaying)
 
 
-def build(settings: AllocatorSettings) -> Service:
-    scheduler = build_scheduler(settings.scheduler, load_config(settings.config))
+def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
+    cells = cells if cells is not None else load_config(settings.config)
+    scheduler = build_scheduler(settings.scheduler, cells)
     # The cell trees live as long as the process: keep the collector from rescanning them
     # (measured in benchmarks/cells.py: ~0.06 ms per request at 65,536 GPUs).
     gc.freeze()
@@ -104,6 +105,8 @@ def build(settings: AllocatorSettings) -> Service:
                             timedelta(seconds=settings.retry_interval_s))  # fmt: skip
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
+    configuration = {"settings": settings.recorded(), "cells": cells}
+    service.audit(configuration, decides=(CELL_BINDINGS, JOBS_LIFECYCLE, EXECUTOR_COMMANDS), owns=(CELL_BINDINGS,))
     service.fold(CELL_CONFIG, shell.on_config)
     service.fold(JOBS_SUBMITTED, shell.on_submission)
     service.fold(CELL_BINDINGS, shell.on_binding)
@@ -126,6 +129,11 @@ def build(settings: AllocatorSettings) -> Service:
     service.on_ready(start_inspect)  # serve the view once the state is rebuilt
     service.on_stop(stop_inspect)
     return service
+
+
+def rebuild(configuration: dict) -> Service:
+    """The service as its audit journal recorded it (`hivemux audit replay`)."""
+    return build(AllocatorSettings.model_validate(configuration["settings"]), configuration["cells"])
 
 
 def main() -> None:

@@ -18,11 +18,22 @@ from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
 from hivemux.events import ClockTick, DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, SysMonitorSnapshot
-from hivemux.health.config import HealthConfig, load_config
+from hivemux.health.config import HealthConfig, load_config, parse_config
 from hivemux.health.edge import HealthEdge
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import CLOCK_TICKS, EXECUTOR_REPORTS, GPU_CONTROL, GPU_TELEMETRY, HEALTH_STATE, NODE_TELEMETRY
+from hivemux.topics import (
+    CLOCK_TICKS,
+    EXECUTOR_COMMANDS,
+    EXECUTOR_REPORTS,
+    GPU_CONTROL,
+    GPU_FAULTS,
+    GPU_HEALTH,
+    GPU_TELEMETRY,
+    HEALTH_STATE,
+    NODE_PRESSURE,
+    NODE_TELEMETRY,
+)
 
 NAME = "health-processor"
 SAMPLES = Counter("hivemux_health_samples_total", "GPU samples judged by the SysMonitor state machines")
@@ -74,8 +85,11 @@ class HealthProcessor:
 
 
 def build(settings: HealthSettings, config: HealthConfig | None = None) -> Service:
-    processor = HealthProcessor(config or load_config(settings.config), f"{NAME}/{settings.instance}")
+    config = config or load_config(settings.config)
+    processor = HealthProcessor(config, f"{NAME}/{settings.instance}")
     service = Service(NAME, settings)
+    owns = (GPU_HEALTH, HEALTH_STATE, GPU_FAULTS, NODE_PRESSURE)
+    service.audit({"settings": settings.recorded(), "health": config.document}, decides=(*owns, EXECUTOR_COMMANDS), owns=owns)
     service.fold(HEALTH_STATE, processor.on_snapshot)
     service.on(GPU_TELEMETRY, processor.on_batch)
     service.on(NODE_TELEMETRY, processor.on_node)
@@ -85,6 +99,11 @@ def build(settings: HealthSettings, config: HealthConfig | None = None) -> Servi
     service.fold(CLOCK_TICKS, processor.on_tick)
     service.every(settings.sweep_interval_s, processor.tick)
     return service
+
+
+def rebuild(configuration: dict) -> Service:
+    """The service as its audit journal recorded it (`hivemux audit replay`)."""
+    return build(HealthSettings.model_validate(configuration["settings"]), parse_config(configuration["health"]))
 
 
 def main() -> None:

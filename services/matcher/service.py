@@ -33,6 +33,7 @@ from hivemux.matching.policy import MatchingPolicy
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import (
+    EXECUTOR_COMMANDS,
     EXECUTOR_REPORTS,
     GPU_HEALTH,
     GPU_TELEMETRY,
@@ -116,6 +117,7 @@ class Matcher:
 def build(settings: MatcherSettings) -> Service:
     matcher = Matcher(settings)
     service = Service(NAME, settings)
+    service.audit({"settings": settings.recorded()}, decides=(PLACEMENTS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE), owns=(PLACEMENTS,))
     service.fold(JOBS_SUBMITTED, matcher.on_submission)
     service.fold(JOBS_PROFILED, matcher.on_profile)
     service.fold(PREDICTOR_MODELS, matcher.on_model)
@@ -126,6 +128,11 @@ def build(settings: MatcherSettings) -> Service:
     service.fold(GPU_TELEMETRY, matcher.on_batch)
     service.every(15.0, matcher.export_efficiency)
     return service
+
+
+def rebuild(configuration: dict) -> Service:
+    """The service as its audit journal recorded it (`hivemux audit replay`)."""
+    return build(MatcherSettings.model_validate(configuration["settings"]))
 
 
 def main() -> None:

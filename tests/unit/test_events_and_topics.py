@@ -21,6 +21,8 @@ from hivemux.events import (
     CellBinding,
     CellConfig,
     ClockTick,
+    ConsumedRange,
+    ConsumptionJournal,
     CommandAction,
     DeadLetter,
     Event,
@@ -43,6 +45,7 @@ from hivemux.events import (
     JobState,
     JobSubmission,
     NodeTelemetry,
+    PartitionsAssigned,
     Placement,
     PredictorModel,
     Priority,
@@ -88,6 +91,11 @@ def gpu_batch(**overrides: Any) -> GpuTelemetryBatch:
 
 BUILDERS: dict[type[Event], Callable[[], Event]] = {
     ClockTick: lambda: ClockTick(**ENVELOPE, ticker="health-processor/0"),
+    ConsumptionJournal: lambda: ConsumptionJournal(
+        **ENVELOPE, service="matcher", incarnation=uuid.UUID(int=7), seq=1, emitted=(uuid.UUID(int=9),),
+        entries=(ConsumedRange(kind="records", loop="fold", replaying=False, topic="telemetry.gpu", partition=2, first=10, last=12),
+                 PartitionsAssigned(kind="assigned", topic="telemetry.gpu", partitions=(0, 2))),
+    ),  # fmt: skip
     GpuTelemetryBatch: gpu_batch,
     DeviceControl: lambda: DeviceControl(**ENVELOPE, gpu_id="node-00/gpu-0", node_id="node-00", action="drain"),
     NodePressure: lambda: NodePressure(**ENVELOPE, node_id="node-00", pressured=True, reason="memory", metrics={"cpu_util": 3.0}),

@@ -18,6 +18,13 @@ A service registers three kinds of work:
   skips records of other keys sharing that partition. No group membership, so no rebalance
   ever takes a node's commands to another node.
 
+`audit(configuration)` marks a deciding service: every record it handles and every partition
+assignment is journaled, in order, on `audit.journal` (`bus.journal`), and the journal record
+of a batch is acknowledged before the events the batch produced are published, so `hivemux
+audit replay` can feed a rebuilt service the same inputs in the same order. Its batches are
+handled under one lock, so the fold and group loops never interleave inside a batch, and its
+tickers may only publish clock ticks (a decision is made on consuming one, never by a timer).
+
 A record that fails validation, or whose handler raises, goes to the topic's dead-letter
 topic with the reason, a counter is bumped, and consumption goes on. `TransientError` is
 retried with backoff first. `InvariantViolation` stops the service loudly. SIGTERM/SIGINT
@@ -27,12 +34,13 @@ stop it cleanly: the current batch finishes, offsets are committed, the group is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import signal
 import traceback
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -42,12 +50,13 @@ from aiokafka.errors import CommitFailedError, KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from ..errors import InvalidEvent, InvariantViolation, TransientError
-from ..events import Event
+from ..events import ClockTick, Event
 from ..settings import ServiceSettings
 from ..topics import ALL_TOPICS, Topic
 from . import metrics
 from .admin import ensure_topics
 from .codec import decode_key, decode_value, partition_for_key
+from .journal import Journal, Loop
 from .partitions import discover_partitions
 from .publisher import Publisher
 from .replay import assign_from_beginning, drain
@@ -134,6 +143,10 @@ class Service:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _seen: SeenEvents = field(default_factory=SeenEvents)
     _fold_seen: SeenEvents = field(default_factory=SeenEvents)
+    journal: Journal | None = None
+    decides: tuple[Topic, ...] = ()
+    owns: tuple[Topic, ...] = ()
+    _handling: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def group_id(self) -> str:
@@ -154,6 +167,15 @@ class Service:
         """Handle only `key`'s records of `topic`, from the partition it hashes to (see the
         module docstring); offsets are committed under the group `<group>.<key>`."""
         self.pins.append(_Pinned(topic, handler, key, dedupe))
+
+    def audit(self, configuration: dict[str, Any], *, decides: Sequence[Topic] = (), owns: Sequence[Topic] = ()) -> None:
+        """Journal this deciding service's consumption (module docstring). `configuration` is
+        what its decisions depend on besides the log, recorded when each incarnation starts;
+        `decides` the topics its decisions go to, `owns` those only it writes (the audit
+        reports any record there that no replayed decision accounts for)."""
+        self.journal = Journal(self.name, self.source, configuration)
+        self.decides = tuple(decides)
+        self.owns = tuple(owns)
 
     def every(self, seconds: float, ticker: Ticker) -> None:
         if seconds <= 0:
@@ -191,6 +213,8 @@ class Service:
         await self.publisher.start()
         tasks: list[asyncio.Task[None]] = []
         try:
+            if self.journal is not None:
+                await self.publisher.publish_all([self.journal.opening()])
             for hook in self.start_hooks:
                 await _call_hook(hook)
             if self.folds:
@@ -256,12 +280,14 @@ class Service:
                 batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.max_poll_records)
                 if not batch:
                     continue
-                outputs: list[Event] = []
-                for tp, records in batch.items():
-                    for record in records:
-                        outputs += await self._handle(self.subscriptions[tp.topic], record, self._seen, replaying=False)
+                async with self._batch():
+                    outputs: list[Event] = []
+                    for tp, records in batch.items():
+                        for record in records:
+                            outputs += await self._handle(self.subscriptions[tp.topic], record, self._seen, "group", replaying=False)
+                    journaled = self._seal(outputs)
                 # The handlers' effects are on the broker before their inputs are committed.
-                await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+                await self._publish(journaled, outputs)
                 metrics.PUBLISHED.labels(self.name).inc(len(outputs))
                 offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
                 try:
@@ -294,13 +320,15 @@ class Service:
                 batch = await consumer.getmany(timeout_ms=200, max_records=bus.max_poll_records)
                 if not batch:
                     continue
-                outputs: list[Event] = []
-                for records in batch.values():
-                    for record in records:
-                        if decode_key(record.key) != pin.key:
-                            continue  # another key hashed to the same partition
-                        outputs += await self._handle(sub, record, self._seen, replaying=False)
-                await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+                async with self._batch():
+                    outputs: list[Event] = []
+                    for records in batch.values():
+                        for record in records:
+                            if decode_key(record.key) != pin.key:
+                                continue  # another key hashed to the same partition
+                            outputs += await self._handle(sub, record, self._seen, "pinned", replaying=False)
+                    journaled = self._seal(outputs)
+                await self._publish(journaled, outputs)
                 metrics.PUBLISHED.labels(self.name).inc(len(outputs))
                 await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
         finally:
@@ -314,20 +342,27 @@ class Service:
 
     async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
         async def replay(record: ConsumerRecord) -> None:
-            await self._handle(self.folds[record.topic], record, self._fold_seen, replaying=True)
+            async with self._batch():
+                await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=True)
+                journaled = self._seal([]) if self.journal is not None and self.journal.full else []
+            await self._publish(journaled, [])
 
         count = await drain(consumer, replay, max_records=self.settings.max_poll_records)
+        if self.journal is not None:
+            await self._publish(self.journal.seal([], force=True), [])
         log.info("service %s caught up on %s (%d records)", self.source, sorted(self.folds), count)
 
     async def _fold_loop(self, consumer: AIOKafkaConsumer) -> None:
         try:
             while not self._stop.is_set():
                 batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.max_poll_records)
-                outputs: list[Event] = []
-                for tp, records in batch.items():
-                    for record in records:
-                        outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, replaying=False)
-                await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+                async with self._batch():
+                    outputs: list[Event] = []
+                    for tp, records in batch.items():
+                        for record in records:
+                            outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, "fold", replaying=False)
+                    journaled = self._seal(outputs)
+                await self._publish(journaled, outputs)
         finally:
             await consumer.stop()
 
@@ -340,6 +375,8 @@ class Service:
         while not self._stop.is_set():
             try:
                 outputs = await _call(ticker.fn)
+                if self.journal is not None and any(not isinstance(e, ClockTick) for e in outputs):
+                    raise InvariantViolation(f"{self.name} is audited: its tickers publish clock ticks, decisions come from consuming them")
             except (InvariantViolation, KafkaError):
                 raise
             except Exception:
@@ -355,31 +392,22 @@ class Service:
             except TimeoutError:
                 pass
 
-    async def _handle(self, sub: _Subscription, record: ConsumerRecord, seen: SeenEvents, *, replaying: bool) -> list[Event]:
-        key = decode_key(record.key)
-        context = RecordContext(record.topic, record.partition, record.offset, key, replaying)
-        metrics.CONSUMED.labels(self.name, record.topic).inc()
-        try:
-            event = decode_value(sub.topic, record.value)
-        except InvalidEvent as error:
-            await self._dead_letter(sub.topic, record, key, str(error), type(error).__name__, "decode")
-            return []
-        if sub.dedupe and not seen.first_time(event.event_id):
-            metrics.DUPLICATES.labels(self.name, record.topic).inc()
-            return []
-        try:
-            try:
-                outputs = await _call(sub.handler, event, context)
-            except TransientError:
-                outputs = await _retry(sub.handler, event, context)
-        except InvariantViolation:
-            raise
-        except Exception as error:
-            metrics.HANDLER_ERRORS.labels(self.name, record.topic).inc()
-            log.error("handler for %s failed at %s:%s: %s", record.topic, record.partition, record.offset, traceback.format_exc())
-            await self._dead_letter(sub.topic, record, key, f"{type(error).__name__}: {error}", type(error).__name__, "handle")
-            return []
-        return [] if replaying else outputs
+    def _batch(self) -> "asyncio.Lock | contextlib.nullcontext[None]":
+        """An audited service handles one batch at a time across its loops (module docstring)."""
+        return self._handling if self.journal is not None else contextlib.nullcontext()
+
+    def _seal(self, outputs: list[Event]) -> list[Event]:
+        return list(self.journal.seal(outputs)) if self.journal is not None else []
+
+    async def _publish(self, journaled: list[Event], outputs: list[Event]) -> None:
+        if journaled:  # acknowledged first: a decision on the log always has its journal
+            await self.publisher.publish_all(journaled)  # type: ignore[union-attr]
+        await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+
+    async def _handle(self, sub: _Subscription, record: ConsumerRecord, seen: SeenEvents, loop: Loop, *, replaying: bool) -> list[Event]:
+        if self.journal is not None:
+            self.journal.consumed(loop, replaying, record.topic, record.partition, record.offset)
+        return await handle_record(self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying)
 
     async def _dead_letter(
         self, topic: Topic, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str
@@ -397,6 +425,49 @@ class Service:
             consumer_group=self.group_id,
             stage=stage,
         )
+
+
+DeadLetterSink = Callable[[Topic, ConsumerRecord, "str | None", str, str, str], Awaitable[None]]
+
+
+async def handle_record(
+    name: str,
+    topic: Topic,
+    handler: Handler,
+    dedupe: bool,
+    record: ConsumerRecord,
+    seen: SeenEvents,
+    dead_letter: DeadLetterSink,
+    *,
+    replaying: bool,
+) -> list[Event]:
+    """Decode, dedupe and handle one record; what it returns is what to publish. The runtime
+    and the audit replay both handle records through here, so they skip, dead-letter and
+    decide alike."""
+    key = decode_key(record.key)
+    context = RecordContext(record.topic, record.partition, record.offset, key, replaying)
+    metrics.CONSUMED.labels(name, record.topic).inc()
+    try:
+        event = decode_value(topic, record.value)
+    except InvalidEvent as error:
+        await dead_letter(topic, record, key, str(error), type(error).__name__, "decode")
+        return []
+    if dedupe and not seen.first_time(event.event_id):
+        metrics.DUPLICATES.labels(name, record.topic).inc()
+        return []
+    try:
+        try:
+            outputs = await _call(handler, event, context)
+        except TransientError:
+            outputs = await _retry(handler, event, context)
+    except InvariantViolation:
+        raise
+    except Exception as error:
+        metrics.HANDLER_ERRORS.labels(name, record.topic).inc()
+        log.error("handler for %s failed at %s:%s: %s", record.topic, record.partition, record.offset, traceback.format_exc())
+        await dead_letter(topic, record, key, f"{type(error).__name__}: {error}", type(error).__name__, "handle")
+        return []
+    return [] if replaying else outputs
 
 
 async def _retry(handler: Handler, event: Event, context: RecordContext) -> list[Event]:
@@ -423,12 +494,20 @@ class _AssignmentListener(ConsumerRebalanceListener):  # type: ignore[misc]
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
         self.owned = set(assigned)
-        for topic in self.service.subscriptions:
-            partitions = frozenset(tp.partition for tp in self.owned if tp.topic == topic)
-            for hook in self.service.assignment_hooks:
-                result = hook(topic, partitions)
-                if inspect.isawaitable(result):
-                    await result
+        service = self.service
+        async with service._batch():
+            for topic in sorted(service.subscriptions):
+                partitions = frozenset(tp.partition for tp in self.owned if tp.topic == topic)
+                if service.journal is not None:
+                    service.journal.assigned(topic, partitions)
+                await call_assignment_hooks(service, topic, partitions)
+
+
+async def call_assignment_hooks(service: Service, topic: str, partitions: frozenset[int]) -> None:
+    for hook in service.assignment_hooks:
+        result = hook(topic, partitions)
+        if inspect.isawaitable(result):
+            await result
 
 
 async def _call_hook(hook: Hook) -> None:

@@ -15,6 +15,7 @@ from .. import schemas
 from ..errors import ConfigurationError
 from ..settings import BusSettings
 from ..topics import ALL_TOPICS
+from .audit import audit_group
 from .bus_io import run_on_bus as _run_on_bus
 from .gpu_views import gpus_group
 from .jobs import jobs_group
@@ -331,6 +332,7 @@ def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[
 cli.add_command(jobs_group)
 cli.add_command(gpus_group)
 cli.add_command(projector_group)
+cli.add_command(audit_group)
 
 
 def main() -> None:

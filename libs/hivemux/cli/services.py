@@ -11,3 +11,7 @@ SERVICES: dict[str, str] = {
     "job-controller": "hivemux.services.job_controller.service",
     "projector": "hivemux.services.projector.service",
 }
+
+# The deciding services: each journals its consumption and its module has `rebuild`, so
+# `hivemux audit replay` can recompute its decisions.
+AUDITED: tuple[str, ...] = ("cell-allocator", "health-processor", "matcher", "predictor")

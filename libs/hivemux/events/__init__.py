@@ -5,11 +5,13 @@ decoded and validated once, converted to domain values by the code that consumes
   (ids derived from inputs, so replays emit the same ids), ``Name``, ``Reason``/``clip_reason``.
 - ``jobs.py``: submissions, profiles, lifecycle; ``scheduling.py``: cell bindings and
   configuration, placements, speed models, sharing observations; ``executor.py``: executor
-  commands and reports, dead letters; ``clock.py``: ticks that trigger periodic decisions; ``commands.py``: job commands (cancel,
+  commands and reports, dead letters; ``clock.py``: ticks that trigger periodic decisions; ``audit.py``: the deciding services'
+  consumption journal; ``commands.py``: job commands (cancel,
   suspend, resume) and their refusals; ``telemetry.py``: columnar GPU batches, node samples,
   SysMonitor transitions and snapshots, faults, device control.
 """
 
+from .audit import ConsumedRange, ConsumptionJournal, PartitionsAssigned
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .clock import ClockTick
 from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChanged, outcome_id
@@ -43,6 +45,9 @@ from .telemetry import (
 
 __all__ = [
     "ClockTick",
+    "ConsumedRange",
+    "ConsumptionJournal",
+    "PartitionsAssigned",
     "FINISHED_STATES",
     "JobAction",
     "JobCommand",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -104,6 +104,9 @@ class HealthConfig:
     node: NodeLimits
     detector: DetectorSettings
     rules: dict[FaultKind, Remediation]
+    # The document it was parsed from (JSON-able), recorded in the audit journal so a replay
+    # judges with the same thresholds.
+    document: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     _tables: dict[str, LimitTable] = field(default_factory=dict, compare=False, repr=False)
     # GPU type -> its compiled level function (see `thresholds.compile_levels`), compiled on
     # first use; read by subscript, the cheapest lookup, on the per-sample path.
@@ -166,6 +169,7 @@ def parse_config(document: object, *, origin: str = "<config>") -> HealthConfig:
         node=NodeLimits(**raw.node.model_dump()),
         detector=DetectorSettings(**raw.detector.model_dump()),
         rules=dict(raw.rules),
+        document=raw.model_dump(mode="json"),
     )
 
 

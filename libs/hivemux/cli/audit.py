@@ -1,0 +1,101 @@
+"""`hivemux audit replay`: recompute every decision from the log and compare (`hivemux.audit`)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections import defaultdict
+from datetime import datetime
+
+import click
+
+from ..settings import BusSettings
+from .bus_io import run_on_bus
+from .services import AUDITED, SERVICES
+
+
+@click.group(name="audit")
+def audit_group() -> None:
+    """Check the recorded decisions against the log."""
+
+
+@audit_group.command("replay")
+@click.option("--service", "services", multiple=True, type=click.Choice(AUDITED), help="Only this deciding service (repeatable).")
+@click.option("--from", "start", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]), default=None,
+              help="Compare only decisions at or after this event time (UTC if no offset).")
+@click.option("--to", "end", type=click.DateTime(formats=["%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%dT%H:%M:%S"]), default=None,
+              help="Compare only decisions at or before this event time.")
+@click.option("--set", "overrides", multiple=True, metavar="SERVICE.PATH=VALUE",
+              help="Replay with a recorded configuration value changed, e.g. matcher.settings.slowdown_bound=0.1.")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+def replay(services: tuple[str, ...], start: datetime | None, end: datetime | None, overrides: tuple[str, ...], as_json: bool) -> None:
+    """Rebuild the cell allocator, matcher, health processor and predictor from their recorded
+    inputs, in the order they consumed them, and compare every decision with the record. Exit 0
+    only if all are identical; else print the first divergence, recorded and recomputed side by
+    side with the inputs that led to it. Each service's state is always rebuilt from the start of
+    each of its runs; --from/--to only narrow the decisions compared."""
+    from ..audit import Auditor, BrokerLog
+
+    chosen = services or AUDITED
+    rebuilders = {name: importlib.import_module(SERVICES[name]).rebuild for name in chosen}
+    changed: dict[str, dict[str, str]] = defaultdict(dict)
+    for item in overrides:
+        target, sep, value = item.partition("=")
+        name, dot, path = target.partition(".")
+        if not sep or not dot or name not in AUDITED:
+            raise click.BadParameter(f"{item!r}: expected SERVICE.PATH=VALUE with SERVICE one of {', '.join(AUDITED)}", param_hint="--set")
+        changed[name][path] = value
+
+    async def run():  # type: ignore[no-untyped-def]
+        async with BrokerLog(BusSettings().kafka_bootstrap_servers) as log:
+            return await Auditor(log, rebuilders, overrides=changed, start=_utc(start), end=_utc(end)).run()
+
+    try:
+        report = run_on_bus(run())
+    except KeyError as error:  # an override naming nothing that was recorded
+        raise click.ClickException(str(error.args[0])) from error
+    if as_json:
+        click.echo(json.dumps(_as_dict(report), indent=2))
+    else:
+        _print(report)
+    raise SystemExit(0 if report.identical else 1)
+
+
+def _utc(at: datetime | None) -> datetime | None:
+    from datetime import UTC
+
+    return None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC))
+
+
+def _print(report) -> None:  # type: ignore[no-untyped-def]
+    for name, tally in sorted(report.tallies.items()):
+        click.echo(f"{name:<18} {tally.incarnations} runs, {tally.inputs} inputs replayed, {tally.decisions} decisions identical")
+    for lost in report.lost_at_stop:
+        click.echo(f"lost when its instance stopped before publishing: {lost}")
+    first = report.first
+    if first is None:
+        click.echo(f"identical: {report.decisions} decisions")
+        return
+    click.echo(f"DIVERGED: {report.divergent} divergences; the first ({first.kind}) at {first.where}")
+    click.echo("recorded:")
+    click.echo(_indent(first.recorded or "(nothing)"))
+    click.echo("recomputed:")
+    click.echo(_indent(first.recomputed or "(nothing)"))
+    if first.inputs:
+        click.echo("inputs:")
+        click.echo(_indent("\n".join(first.inputs)))
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _as_dict(report) -> dict:  # type: ignore[no-untyped-def]
+    return {
+        "identical": report.identical,
+        "decisions": report.decisions,
+        "divergent": report.divergent,
+        "services": {name: vars(tally) for name, tally in report.tallies.items()},
+        "lost_at_stop": report.lost_at_stop,
+        "divergences": [vars(d) | {"order": list(d.order), "inputs": list(d.inputs)} for d in report.divergences],
+    }
