@@ -22,7 +22,9 @@ single-threaded, `speed_predictor.fit`).
 events: the newest published version of a type and the refused versions after it, so version
 numbers go on past them. Those versions were fitted on none of this log's observations: their
 ``observations`` parameter is 0 here, so the type is due again after ``retrain_after`` new
-observations, as for a version trained now on an empty log.
+observations, as for a version trained now on an empty log. Their source is the predictor's
+store (``predictor-store/<instance>``), not the predictor: they are no decision of this log
+(the audit replay recomputes none of them and expects none).
 
 Worked example: source "predictor/0", types ("T4",), a `ClockTick` from "predictor/0" at 12:00
 on an empty log: `on_tick` returns the analytic T4 v1 stamped 12:00 and a `Training` of T4 v2;
@@ -79,6 +81,8 @@ class PredictorEvents:
         self.core = core
         self.source = source
         self.training = training
+        name, _, instance = source.partition("/")
+        self.restorer = f"{name}-store/{instance}"  # the source of restored versions
 
     # -- folds --------------------------------------------------------------------------
     def on_model(self, model: PredictorModel) -> None:
@@ -128,7 +132,7 @@ class PredictorEvents:
             if "observations" in parameters:
                 parameters["observations"] = 0.0
             values = {f: getattr(s, f) for f in FIELDS} | {"parameters": parameters}
-            out.append(PredictorModel(event_id=s.event_id, occurred_at=s.occurred_at, source=self.source, **values))
+            out.append(PredictorModel(event_id=s.event_id, occurred_at=s.occurred_at, source=self.restorer, **values))
         return out
 
 

@@ -193,6 +193,7 @@ def test_restored_versions_are_the_newest_published_and_the_refused_after_it(run
     restored = e.restored(reversed(stored(models)))
     assert [(m.version, m.published, m.event_id) for m in restored] == [(2, True, models[1].event_id), (3, False, models[2].event_id)]
     assert [m.parameters["observations"] for m in restored] == [0.0, 0.0]  # fitted on none of this log's observations
+    assert {m.source for m in restored} == {"predictor-store/0"}  # no decision of this log
     assert restored[0].weights_b64 == models[1].weights_b64 and restored[1].occurred_at == models[2].occurred_at
     assert e.restored(stored([models[2]])) == []  # nothing published: nothing to resume from
 
