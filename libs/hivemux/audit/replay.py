@@ -13,8 +13,8 @@ decides. Then every recomputed decision is compared with what the log holds:
 - every record on a topic an audited service owns (placements, bindings, health transitions,
   model versions) must be a recomputed decision: one that is not was made by no service.
 
-A decision journaled by an incarnation's last record and absent from the log was lost when
-that instance stopped before publishing (a SIGKILL between its journal and its outputs); it is
+A decision journaled by one of an incarnation's last records and absent from the log was lost
+when that instance stopped before publishing (a SIGKILL between its journal and its outputs); it is
 reported as such, not as a divergence, unless a later redelivery published it (then it is
 compared like any other).
 """
@@ -41,6 +41,9 @@ from .log import Log, LoggedRecord
 
 Rebuild = Callable[[dict[str, Any]], Service]
 MAX_KEPT = 100  # divergences kept with their details (all are counted)
+# A process publishes one batch at a time per consumer loop (fold, group, pinned): that many of
+# an incarnation's last journal records can have been acknowledged without their decisions.
+IN_FLIGHT = 3
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Step:
     ordinal: int  # the incarnation's place among all replayed incarnations
     journal: ConsumptionJournal
     recomputed: list[Decision]
-    last: bool  # the incarnation's final journal record
+    final: bool  # among the incarnation's last records, one per consumer loop that may have been in flight
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,8 @@ class Auditor:
                     tally.inputs += 1
                     outputs = await handle_record(name, topic, handler, dedupe, record, seen[entry.loop], keep_dead_letter, replaying=entry.replaying)  # type: ignore[arg-type]
                     recomputed += [Decision(event, record) for event in outputs]
-            steps.append(Step(name, journal.source, incarnation, ordinal, journal, recomputed, journal is records[-1]))
+            final = journal.seq >= len(records) - IN_FLIGHT
+            steps.append(Step(name, journal.source, incarnation, ordinal, journal, recomputed, final))
         return steps
 
     # -- comparing ------------------------------------------------------------------------
@@ -237,7 +241,7 @@ class Auditor:
                 self.report.diverged(Divergence(kind, f"{where}, decision {index + 1}", shown, _show_event(decision), inputs, order))
                 continue
             if not copies:
-                if step.last:
+                if step.final:
                     self.report.lost_at_stop.append(f"{where}: {_show_event(decision)}")
                 else:
                     self.report.diverged(Divergence("not on the log", f"{where}, decision {index + 1}", None, _show_event(decision), inputs, order))
@@ -292,7 +296,18 @@ def _seqs(records: Iterable[ConsumptionJournal]) -> str:
 
 
 def _show(fields: Mapping[str, Any]) -> str:
-    return yaml.safe_dump(dict(fields), sort_keys=True, width=120).strip()
+    return yaml.safe_dump(_clipped(dict(fields)), sort_keys=True, width=120).strip()
+
+
+def _clipped(value: Any) -> Any:
+    """Long strings (serialized weights) shortened for a reader; comparisons use the whole."""
+    if isinstance(value, str) and len(value) > 200:
+        return f"{value[:60]}... ({len(value)} characters)"
+    if isinstance(value, dict):
+        return {k: _clipped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clipped(v) for v in value]
+    return value
 
 
 def _show_event(decision: Decision | None) -> str | None:

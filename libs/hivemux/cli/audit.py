@@ -5,13 +5,17 @@ from __future__ import annotations
 import importlib
 import json
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ..settings import BusSettings
 from .bus_io import run_on_bus
 from .services import AUDITED, SERVICES
+
+if TYPE_CHECKING:
+    from ..audit import AuditReport
 
 
 @click.group(name="audit")
@@ -46,7 +50,7 @@ def replay(services: tuple[str, ...], start: datetime | None, end: datetime | No
             raise click.BadParameter(f"{item!r}: expected SERVICE.PATH=VALUE with SERVICE one of {', '.join(AUDITED)}", param_hint="--set")
         changed[name][path] = value
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run() -> "AuditReport":
         async with BrokerLog(BusSettings().kafka_bootstrap_servers) as log:
             return await Auditor(log, rebuilders, overrides=changed, start=_utc(start), end=_utc(end)).run()
 
@@ -62,12 +66,10 @@ def replay(services: tuple[str, ...], start: datetime | None, end: datetime | No
 
 
 def _utc(at: datetime | None) -> datetime | None:
-    from datetime import UTC
-
     return None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC))
 
 
-def _print(report) -> None:  # type: ignore[no-untyped-def]
+def _print(report: "AuditReport") -> None:
     for name, tally in sorted(report.tallies.items()):
         click.echo(f"{name:<18} {tally.incarnations} runs, {tally.inputs} inputs replayed, {tally.decisions} decisions identical")
     for lost in report.lost_at_stop:
@@ -90,7 +92,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def _as_dict(report) -> dict:  # type: ignore[no-untyped-def]
+def _as_dict(report: "AuditReport") -> dict[str, Any]:
     return {
         "identical": report.identical,
         "decisions": report.decisions,
