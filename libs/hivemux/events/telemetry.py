@@ -188,16 +188,10 @@ class GpuTelemetryBatch(Event):
     @cached_property
     def samples(self) -> tuple[GpuTelemetrySample, ...]:
         """The batch as one `GpuTelemetrySample` per GPU (already validated: built unchecked)."""
-        columns = [self.per_gpu(name) for name, _ in _SAMPLE_COLUMNS]
-        return tuple(
-            GpuTelemetrySample.model_construct(
-                occurred_at=at, gpu_id=gpu_id, node_id=node_id, gpu_type=gpu_type,
-                **{name: value for (name, _), value in zip(_SAMPLE_COLUMNS, values, strict=True)},
-            )
-            for at, gpu_id, node_id, gpu_type, *values in zip(
-                self.per_gpu("sampled_at"), self.gpu_ids, self.node_ids, self.per_gpu("gpu_types"), *columns, strict=True
-            )
-        )  # fmt: skip
+        none = (None,) * len(self.gpu_util)  # a sample's own id and source
+        columns = (none, self.per_gpu("sampled_at"), none, self.gpu_ids, self.node_ids, self.per_gpu("gpu_types"),
+                   *(self.per_gpu(name) for name in _SAMPLE_COLUMN_NAMES))  # fmt: skip
+        return tuple(_unchecked_sample(dict(zip(_SAMPLE_FIELDS, row))) for row in zip(*columns, strict=True))
 
     @classmethod
     def from_samples(
@@ -239,6 +233,23 @@ _SAMPLE_COLUMNS: tuple[tuple[str, object], ...] = (
     ("ecc_dbe", 0), ("online_workload", None), ("offline_workloads", ()), ("processes", ()),
 )  # fmt: skip
 _DEFAULTS = {name: default for name, default in _SAMPLE_COLUMNS if default is not _REQUIRED}
+_SAMPLE_COLUMN_NAMES = tuple(name for name, _ in _SAMPLE_COLUMNS)
+_SAMPLE_FIELDS = ("event_id", "occurred_at", "source", "gpu_id", "node_id", "gpu_type", *_SAMPLE_COLUMN_NAMES)
+_SAMPLE_GIVEN = frozenset(_SAMPLE_FIELDS) - {"event_id", "source"}
+assert tuple(GpuTelemetrySample.model_fields) == _SAMPLE_FIELDS, "samples are built in the declared field order"
+
+
+def _unchecked_sample(fields: dict[str, Any]) -> GpuTelemetrySample:
+    """The object `GpuTelemetrySample.model_construct(**fields_but_id_and_source)` makes (every
+    field in declaration order, id and source None and not set), built directly: the matcher
+    unpacks every batch into samples, and model_construct's per-field default lookups were
+    most of its cost (benchmarks/audit.py)."""
+    sample = GpuTelemetrySample.__new__(GpuTelemetrySample)
+    object.__setattr__(sample, "__dict__", fields)
+    object.__setattr__(sample, "__pydantic_fields_set__", set(_SAMPLE_GIVEN))
+    object.__setattr__(sample, "__pydantic_extra__", None)
+    object.__setattr__(sample, "__pydantic_private__", None)
+    return sample
 _SHARED = ("memory_total_mib", "max_sm_clock_mhz")  # one value when every GPU of the node shares it
 
 
