@@ -31,6 +31,8 @@ class BusSettings(BaseSettings):
     max_poll_records: int = Field(default=500, ge=1, validation_alias="HIVEMUX_MAX_POLL_RECORDS")
     create_topics: bool = Field(default=True, validation_alias="HIVEMUX_CREATE_TOPICS")
     replication_factor: int = Field(default=1, ge=1, validation_alias="HIVEMUX_REPLICATION_FACTOR")
+    # A consumed record dated further ahead of the local clock is refused (it would move event time).
+    max_future_skew_s: float = Field(default=300.0, gt=0, validation_alias="HIVEMUX_MAX_FUTURE_SKEW_S")
 
 
 class ServiceSettings(BusSettings):

@@ -65,6 +65,8 @@ class Topic:
     description: str
     # Defaults to keeping everything: a topic declared without it loses nothing.
     retention: Retention = "unlimited"
+    # A record larger than this is refused at decode (dead-lettered), whatever it holds.
+    max_record_bytes: int = 1024 * 1024
 
     @property
     def dead_letter(self) -> "Topic":
@@ -115,7 +117,8 @@ JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo ex
 SHARING_OBSERVATIONS = Topic("sharing.observations", SharingObservation, "gpu_id", 4, "delete", "Measured effects of sharing a GPU")
 # History, not compacted: every training is a decision on the log, refused versions too
 # (``published=False``): compacted by GPU type, a refused version would hide the one in use.
-PREDICTOR_MODELS = Topic("predictor.models", PredictorModel, "gpu_type", 1, "delete", "Speed predictor versions per GPU type")
+# A trained MLP's weights are ~50 KB of base64: a record four times that is not a model.
+PREDICTOR_MODELS = Topic("predictor.models", PredictorModel, "gpu_type", 1, "delete", "Speed predictor versions per GPU type", max_record_bytes=256 * 1024)
 # Compacted: a configuration version carries the whole cell configuration; consumers take the
 # newest version, so the last record is the state.
 CELL_CONFIG = Topic("cells.config", CellConfig, "cluster", 1, "compact", "Cell configuration versions (HiveD format)")

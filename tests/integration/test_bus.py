@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from aiokafka.errors import KafkaError
@@ -67,7 +69,7 @@ async def test_broker_rejects_a_record_that_breaks_the_topic_schema(infra: Endpo
 
 
 async def test_invalid_records_go_to_the_dead_letter_topic_and_consumption_goes_on(infra: Endpoints) -> None:
-    topic = unique_topic(partitions=1)
+    topic = replace(unique_topic(partitions=1), max_record_bytes=100_000)
     handled: list[str] = []
 
     def handler(event: JobLifecycleEvent, _: RecordContext) -> None:
@@ -79,23 +81,40 @@ async def test_invalid_records_go_to_the_dead_letter_topic_and_consumption_goes_
     service.on(topic, handler)
     task = asyncio.create_task(service.run(install_signal_handlers=False))
     await asyncio.wait_for(service.ready.wait(), 30)
-    key = encode_key("k")
-    await produce_raw(infra.bootstrap_servers, topic.name, key, b"{not json")
-    await produce_raw(infra.bootstrap_servers, topic.name, key, json.dumps({"job_id": "no-envelope"}).encode())
-    await produce_raw(infra.bootstrap_servers, topic.name, key, lifecycle("explodes").model_dump_json().encode())
-    await produce_raw(infra.bootstrap_servers, topic.name, key, lifecycle("fine").model_dump_json().encode())
+
+    async def send(job_id: str, value: bytes) -> None:
+        await produce_raw(infra.bootstrap_servers, topic.name, encode_key(job_id), value)
+
+    twin = lifecycle("twin", reason="first body")
+    await send("k", b"{not json")  # 0
+    await send("k", json.dumps({"job_id": "no-envelope"}).encode())  # 1
+    await send("explodes", lifecycle("explodes").model_dump_json().encode())  # 2
+    await send("someone-else", lifecycle("misrouted").model_dump_json().encode())  # 3: key is not the job id
+    future = lifecycle("future").model_copy(update={"occurred_at": datetime(2100, 1, 1, tzinfo=UTC)})
+    await send("future", future.model_dump_json().encode())  # 4
+    await send("twin", twin.model_dump_json().encode())  # 5: handled
+    await send("twin", twin.model_copy(update={"reason": "second body"}).model_dump_json().encode())  # 6: same id, other body
+    await send("twin", twin.model_dump_json().encode())  # 7: a redelivery, skipped silently
+    await send("huge", lifecycle("huge", reason="x" * 1000).model_dump_json().encode() + b" " * 900_000)  # 8
+    await send("fine", lifecycle("fine").model_dump_json().encode())  # 9
 
     await eventually(lambda: asyncio.sleep(0, result="fine" in handled))
-    letters = await eventually(lambda: _letters(infra, topic, 3))
+    letters = await eventually(lambda: _letters(infra, topic, 7))
     service.stop()
     await asyncio.wait_for(task, 30)
 
-    assert handled == ["fine"]
+    assert handled == ["twin", "fine"]
     by_offset = {letter.offset: letter for letter in letters}
-    assert set(by_offset) == {0, 1, 2}
+    assert set(by_offset) == {0, 1, 2, 3, 4, 6, 8}
     assert by_offset[0].stage == "decode" and "invalid json" in by_offset[0].reason.lower()
     assert by_offset[1].stage == "decode" and "occurred_at" in by_offset[1].reason
     assert by_offset[2].stage == "handle" and "cannot take this one" in by_offset[2].reason
+    assert by_offset[3].stage == "decode" and "does not match the event's job_id 'misrouted'" in by_offset[3].reason
+    assert by_offset[4].stage == "admit" and "ahead of this consumer's clock" in by_offset[4].reason
+    assert by_offset[6].error_type == "ConflictingDuplicate" and str(twin.event_id) in by_offset[6].reason
+    huge = by_offset[8]  # bounded: a prefix and a digest, never twice the record (over the broker's limit)
+    assert "bytes, more than the 100000" in huge.reason and huge.value_size > 900_000
+    assert len(huge.value) <= 4096 and huge.value_sha256 is not None and len(huge.value_b64) < 100_000
     assert by_offset[0].value == "{not json" and all(letter.original_topic == topic.name for letter in letters)
 
 

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 from ..bus.codec import decode_value
 from ..bus.runtime import SeenEvents, Service, Topic, call_assignment_hooks, handle_record
 from ..errors import InvalidEvent
-from ..events import ConsumedRange, ConsumptionJournal, Event
+from ..events import ConsumedRange, ConsumptionJournal, Event, PartitionsAssigned
 from ..topics import AUDIT_JOURNAL, by_name, topic_for
 from .log import Log, LoggedRecord
 
@@ -190,9 +190,11 @@ class Auditor:
         for journal in records:
             recomputed: list[Decision] = []
             for entry in journal.entries:
-                if not isinstance(entry, ConsumedRange):
+                if isinstance(entry, PartitionsAssigned):
                     await call_assignment_hooks(service, entry.topic, frozenset(entry.partitions))
                     continue
+                if not isinstance(entry, ConsumedRange):
+                    continue  # refused before any handler saw it: the service skipped it too
                 topic, handler, dedupe = _subscription(service, entry)
                 inputs = await self.log.read(entry.topic, entry.partition, entry.first, entry.last)
                 if len(inputs) != entry.last - entry.first + 1:
@@ -203,7 +205,7 @@ class Auditor:
                 for record in inputs:
                     tally.inputs += 1
                     outputs = await handle_record(name, topic, handler, dedupe, record, seen[entry.loop], keep_dead_letter, replaying=entry.replaying)  # type: ignore[arg-type]
-                    recomputed += [Decision(event, record) for event in outputs]
+                    recomputed += [Decision(event, record) for event in outputs or ()]
             final = journal.seq >= len(records) - IN_FLIGHT
             steps.append(Step(name, journal.source, incarnation, ordinal, journal, recomputed, final))
         return steps
@@ -325,8 +327,10 @@ def _inputs(step: Step, decision: Decision | None) -> tuple[str, ...]:
     for entry in step.journal.entries[-20:]:
         if isinstance(entry, ConsumedRange):
             lines.append(f"consumed {entry.topic}[{entry.partition}]@{entry.first}..{entry.last} ({entry.loop}{', catching up' if entry.replaying else ''})")
-        else:
+        elif isinstance(entry, PartitionsAssigned):
             lines.append(f"assigned {entry.topic} partitions {list(entry.partitions)}")
+        else:
+            lines.append(f"refused {entry.topic}[{entry.partition}]@{entry.offset} (dated too far ahead)")
     if len(step.journal.entries) > 20:
         lines.insert(1 if decision is not None else 0, f"... {len(step.journal.entries) - 20} earlier entries of this journal record")
     return tuple(lines)

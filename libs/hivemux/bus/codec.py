@@ -53,6 +53,8 @@ def _summarize(error: ValidationError) -> str:
 def decode_value(topic: Topic, raw: bytes | None) -> Event:
     if raw is None:
         raise InvalidEvent(f"{topic.name}: record has no value (tombstone)")
+    if len(raw) > topic.max_record_bytes:
+        raise InvalidEvent(f"{topic.name}: record of {len(raw)} bytes, more than the {topic.max_record_bytes} a {topic.model.__name__} may take")
     try:
         return topic.model.model_validate_json(raw)
     except ValidationError as error:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from ..events import ConsumedRange, ConsumptionJournal, Event, PartitionsAssigned
+from ..events import ConsumedRange, ConsumptionJournal, Event, PartitionsAssigned, RecordRefused
 from ..events.audit import MAX_EMITTED, MAX_JOURNAL_ENTRIES
 
 Loop = Literal["fold", "group", "pinned"]
@@ -38,7 +38,7 @@ class Journal:
         self.configuration = configuration
         self.incarnation = uuid.uuid4()
         self._seq = 0
-        self._entries: list[_Range | PartitionsAssigned] = []
+        self._entries: list[_Range | PartitionsAssigned | RecordRefused] = []
 
     def opening(self) -> ConsumptionJournal:
         """Seq 0: the incarnation and the configuration its decisions depend on."""
@@ -54,6 +54,9 @@ class Journal:
             last.last = offset
         else:
             self._entries.append(_Range(loop, replaying, topic, partition, offset, offset))
+
+    def rejected(self, topic: str, partition: int, offset: int) -> None:
+        self._entries.append(RecordRefused(kind="refused", topic=topic, partition=partition, offset=offset))
 
     def assigned(self, topic: str, partitions: frozenset[int]) -> None:
         self._entries.append(PartitionsAssigned(kind="assigned", topic=topic, partitions=tuple(sorted(partitions))))
@@ -80,7 +83,7 @@ class Journal:
     def _record(
         self,
         *,
-        entries: Sequence[_Range | PartitionsAssigned] = (),
+        entries: Sequence[_Range | PartitionsAssigned | RecordRefused] = (),
         emitted: Sequence[Event] = (),
         configuration: dict[str, Any] | None = None,
     ) -> ConsumptionJournal:
@@ -99,8 +102,8 @@ class Journal:
         return record
 
 
-def _entry(entry: _Range | PartitionsAssigned) -> ConsumedRange | PartitionsAssigned:
-    if isinstance(entry, PartitionsAssigned):
+def _entry(entry: _Range | PartitionsAssigned | RecordRefused) -> ConsumedRange | PartitionsAssigned | RecordRefused:
+    if not isinstance(entry, _Range):
         return entry
     return ConsumedRange(
         kind="records",

@@ -7,3 +7,4 @@ PUBLISHED = Counter("hivemux_events_published_total", "Events published by handl
 DUPLICATES = Counter("hivemux_duplicate_events_total", "Re-delivered events skipped by event_id", ["service", "topic"])
 DEAD_LETTERS = Counter("hivemux_dead_letters_total", "Records sent to a dead-letter topic", ["service", "topic", "stage"])
 HANDLER_ERRORS = Counter("hivemux_handler_errors_total", "Handlers or tickers that raised", ["service", "topic"])
+DEAD_LETTER_FAILURES = Counter("hivemux_dead_letter_failures_total", "Records that could not even be dead-lettered", ["service", "topic"])

@@ -4,14 +4,13 @@ field, so a caller cannot send a model to the wrong topic or partition."""
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
-from ..events import DeadLetter, Event
+from ..events import Event, dead_letter_of
 from ..topics import Topic, topic_for
 from .codec import encode_key, encode_value
 
@@ -87,19 +86,17 @@ class Publisher:
         consumer_group: str,
         stage: str,
     ) -> RecordMetadata:
-        raw = value or b""
-        letter = DeadLetter(
+        letter = dead_letter_of(
+            value or b"",
             occurred_at=datetime.now(UTC),
             source=self.source,
             original_topic=topic.name,
             partition=partition,
             offset=offset,
             key=key,
-            value=raw.decode(errors="replace"),
-            value_b64=base64.b64encode(raw).decode(),
-            reason=reason[:4000],
+            reason=reason,
             error_type=error_type,
             consumer_group=consumer_group,
-            stage=stage,  # type: ignore[arg-type]
+            stage=stage,
         )
         return await self.publish_to(topic.dead_letter, letter)

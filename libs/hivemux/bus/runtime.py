@@ -42,7 +42,8 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
@@ -102,19 +103,23 @@ class _Ticker:
 
 
 class SeenEvents:
-    """A bounded memory of handled event ids (the at-least-once dedupe)."""
+    """A bounded memory of handled event ids and their bodies (the at-least-once dedupe): a
+    redelivery has the same id and the same bytes; the same id with other bytes is a forgery
+    or a bug, never a duplicate to drop silently."""
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._ids: OrderedDict[UUID, None] = OrderedDict()
+        self._ids: OrderedDict[UUID, int] = OrderedDict()
 
-    def first_time(self, event_id: UUID) -> bool:
-        if event_id in self._ids:
-            return False
-        self._ids[event_id] = None
+    def check(self, event_id: UUID, body: bytes | None) -> Literal["new", "repeat", "conflict"]:
+        fingerprint = hash(body)
+        known = self._ids.get(event_id)
+        if known is not None:
+            return "repeat" if known == fingerprint else "conflict"
+        self._ids[event_id] = fingerprint
         if len(self._ids) > self.capacity:
             self._ids.popitem(last=False)
-        return True
+        return "new"
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> list[Event]:
@@ -405,26 +410,55 @@ class Service:
         await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
 
     async def _handle(self, sub: _Subscription, record: ConsumerRecord, seen: SeenEvents, loop: Loop, *, replaying: bool) -> list[Event]:
+        outputs = await handle_record(
+            self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying, admit=self._admit
+        )
         if self.journal is not None:
-            self.journal.consumed(loop, replaying, record.topic, record.partition, record.offset)
-        return await handle_record(self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying)
+            if outputs is None:  # refused before any handler saw it: the replay must not feed it
+                self.journal.rejected(record.topic, record.partition, record.offset)
+            else:
+                self.journal.consumed(loop, replaying, record.topic, record.partition, record.offset)
+        return outputs or []
+
+    def _admit(self, event: Event) -> str | None:
+        """Event time from the far future would move this service's clock (rounds, sweeps,
+        SysMonitor) past every honest record: such a record is refused, against the local clock
+        (the refusal is journaled, so a replay skips the same records)."""
+        ahead = (event.occurred_at - datetime.now(UTC)).total_seconds()
+        if ahead > self.settings.max_future_skew_s:
+            return (f"dated {event.occurred_at.isoformat()}, {ahead:.0f} s ahead of this consumer's clock "
+                    f"(at most {self.settings.max_future_skew_s:.0f} s): it would move event time")  # fmt: skip
+        return None
 
     async def _dead_letter(
         self, topic: Topic, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str
     ) -> None:
+        """Never raises: a record that cannot even be dead-lettered is logged and counted, and
+        consumption goes on (the record itself stays on its topic at its offset)."""
         metrics.DEAD_LETTERS.labels(self.name, record.topic, stage).inc()
         log.warning("dead-lettering %s[%s]@%s: %s", record.topic, record.partition, record.offset, reason)
-        await self.publisher.dead_letter(  # type: ignore[union-attr]
-            topic=topic,
-            partition=record.partition,
-            offset=record.offset,
-            key=key,
-            value=record.value,
-            reason=reason,
-            error_type=error_type,
-            consumer_group=self.group_id,
-            stage=stage,
-        )
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(lambda e: isinstance(e, KafkaError) and getattr(e, "retriable", False)),
+                wait=wait_exponential(multiplier=0.2, max=5),
+                stop=stop_after_attempt(5),
+                reraise=True,
+            ):
+                with attempt:
+                    await self.publisher.dead_letter(  # type: ignore[union-attr]
+                        topic=topic,
+                        partition=record.partition,
+                        offset=record.offset,
+                        key=key,
+                        value=record.value,
+                        reason=reason,
+                        error_type=error_type,
+                        consumer_group=self.group_id,
+                        stage=stage,
+                    )
+        except Exception:
+            metrics.DEAD_LETTER_FAILURES.labels(self.name, record.topic).inc()
+            log.exception("could not dead-letter %s[%s]@%s; skipped", record.topic, record.partition, record.offset)
 
 
 DeadLetterSink = Callable[[Topic, ConsumerRecord, "str | None", str, str, str], Awaitable[None]]
@@ -440,10 +474,11 @@ async def handle_record(
     dead_letter: DeadLetterSink,
     *,
     replaying: bool,
-) -> list[Event]:
-    """Decode, dedupe and handle one record; what it returns is what to publish. The runtime
-    and the audit replay both handle records through here, so they skip, dead-letter and
-    decide alike."""
+    admit: Callable[[Event], str | None] | None = None,
+) -> list[Event] | None:
+    """Decode, check, dedupe and handle one record; what it returns is what to publish, None if
+    `admit` refused the record (dead-lettered, no handler saw it). The runtime and the audit
+    replay both handle records through here, so they skip, dead-letter and decide alike."""
     key = decode_key(record.key)
     context = RecordContext(record.topic, record.partition, record.offset, key, replaying)
     metrics.CONSUMED.labels(name, record.topic).inc()
@@ -452,9 +487,24 @@ async def handle_record(
     except InvalidEvent as error:
         await dead_letter(topic, record, key, str(error), type(error).__name__, "decode")
         return []
-    if dedupe and not seen.first_time(event.event_id):
-        metrics.DUPLICATES.labels(name, record.topic).inc()
+    expected = topic.key_of(event)
+    if key != expected:  # the key places the record (which instance owns it): a wrong one misroutes it
+        reason = f"{topic.name}: key {key!r} does not match the event's {topic.key_field} {expected!r}"
+        await dead_letter(topic, record, key, reason, "WrongKey", "decode")
         return []
+    refusal = admit(event) if admit is not None else None
+    if refusal is not None:
+        await dead_letter(topic, record, key, f"{topic.name}: {refusal}", "Refused", "admit")
+        return None
+    if dedupe:
+        seen_before = seen.check(event.event_id, record.value)
+        if seen_before == "repeat":
+            metrics.DUPLICATES.labels(name, record.topic).inc()
+            return []
+        if seen_before == "conflict":
+            reason = f"{topic.name}: event id {event.event_id} was already consumed with a different body"
+            await dead_letter(topic, record, key, reason, "ConflictingDuplicate", "decode")
+            return []
     try:
         try:
             outputs = await _call(handler, event, context)

@@ -11,11 +11,11 @@ decoded and validated once, converted to domain values by the code that consumes
   SysMonitor transitions and snapshots, faults, device control.
 """
 
-from .audit import ConsumedRange, ConsumptionJournal, PartitionsAssigned
+from .audit import ConsumedRange, ConsumptionJournal, PartitionsAssigned, RecordRefused
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .clock import ClockTick
 from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChanged, outcome_id
-from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState
+from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState, dead_letter_of
 from .jobs import (
     FINISHED_STATES,
     JobKind,
@@ -48,6 +48,7 @@ __all__ = [
     "ConsumedRange",
     "ConsumptionJournal",
     "PartitionsAssigned",
+    "RecordRefused",
     "FINISHED_STATES",
     "JobAction",
     "JobCommand",
@@ -61,6 +62,7 @@ __all__ = [
     "CellConfig",
     "CommandAction",
     "DeadLetter",
+    "dead_letter_of",
     "DeviceControl",
     "Event",
     "ExecutorCommand",

@@ -49,7 +49,17 @@ class PartitionsAssigned(Record):
     partitions: tuple[Annotated[int, Field(ge=0)], ...]
 
 
-JournalEntry = Annotated[ConsumedRange | PartitionsAssigned, Field(discriminator="kind")]
+class RecordRefused(Record):
+    """A record refused before any handler saw it (dated too far ahead of the consumer's clock);
+    its dead letter says why. The replay skips it as the service did."""
+
+    kind: Literal["refused"]
+    topic: Name
+    partition: int = Field(ge=0)
+    offset: int = Field(ge=0)
+
+
+JournalEntry = Annotated[ConsumedRange | PartitionsAssigned | RecordRefused, Field(discriminator="kind")]
 
 
 class ConsumptionJournal(Event):

@@ -7,6 +7,7 @@ schema registry rejects them too.
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import datetime
 from typing import Annotated
@@ -29,6 +30,26 @@ Reason = Annotated[str, Field(max_length=REASON_MAX)]
 def clip_reason(text: str, suffix: str = "") -> str:
     """`text` cut to fit a `Reason` with `suffix` kept whole at its end."""
     return text[: REASON_MAX - len(suffix)] + suffix
+
+
+_DETAIL = re.compile(r"\s*\([^()]*\)")  # an innermost parenthesised detail
+_NUMBER = re.compile(r"(?<![\w.\-/])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?%?")  # a number standing alone, not part of a name
+
+
+def reason_substance(text: str) -> str:
+    """What a reason says without its incidental details: parenthesised details removed and
+    every number standing alone replaced by ``#``; names (``node-01/gpu-2``, ``job-17``, ``K80``)
+    are kept. Two reasons with one substance say the same thing about what a job waits for, so
+    a decider tells a waiting job again only when the substance changes (issue 16 item 6).
+
+    Example: "feasible on 3 GPU(s) (best node-00/gpu-1: predicted normalized throughput 0.512)
+    but the maximum-weight matching (total 7.250) gave its feasible GPUs to other jobs" and the
+    same text with 4 GPUs and total 7.311 both read "feasible on # GPU but the maximum-weight
+    matching gave its feasible GPUs to other jobs"."""
+    previous = None
+    while previous != text:
+        previous, text = text, _DETAIL.sub("", text)
+    return _NUMBER.sub("#", text)
 
 
 class Record(BaseModel):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
@@ -79,16 +82,46 @@ class ExecutorReport(Event):
     gpu_memory_mib: float | None = Field(default=None, ge=0, description="GPU memory the workload holds, as xCUDA accounts it")
 
 
-class DeadLetter(Event):
-    """A record a service could not accept, kept with the reason (nothing is lost)."""
+# What a dead letter keeps of the original: a bounded prefix and a digest, so that a record of
+# any size has a dead letter the broker accepts (the original stays on its topic, at its offset).
+DEAD_LETTER_BYTES = 64 * 1024
+DEAD_LETTER_TEXT = 4096
 
-    original_topic: str
+
+class DeadLetter(Event):
+    """A record a service could not accept, kept with the reason and where it came from."""
+
+    original_topic: str = Field(max_length=300)
     partition: int = Field(ge=0)
     offset: int = Field(ge=-1)
-    key: str | None = None
-    value: str = Field(description="The original value as text (undecodable bytes replaced)")
-    value_b64: str = Field(description="The original value, byte for byte")
-    reason: str
-    error_type: str
-    consumer_group: str
-    stage: Literal["decode", "handle", "publish", "validate"] = "decode"
+    key: str | None = Field(default=None, max_length=1000)
+    value: str = Field(max_length=DEAD_LETTER_TEXT, description="The start of the original value as text (undecodable bytes replaced)")
+    value_b64: str = Field(max_length=DEAD_LETTER_BYTES * 4 // 3 + 4, description="The original value's first 64 KiB, byte for byte")
+    value_size: int = Field(default=0, ge=0, description="The original value's size in bytes")
+    value_sha256: str | None = Field(default=None, max_length=64, description="Digest of the whole original value")
+    reason: str = Field(max_length=4000)
+    error_type: str = Field(max_length=200)
+    consumer_group: str = Field(max_length=300)
+    stage: Literal["decode", "handle", "publish", "validate", "admit"] = "decode"
+
+
+def dead_letter_of(raw: bytes, *, occurred_at: datetime, source: str, original_topic: str, partition: int, offset: int,
+                   key: str | None, reason: str, error_type: str, consumer_group: str, stage: str) -> DeadLetter:  # fmt: skip
+    """The dead letter of `raw`: bounded whatever its size (prefix, size, digest)."""
+    kept = raw[:DEAD_LETTER_BYTES]
+    return DeadLetter(
+        occurred_at=occurred_at,
+        source=source,
+        original_topic=original_topic[:300],
+        partition=partition,
+        offset=offset,
+        key=None if key is None else key[:1000],
+        value=kept[:DEAD_LETTER_TEXT].decode(errors="replace")[:DEAD_LETTER_TEXT],
+        value_b64=base64.b64encode(kept).decode(),
+        value_size=len(raw),
+        value_sha256=hashlib.sha256(raw).hexdigest(),
+        reason=reason[:4000],
+        error_type=error_type[:200],
+        consumer_group=consumer_group[:300],
+        stage=stage,  # type: ignore[arg-type]
+    )

@@ -35,10 +35,10 @@ class PredictorModel(Event):
     the log; consumers predicting with the model skip them)."""
 
     gpu_type: Name
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=10_000_000)
     kind: Literal["analytic", "mlp"]
     parameters: dict[str, float] = Field(default_factory=dict)
-    weights_b64: str | None = Field(default=None, description="Serialized weights, for kind=mlp")
+    weights_b64: str | None = Field(default=None, max_length=200_000, description="Serialized weights, for kind=mlp")
     heldout_error: NonNegative | None = None
     trained_on: int = Field(default=0, ge=0, description="Number of observations it was fitted on")
     published: bool = Field(

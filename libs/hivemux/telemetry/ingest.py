@@ -13,7 +13,6 @@ exporter or driver sent.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field, replace
@@ -21,7 +20,7 @@ from datetime import UTC, datetime
 from functools import lru_cache
 
 from hivemux.bus.codec import partition_for_key
-from hivemux.events import DeadLetter, Event
+from hivemux.events import DeadLetter, Event, dead_letter_of
 from hivemux.topics import GPU_TELEMETRY, NODE_TELEMETRY, Topic
 
 from .readings import GpuReading, NodeReading
@@ -41,16 +40,15 @@ class TickOutput:
 
 def _dead_letter(topic: Topic, key: str, raw: object, reason: str, at: datetime, source: str) -> tuple[Topic, DeadLetter]:
     value = json.dumps(raw, default=str, allow_nan=True)
-    return topic, DeadLetter(
+    return topic, dead_letter_of(
+        value.encode(),
         occurred_at=at,
         source=source,
         original_topic=topic.name,
         partition=0,
         offset=-1,  # never on the topic: refused before publishing
         key=key,
-        value=value,
-        value_b64=base64.b64encode(value.encode()).decode(),
-        reason=reason[:4000],
+        reason=reason,
         error_type="InvalidReading",
         consumer_group=source,
         stage="validate",
