@@ -29,3 +29,10 @@ class ConfigurationError(HivemuxError):
     """Bad configuration: the service refuses to start."""
 
     retriable = False
+
+
+class Outage(HivemuxError):
+    """A broker or database the service needs cannot be reached: the service waits it out
+    (unready, retrying with backoff) and never drops or dead-letters the record for it."""
+
+    retriable = True

@@ -162,3 +162,52 @@ async def test_topics_are_created_with_their_cleanup_policy_and_retention(infra:
     assert {t.name: {k: stored[t.name].get(k) for k in t.configs} for t in declared} == {t.name: t.configs for t in declared}
     assert stored[declared[0].name]["retention.ms"] == "-1" and stored[declared[0].name]["cleanup.policy"] == "delete"
     assert stored[declared[2].name].get("retention.ms") != "-1"  # raw telemetry: the broker's default
+
+
+async def test_a_database_outage_is_waited_out_not_dead_lettered(infra: Endpoints, pg_dsn: str) -> None:
+    """The handler's database refuses connections (a real closed port), then comes back: the
+    service is unready meanwhile, retries the same record, and loses or dead-letters nothing."""
+    import asyncpg
+    from urllib.parse import urlsplit
+
+    from hivemux.infra.processes import free_port
+
+    topic = unique_topic(partitions=1)
+    down = urlsplit(pg_dsn)._replace(netloc=f"postgres@127.0.0.1:{free_port()}").geturl()
+    database = {"dsn": down}
+    setup = await asyncpg.connect(pg_dsn)
+    await setup.execute("CREATE TABLE seen (job_id text PRIMARY KEY)")
+    await setup.close()
+
+    async def handler(event: JobLifecycleEvent, _: RecordContext) -> None:
+        connection = await asyncpg.connect(database["dsn"])
+        try:
+            await connection.execute("INSERT INTO seen VALUES ($1)", event.job_id)
+        finally:
+            await connection.close()
+
+    service = Service("outage-test", settings_for(infra, topic.name))
+    service.on(topic, handler)
+    task = asyncio.create_task(service.run(install_signal_handlers=False))
+    await asyncio.wait_for(service.ready.wait(), 30)
+    async with Publisher(infra.bootstrap_servers, source="test") as publisher:
+        await publisher.publish_all([lifecycle(f"job-{i}") for i in range(3)], topic=topic)
+
+    await eventually(lambda: asyncio.sleep(0, result=service.outage is not None))
+    assert "ConnectionRefusedError" in service.outage  # type: ignore[operator]
+    await asyncio.sleep(1.5)  # a few retries while the database is down
+    database["dsn"] = pg_dsn
+    await eventually(lambda: asyncio.sleep(0, result=service.outage is None), timeout_s=60)
+
+    async def stored() -> list[str] | None:
+        connection = await asyncpg.connect(pg_dsn)
+        try:
+            rows = [r["job_id"] for r in await connection.fetch("SELECT job_id FROM seen ORDER BY job_id")]
+        finally:
+            await connection.close()
+        return rows if len(rows) == 3 else None
+
+    assert await eventually(stored) == ["job-0", "job-1", "job-2"]
+    service.stop()
+    await asyncio.wait_for(task, 30)
+    assert await read_all(infra.bootstrap_servers, topic.dead_letter) == []

@@ -133,8 +133,12 @@ async def read_journals(log: Log) -> dict[tuple[str, UUID], list[ConsumptionJour
             continue  # garbage on the journal topic is no one's journal
         assert isinstance(journal, ConsumptionJournal)
         journals[journal.service, journal.incarnation].append(journal)
-    for records in journals.values():
-        records.sort(key=lambda j: j.seq)
+    for key, records in journals.items():
+        # A publish retried through an outage can leave a record twice: the first of a seq counts.
+        first: dict[int, ConsumptionJournal] = {}
+        for journal in records:
+            first.setdefault(journal.seq, journal)
+        journals[key] = [first[seq] for seq in sorted(first)]
     return journals
 
 

@@ -8,3 +8,4 @@ DUPLICATES = Counter("hivemux_duplicate_events_total", "Re-delivered events skip
 DEAD_LETTERS = Counter("hivemux_dead_letters_total", "Records sent to a dead-letter topic", ["service", "topic", "stage"])
 HANDLER_ERRORS = Counter("hivemux_handler_errors_total", "Handlers or tickers that raised", ["service", "topic"])
 DEAD_LETTER_FAILURES = Counter("hivemux_dead_letter_failures_total", "Records that could not even be dead-lettered", ["service", "topic"])
+OUTAGES = Counter("hivemux_outages_total", "Broker or database outages the service waited out", ["service"])

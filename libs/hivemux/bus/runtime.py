@@ -25,6 +25,11 @@ audit replay` can feed a rebuilt service the same inputs in the same order. Its 
 handled under one lock, so the fold and group loops never interleave inside a batch, and its
 tickers may only publish clock ticks (a decision is made on consuming one, never by a timer).
 
+A broker or database outage (`bus.outage`) is neither a bad record nor a reason to stop: the
+service marks itself unready (`/healthz` 503 with the outage), retries the same record, publish
+or commit with backoff until the dependency is back, then goes on where it stopped; nothing is
+dead-lettered or skipped for it.
+
 A record that fails validation, or whose handler raises, goes to the topic's dead-letter
 topic with the reason, a counter is bumped, and consumption goes on. `TransientError` is
 retried with backoff first. `InvariantViolation` stops the service loudly. SIGTERM/SIGINT
@@ -43,7 +48,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
@@ -58,6 +63,7 @@ from . import metrics
 from .admin import ensure_topics
 from .codec import decode_key, decode_value, partition_for_key
 from .journal import Journal, Loop
+from .outage import is_outage
 from .partitions import discover_partitions
 from .publisher import Publisher
 from .replay import assign_from_beginning, drain
@@ -65,6 +71,7 @@ from .replay import assign_from_beginning, drain
 log = logging.getLogger("hivemux.bus.runtime")
 STOP_GRACE_S = 10.0
 
+T = TypeVar("T")
 Emitted = Iterable[Event] | None
 Handler = Callable[[Any, "RecordContext"], Emitted | Awaitable[Emitted]]
 Ticker = Callable[[], Emitted | Awaitable[Emitted]]
@@ -121,6 +128,9 @@ class SeenEvents:
             self._ids.popitem(last=False)
         return "new"
 
+    def forget(self, event_id: UUID) -> None:
+        self._ids.pop(event_id, None)
+
 
 async def _call(fn: Callable[..., Any], *args: Any) -> list[Event]:
     result = fn(*args)
@@ -149,6 +159,7 @@ class Service:
     _seen: SeenEvents = field(default_factory=SeenEvents)
     _fold_seen: SeenEvents = field(default_factory=SeenEvents)
     journal: Journal | None = None
+    outage: str | None = None  # what the service is waiting for, while a dependency is down
     decides: tuple[Topic, ...] = ()
     owns: tuple[Topic, ...] = ()
     _handling: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -295,11 +306,7 @@ class Service:
                 await self._publish(journaled, outputs)
                 metrics.PUBLISHED.labels(self.name).inc(len(outputs))
                 offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
-                try:
-                    await consumer.commit(offsets)
-                except CommitFailedError as error:
-                    # A rebalance took the partitions: the next owner re-receives the batch.
-                    log.warning("commit failed after rebalance, records will be redelivered: %s", error)
+                await self._wait_out("committing offsets", lambda: _commit(consumer, offsets))
         finally:
             await consumer.stop()
 
@@ -335,7 +342,8 @@ class Service:
                     journaled = self._seal(outputs)
                 await self._publish(journaled, outputs)
                 metrics.PUBLISHED.labels(self.name).inc(len(outputs))
-                await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
+                offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+                await self._wait_out("committing offsets", lambda: _commit(consumer, offsets))
         finally:
             await consumer.stop()
 
@@ -406,12 +414,38 @@ class Service:
 
     async def _publish(self, journaled: list[Event], outputs: list[Event]) -> None:
         if journaled:  # acknowledged first: a decision on the log always has its journal
-            await self.publisher.publish_all(journaled)  # type: ignore[union-attr]
-        await self.publisher.publish_all(outputs)  # type: ignore[union-attr]
+            await self._wait_out("publishing the journal", lambda: self.publisher.publish_all(journaled))  # type: ignore[union-attr]
+        await self._wait_out("publishing", lambda: self.publisher.publish_all(outputs))  # type: ignore[union-attr]
+
+    async def _wait_out(self, doing: str, step: Callable[[], Awaitable[T]]) -> T:
+        """`step` until it succeeds, waiting out broker and database outages (module docstring);
+        while waiting the service is unready. A stop request ends the wait with the error."""
+        delay = 0.5
+        while True:
+            try:
+                result = await step()
+            except Exception as error:
+                if not is_outage(error) or self._stop.is_set():
+                    raise
+                if self.outage is None:
+                    metrics.OUTAGES.labels(self.name).inc()
+                    log.warning("%s: outage while %s (%s: %s); retrying until it is back", self.source, doing, type(error).__name__, error)
+                self.outage = f"{doing}: {type(error).__name__}: {error}"[:500]
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            if self.outage is not None:
+                log.info("%s: outage over, resuming (%s)", self.source, doing)
+                self.outage = None
+            return result
 
     async def _handle(self, sub: _Subscription, record: ConsumerRecord, seen: SeenEvents, loop: Loop, *, replaying: bool) -> list[Event]:
-        outputs = await handle_record(
-            self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying, admit=self._admit
+        outputs = await self._wait_out(
+            f"handling {record.topic}[{record.partition}]@{record.offset}",
+            lambda: handle_record(
+                self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying, admit=self._admit
+            ),
         )
         if self.journal is not None:
             if outputs is None:  # refused before any handler saw it: the replay must not feed it
@@ -513,6 +547,10 @@ async def handle_record(
     except InvariantViolation:
         raise
     except Exception as error:
+        if is_outage(error):
+            if dedupe:
+                seen.forget(event.event_id)  # handed again once the outage is over: not a duplicate then
+            raise  # the record is fine: the caller waits the outage out
         metrics.HANDLER_ERRORS.labels(name, record.topic).inc()
         log.error("handler for %s failed at %s:%s: %s", record.topic, record.partition, record.offset, traceback.format_exc())
         await dead_letter(topic, record, key, f"{type(error).__name__}: {error}", type(error).__name__, "handle")
@@ -558,6 +596,14 @@ async def call_assignment_hooks(service: Service, topic: str, partitions: frozen
         result = hook(topic, partitions)
         if inspect.isawaitable(result):
             await result
+
+
+async def _commit(consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int]) -> None:
+    try:
+        await consumer.commit(offsets)
+    except CommitFailedError as error:
+        # A rebalance took the partitions: the next owner re-receives the batch.
+        log.warning("commit failed after rebalance, records will be redelivered: %s", error)
 
 
 async def _call_hook(hook: Hook) -> None:

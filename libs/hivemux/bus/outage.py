@@ -1,0 +1,30 @@
+"""Telling an outage (the broker or the database unreachable) from a bad record.
+
+A record whose handler fails because PostgreSQL or the broker is down is not a bad record:
+dead-lettering it would turn every outage into lost work. These errors make the runtime pause
+and retry the same record until the dependency is back (`Service` in `runtime.py`).
+"""
+
+from __future__ import annotations
+
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+from ..errors import Outage
+
+
+def is_outage(error: BaseException) -> bool:
+    if isinstance(error, Outage | ConnectionError | TimeoutError | KafkaConnectionError | KafkaTimeoutError):
+        return True
+    if isinstance(error, KafkaError):
+        return bool(getattr(error, "retriable", False))
+    if isinstance(error, OSError):
+        return True  # refused, reset, unreachable: the network, not the record
+    try:
+        import asyncpg  # only the services with a database have it loaded
+    except ImportError:  # pragma: no cover - a dependency of the project
+        return False
+    connection_errors = (
+        asyncpg.PostgresConnectionError,  # includes CannotConnectNowError, TooManyConnectionsError
+        asyncpg.exceptions.ConnectionDoesNotExistError,  # the connection closed under the query
+    )
+    return isinstance(error, connection_errors)
