@@ -13,8 +13,8 @@ unit tests of the replay and `benchmarks/audit.py` use it):
 - `settle()`: every service polls its fold and group consumers until nothing is pending. A
   poll takes up to `max_poll_records` records in the order they were appended and handles them
   partition by partition, as aiokafka's `getmany` returns them, each through
-  `bus.runtime.handle_record` (the runtime's decoding, dedupe and dead-lettering), journaling
-  each one; then the batch is sealed and the journal records are appended before the outputs,
+  `bus.runtime.handle_record` (the runtime's decoding, admission, dedupe and dead-lettering),
+  journaling each one (consumed, or refused); then the batch is sealed and the journal records are appended before the outputs,
   which the services (the same one included) consume at their next poll.
 
 Pinned subscriptions and tickers are not run: a recording's clock ticks are published by the
@@ -23,7 +23,6 @@ caller, stamped with the event time it simulates.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -32,7 +31,7 @@ from typing import Any
 from ..bus.codec import encode_key, encode_value, partition_for_key
 from ..bus.journal import Loop
 from ..bus.runtime import SeenEvents, Service, call_assignment_hooks, handle_record
-from ..events import DeadLetter, Event
+from ..events import Event, dead_letter_of
 from ..topics import Topic, topic_for
 from .log import LoggedRecord, MemoryLog
 
@@ -136,19 +135,25 @@ class Recorder:
         return True
 
     async def _handle(self, service: Service, consumer: _Consumer, record: LoggedRecord, *, replaying: bool) -> list[Event]:
+        """`Service._handle`: the runtime's handling (admission included), then the journal."""
         sub = consumer.subscriptions[record.topic]
-        if service.journal is not None:
-            service.journal.consumed(consumer.loop, replaying, record.topic, record.partition, record.offset)
         self.handled += 1
 
         async def dead_letter(topic: Topic, record: LoggedRecord, key: str | None, reason: str, error_type: str, stage: str) -> None:
-            raw = record.value or b""
-            letter = DeadLetter(  # as `Publisher.dead_letter` writes it
-                occurred_at=datetime.now(UTC), source=service.source, original_topic=topic.name, partition=record.partition,
-                offset=record.offset, key=key, value=raw.decode(errors="replace"), value_b64=base64.b64encode(raw).decode(),
-                reason=reason[:4000], error_type=error_type, consumer_group=service.group_id, stage=stage,  # type: ignore[arg-type]
+            letter = dead_letter_of(  # as `Publisher.dead_letter` writes it
+                record.value or b"", occurred_at=datetime.now(UTC), source=service.source, original_topic=topic.name,
+                partition=record.partition, offset=record.offset, key=key, reason=reason, error_type=error_type,
+                consumer_group=service.group_id, stage=stage,
             )  # fmt: skip
             self.publish([letter], topic=topic.dead_letter)
 
-        return await handle_record(service.name, sub.topic, sub.handler, sub.dedupe, record, consumer.seen, dead_letter, replaying=replaying)  # type: ignore[arg-type]
-
+        outputs = await handle_record(
+            service.name, sub.topic, sub.handler, sub.dedupe, record, consumer.seen, dead_letter,  # type: ignore[arg-type]
+            replaying=replaying, admit=service._admit,
+        )  # fmt: skip
+        if service.journal is not None:
+            if outputs is None:  # refused before any handler saw it
+                service.journal.rejected(record.topic, record.partition, record.offset)
+            else:
+                service.journal.consumed(consumer.loop, replaying, record.topic, record.partition, record.offset)
+        return outputs or []

@@ -181,3 +181,27 @@ async def test_inputs_gone_from_the_log_are_reported_missing(recorded: Recorder)
     report = await Auditor(log, REBUILDERS).run()
     missing = [d for d in report.divergences if d.kind == "input missing"]
     assert missing and f"{GPU_TELEMETRY.name}[{gone}]" in missing[0].recorded
+
+
+async def test_a_record_refused_at_admission_is_journaled_and_skipped_alike() -> None:
+    recorder = Recorder()
+    for built in (matcher.build(matcher.MatcherSettings(instance="test", interval_s=10)), health.build(health.HealthSettings(instance="test"))):
+        await recorder.start(built)
+    spec = WorkloadSpec(model="bert", batch_size=8, iterations=100)
+    for t in range(35):
+        events = inputs_at(t)
+        if t == 12:  # dated a day ahead of every consumer's clock: it would move event time
+            events.append(telemetry("o0", t).model_copy(update={"occurred_at": datetime.now(UTC) + timedelta(days=1)}))
+        if t == 25:  # placed at the round of t=30: the matcher's journal then records the refusal
+            events.append(JobSubmission(occurred_at=at(t), source="cli", job_id="late", vc="vc-b", kind=JobKind.OFFLINE, workload=spec))
+            events.append(Profile(occurred_at=at(t), source="profiler/test", job_id="late", signature="signature-late", gpu_type="T4",
+                                  method="simulated", iteration_time_ms=50.0, gpu_util=40.0, sm_activity=20.0, sm_occupancy=10.0,
+                                  memory_peak_mib=2000.0, persistent_memory_mib=1500.0))  # fmt: skip
+        recorder.publish(events)
+        await recorder.settle()
+    letters = [r for r in recorder.appended if r.topic == f"{GPU_TELEMETRY.name}.dlq"]
+    assert len(letters) == 2 and all(b"Refused" in r.value for r in letters)  # matcher and health
+    refused = [e for r in recorder.appended if r.topic == AUDIT_JOURNAL.name for e in journal_of(r).entries if e.kind == "refused"]
+    assert len(refused) >= 1
+    report = await Auditor(recorder.log, {matcher.NAME: matcher.rebuild, health.NAME: health.rebuild}).run()
+    assert report.identical and report.decisions > 0, report.first
