@@ -21,6 +21,25 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"
 Percent = Annotated[float, Field(ge=0.0, le=100.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 
+# Bounds of what makes sense (issue 16: records are validated against sizes and magnitudes a
+# real cluster can produce, not only their types). Generous on purpose: a bound refuses the
+# absurd (a record that would poison a decider's state), never a value a producer can send.
+MAX_GPUS = 65_536  # GPU ids listed in one record: a job's gang, a node's, a batch's
+MAX_NAMES = 4096  # other names listed in one record: nodes, workloads, evictions
+MAX_ENTRIES = 256  # entries of a map of inputs or metrics a decision records
+MAX_PER_GPU = 64  # workloads sharing one GPU (MPS serves at most 48 clients)
+MAX_MIB = 16 * 1024 * 1024  # 16 TiB in MiB: more memory than any host or GPU has
+MAX_ITERATIONS = 10_000_000  # a workload's iterations (as WorkloadSpec bounds them)
+MAX_RATIO = 100.0  # a normalized throughput: shared or measured over solo, ~1 in practice
+MAX_ITERATION_MS = 3_600_000.0  # one iteration taking more than an hour is no measurement
+MAX_PID = 4_194_304  # Linux's largest pid_max
+MAX_VERSION = 10_000_000_000  # versions count up (cells.config may use epoch seconds, < 2^34)
+Label = Annotated[str, StringConstraints(max_length=200)]  # a key of a map of inputs or metrics
+Text = Annotated[str, StringConstraints(max_length=2000)]  # a value of such a map
+Mebibytes = Annotated[float, Field(ge=0.0, le=MAX_MIB)]
+Ratio = Annotated[float, Field(ge=0.0, le=MAX_RATIO)]
+Count = Annotated[int, Field(ge=0, le=2**40)]  # a cumulative counter (errors, observations)
+
 # Why a decision was made (or what a finding saw), in words for the user. Bounded so that a
 # decision explaining many inputs still fits a record; producers clip with `clip_reason`.
 REASON_MAX = 2000

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from pydantic import Field, model_validator
 
-from .base import Event, Name, Reason, derived_id
+from .base import MAX_ENTRIES, Event, Label, Name, Reason, Text, derived_id
 
 
 class JobAction(StrEnum):
@@ -52,7 +52,7 @@ class JobPriorityChanged(Event):
     priority_value: int = Field(ge=-1, le=1000)
     previous: int = Field(ge=-1, le=1000)
     reason: Reason = ""
-    inputs: dict[str, str] = Field(default_factory=dict)
+    inputs: dict[Label, Text] = Field(default_factory=dict, max_length=MAX_ENTRIES)
 
 
 class JobCommandRefused(Event):
@@ -64,7 +64,7 @@ class JobCommandRefused(Event):
     action: JobAction
     reason: Reason
     job_state: Name | None = Field(default=None, description="The job's state the command was refused in; None: unknown job")
-    inputs: dict[str, str] = Field(default_factory=dict, description="What the refusal was computed from")
+    inputs: dict[Label, Text] = Field(default_factory=dict, max_length=MAX_ENTRIES, description="What the refusal was computed from")
 
 
 def outcome_id(command_id: str) -> uuid.UUID:

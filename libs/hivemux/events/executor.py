@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import Event, Name, NonNegative, Percent, Reason
+from .base import MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, MAX_PID, Event, Mebibytes, Name, Percent, Ratio, Reason
 from .jobs import WorkloadSpec
 
 
@@ -29,11 +29,11 @@ class ExecutorCommand(Event):
     node_id: Name
     action: CommandAction
     job_id: Name
-    gpu_ids: tuple[Name, ...] = ()
+    gpu_ids: tuple[Name, ...] = Field(default=(), max_length=MAX_GPUS)
     sm_share: Percent | None = Field(default=None, description="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for offline work")
-    memory_quota_mib: NonNegative | None = None
+    memory_quota_mib: Mebibytes | None = None
     workload: WorkloadSpec | None = None
-    solo_iteration_time_ms: float | None = Field(default=None, gt=0, description="Profiled solo speed, to normalize progress")
+    solo_iteration_time_ms: float | None = Field(default=None, gt=0, le=MAX_ITERATION_MS, description="Profiled solo speed, to normalize progress")
     reason: Reason = ""
 
     @model_validator(mode="after")
@@ -59,27 +59,27 @@ class ExecutorReport(Event):
 
     node_id: Name
     job_id: Name
-    command_id: str
+    command_id: str = Field(max_length=200)
     state: ReportState
-    gpu_ids: tuple[Name, ...] = ()
-    iterations_done: int = Field(default=0, ge=0)
-    iterations_total: int = Field(default=0, ge=0)
-    throughput_it_s: NonNegative = 0.0
-    normalized_throughput: NonNegative | None = None
+    gpu_ids: tuple[Name, ...] = Field(default=(), max_length=MAX_GPUS)
+    iterations_done: int = Field(default=0, ge=0, le=MAX_ITERATIONS)
+    iterations_total: int = Field(default=0, ge=0, le=MAX_ITERATIONS)
+    throughput_it_s: float = Field(default=0.0, ge=0, le=1e6, description="Iterations per second (a million: no training step is that short)")
+    normalized_throughput: Ratio | None = None
     sm_share: Percent | None = None
     detail: Reason = ""
-    cuda_error: int | None = Field(default=None, description="A CUDA driver error the workload hit (e.g. 700, 805-810)")
+    cuda_error: int | None = Field(default=None, ge=0, le=100_000, description="A CUDA driver error the workload hit (e.g. 700, 805-810)")
     mps_server: Literal["running", "crashed", "hung"] | None = Field(default=None, description="The MPS server's state as the executor saw it")
     step: str | None = Field(
         default=None, max_length=64,
         description="The lifecycle step this report records (process executor): launched, frozen, sigterm, exited, "
         "killed, mps_checked, restarting, relaunched, mps_restarted, cpuset, memory_pressure",
     )
-    pid: int | None = Field(default=None, ge=1, description="The workload's process (group leader) id, when it has one")
-    exit_code: int | None = Field(default=None, description="Exit code, or -signal number, of the workload process")
-    checkpoint_iteration: int | None = Field(default=None, ge=0, description="Iteration of the last checkpoint the workload wrote")
-    host_memory_mib: float | None = Field(default=None, ge=0, description="Resident memory of the workload's processes (process executor)")
-    gpu_memory_mib: float | None = Field(default=None, ge=0, description="GPU memory the workload holds, as xCUDA accounts it")
+    pid: int | None = Field(default=None, ge=1, le=MAX_PID, description="The workload's process (group leader) id, when it has one")
+    exit_code: int | None = Field(default=None, ge=-128, le=255, description="Exit code, or -signal number, of the workload process")
+    checkpoint_iteration: int | None = Field(default=None, ge=0, le=MAX_ITERATIONS, description="Iteration of the last checkpoint the workload wrote")
+    host_memory_mib: Mebibytes | None = Field(default=None, description="Resident memory of the workload's processes (process executor)")
+    gpu_memory_mib: Mebibytes | None = Field(default=None, description="GPU memory the workload holds, as xCUDA accounts it")
 
 
 # What a dead letter keeps of the original: a bounded prefix and a digest, so that a record of

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .base import Event, Name, Record, NonNegative, Percent, Reason
+from .base import MAX_ENTRIES, MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, Event, Label, Mebibytes, Name, Percent, Reason, Record, Text
 
 
 class JobKind(StrEnum):
@@ -28,13 +28,15 @@ class WorkloadSpec(Record):
 
     model: Name = Field(description="Model family, e.g. resnet50, vgg16, densenet201, inceptionv3, bert")
     batch_size: int = Field(ge=1, le=65536)
-    iterations: int = Field(ge=1, le=10_000_000)
-    command: tuple[str, ...] = Field(default=(), description="Real command line, when not simulated")
+    iterations: int = Field(ge=1, le=MAX_ITERATIONS)
+    command: tuple[Annotated[str, Field(max_length=4096)], ...] = Field(
+        default=(), max_length=1024, description="Real command line, when not simulated"
+    )
 
 
 class ResourceEstimates(Record):
-    gpu_memory_mib: NonNegative | None = None
-    duration_s: NonNegative | None = None
+    gpu_memory_mib: Mebibytes | None = None
+    duration_s: float | None = Field(default=None, ge=0, le=366 * 86400, description="Expected run time (at most a year)")
     sm_activity: Percent | None = None
 
 
@@ -52,8 +54,8 @@ class JobSubmission(Event):
     priority_value: int = Field(default=0, ge=-1, le=1000, description="HiveD priority: -1 opportunistic, 0..1000")
     pinned_cell_id: Name | None = Field(default=None, description="HiveD pinnedCellId: run inside this pinned cell")
     lazy_preemption: bool = Field(default=False, description="HiveD lazyPreemptionEnable: downgrade instead of kill")
-    pod_gpus: tuple[int, ...] = Field(
-        default=(), description="GPUs of each pod when pods differ in size (HiveD affinity group members); empty: pods x gpus_per_pod"
+    pod_gpus: tuple[Annotated[int, Field(ge=1, le=64)], ...] = Field(
+        default=(), max_length=4096, description="GPUs of each pod when pods differ in size (HiveD affinity group members); empty: pods x gpus_per_pod"
     )
     workload: WorkloadSpec
     estimates: ResourceEstimates = Field(default_factory=ResourceEstimates)
@@ -64,6 +66,8 @@ class JobSubmission(Event):
             raise ValueError("offline jobs share one GPU: pods and gpus_per_pod must be 1")
         if self.pod_gpus and (len(self.pod_gpus) != self.pods or min(self.pod_gpus) < 1):
             raise ValueError(f"pod_gpus lists {len(self.pod_gpus)} sizes for {self.pods} pods (each at least 1)")
+        if sum(self.pod_sizes) > MAX_GPUS:
+            raise ValueError(f"the job asks for {sum(self.pod_sizes)} GPUs, more than the {MAX_GPUS} any cluster has")
         return self
 
     @property
@@ -105,9 +109,9 @@ class JobLifecycleEvent(Event):
     state: JobState
     reason: Reason = ""
     node_id: Name | None = None
-    gpu_ids: tuple[Name, ...] = ()
-    inputs: dict[str, str] = Field(
-        default_factory=dict, description="What the decision was computed from (the job controller's: command id, principal, prior state)"
+    gpu_ids: tuple[Name, ...] = Field(default=(), max_length=MAX_GPUS)
+    inputs: dict[Label, Text] = Field(
+        default_factory=dict, max_length=MAX_ENTRIES, description="What the decision was computed from (the job controller's: command id, principal, prior state)"
     )
 
 
@@ -118,10 +122,10 @@ class Profile(Event):
     signature: str = Field(min_length=8, max_length=128, description="Hash of the workload spec; equal specs reuse a profile")
     gpu_type: Name
     method: Literal["simulated", "torch-cpu", "torch-cuda"]
-    iteration_time_ms: float = Field(gt=0)
+    iteration_time_ms: float = Field(gt=0, le=MAX_ITERATION_MS)
     gpu_util: Percent
     sm_activity: Percent
     sm_occupancy: Percent
-    memory_peak_mib: NonNegative
-    persistent_memory_mib: NonNegative
+    memory_peak_mib: Mebibytes
+    persistent_memory_mib: Mebibytes
     reused: bool = False

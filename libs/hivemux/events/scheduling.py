@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, Field
+from pydantic import AwareDatetime, Field, model_validator
 
-from .base import Event, Name, NonNegative, Percent, Reason
+from .base import MAX_ENTRIES, MAX_GPUS, MAX_NAMES, MAX_VERSION, Count, Event, Label, Name, NonNegative, Percent, Ratio, Reason, Text
 from .jobs import Priority
 
 
@@ -22,11 +22,17 @@ class SharingObservation(Event):
     offline_job_id: Name
     online_workload: Name | None = None
     sm_share: Percent
-    normalized_throughput: NonNegative = Field(description="Shared throughput / profiled solo throughput")
+    normalized_throughput: Ratio = Field(description="Shared throughput / profiled solo throughput")
     online_slowdown: float = Field(ge=-1.0, le=100.0, description="Relative change of online latency (0.1 = 10 % slower)")
     window_start: AwareDatetime
     window_end: AwareDatetime
-    gpu_metrics: dict[str, float] = Field(default_factory=dict, description="Window means: sm_activity, gpu_util, memory_used_mib")
+    gpu_metrics: dict[Label, float] = Field(default_factory=dict, max_length=MAX_ENTRIES, description="Window means: sm_activity, gpu_util, memory_used_mib")
+
+    @model_validator(mode="after")
+    def _window_in_order(self) -> "SharingObservation":
+        if self.window_end < self.window_start:
+            raise ValueError("window_end is before window_start")
+        return self
 
 
 class PredictorModel(Event):
@@ -37,10 +43,10 @@ class PredictorModel(Event):
     gpu_type: Name
     version: int = Field(ge=1, le=10_000_000)
     kind: Literal["analytic", "mlp"]
-    parameters: dict[str, float] = Field(default_factory=dict)
+    parameters: dict[Label, float] = Field(default_factory=dict, max_length=4096)
     weights_b64: str | None = Field(default=None, max_length=200_000, description="Serialized weights, for kind=mlp")
     heldout_error: NonNegative | None = None
-    trained_on: int = Field(default=0, ge=0, description="Number of observations it was fitted on")
+    trained_on: Count = Field(default=0, description="Number of observations it was fitted on")
     published: bool = Field(
         default=True, description="False: a trained version refused (held-out error worse than the model in use); not for prediction"
     )
@@ -57,14 +63,14 @@ class CellBinding(Event):
     vc: Name
     state: Literal["bound", "released", "preempted", "refused"]
     pod: Name | None = Field(default=None, description="The pod (job_id/index) for per-pod records")
-    pod_spec: dict[str, Any] | None = Field(default=None, description="HiveD pod scheduling spec annotation")
-    bind_info: dict[str, Any] | None = Field(default=None, description="HiveD pod-bind-info annotation")
+    pod_spec: dict[Label, Any] | None = Field(default=None, max_length=MAX_ENTRIES, description="HiveD pod scheduling spec annotation")
+    bind_info: dict[Label, Any] | None = Field(default=None, max_length=MAX_ENTRIES, description="HiveD pod-bind-info annotation")
     priority: Priority
     cell_type: Name | None = Field(default=None, description="The cell chain (or type) the job is bound in")
-    node_ids: tuple[Name, ...] = ()
-    gpu_ids: tuple[Name, ...] = ()
+    node_ids: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES)
+    gpu_ids: tuple[Name, ...] = Field(default=(), max_length=MAX_GPUS)
     reason: Reason
-    inputs: dict[str, float | int | str] = Field(default_factory=dict)
+    inputs: dict[Label, float | int | Text] = Field(default_factory=dict, max_length=MAX_ENTRIES)
 
 
 class CellConfig(Event):
@@ -73,8 +79,8 @@ class CellConfig(Event):
     placements (HiveD's work-preserving reconfiguration)."""
 
     cluster: Name = "default"
-    version: int = Field(ge=1, description="Increases with every change; older versions are ignored")
-    config: dict[str, Any]
+    version: int = Field(ge=1, le=MAX_VERSION, description="Increases with every change; older versions are ignored")
+    config: dict[Label, Any] = Field(max_length=64, description="HiveD's top-level sections")
 
 
 class Placement(Event):
@@ -86,8 +92,8 @@ class Placement(Event):
     node_id: Name
     sm_share: Percent
     policy: Literal["matching", "fcfs"]
-    predicted_normalized_throughput: NonNegative | None = None
-    predicted_online_slowdown: float | None = None
-    model_version: int | None = None
+    predicted_normalized_throughput: Ratio | None = None
+    predicted_online_slowdown: float | None = Field(default=None, ge=-1.0, le=100.0)
+    model_version: int | None = Field(default=None, ge=0, le=10_000_000)
     reason: Reason
-    inputs: dict[str, float | int | str | None] = Field(default_factory=dict)
+    inputs: dict[Label, float | int | Text | None] = Field(default_factory=dict, max_length=MAX_ENTRIES)

@@ -10,16 +10,24 @@ from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, Field, PositiveInt, StringConstraints, model_validator
+from pydantic import AwareDatetime, Field, StringConstraints, model_validator
 
-from .base import Event, Name, NonNegative, Percent, Record, Reason
+from .base import MAX_ENTRIES, MAX_GPUS, MAX_MIB, MAX_NAMES, MAX_PER_GPU, MAX_PID, Count, Event, Label, Mebibytes, Name, Percent, Record, Reason
+
+
+MAX_CLOCK_MHZ = 10_000.0  # SM clocks: today's GPUs run under 3 GHz
+MAX_XID = 10_000  # NVIDIA's XID codes are in the hundreds
+MAX_GPUS_PER_NODE = 1024  # a node (or NVLink domain) with more GPUs is no node
+MAX_PROCESSES = 1024  # processes on one GPU
+SNAPSHOT_SKEW_S = 3600.0
+Watts = Annotated[float, Field(ge=0, le=10_000)]  # board power: the largest boards draw ~1.2 kW
 
 
 class GpuProcess(Record):
     """One process on a GPU (NVML running compute processes and process utilization)."""
 
-    pid: int = Field(ge=0)
-    used_memory_mib: NonNegative | None = None
+    pid: int = Field(ge=0, le=MAX_PID)
+    used_memory_mib: Mebibytes | None = None
     sm_util: Percent | None = None
 
 
@@ -40,26 +48,29 @@ class GpuTelemetrySample(Record):
     gpu_util: Percent = Field(description="NVML utilization.gpu: % of time a kernel ran")
     sm_activity: Percent | None = Field(default=None, description="DCGM_FI_PROF_SM_ACTIVE x 100; None if unsupported")
     sm_occupancy: Percent | None = Field(default=None, description="DCGM_FI_PROF_SM_OCCUPANCY x 100")
-    memory_used_mib: NonNegative
-    memory_total_mib: float = Field(gt=0)
-    sm_clock_mhz: NonNegative
-    max_sm_clock_mhz: float = Field(gt=0)
-    power_w: NonNegative | None = Field(default=None, description="None: the board does not report power")
+    memory_used_mib: Mebibytes
+    memory_total_mib: float = Field(gt=0, le=MAX_MIB)
+    sm_clock_mhz: float = Field(ge=0, le=MAX_CLOCK_MHZ)
+    max_sm_clock_mhz: float = Field(gt=0, le=MAX_CLOCK_MHZ)
+    power_w: Watts | None = Field(default=None, description="None: the board does not report power")
     temperature_c: float | None = Field(default=None, ge=-40, le=150, description="None: not reported")
-    xid_errors: int = Field(default=0, ge=0, description="Cumulative XID error count")
-    last_xid: int | None = Field(default=None, ge=0, description="Most recent XID code, if any")
-    ecc_sbe: int = Field(default=0, ge=0, description="Cumulative single-bit ECC errors")
-    ecc_dbe: int = Field(default=0, ge=0, description="Cumulative double-bit ECC errors")
+    xid_errors: Count = Field(default=0, description="Cumulative XID error count")
+    last_xid: int | None = Field(default=None, ge=0, le=MAX_XID, description="Most recent XID code, if any")
+    ecc_sbe: Count = Field(default=0, description="Cumulative single-bit ECC errors")
+    ecc_dbe: Count = Field(default=0, description="Cumulative double-bit ECC errors")
     online_workload: Name | None = Field(default=None, description="Online service this GPU hosts, if any")
-    offline_workloads: tuple[Name, ...] = Field(default=(), description="Offline jobs sharing this GPU")
-    processes: tuple[GpuProcess, ...] = Field(default=(), description="Processes on the GPU, when the backend sees them")
+    offline_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_PER_GPU, description="Offline jobs sharing this GPU")
+    processes: tuple[GpuProcess, ...] = Field(default=(), max_length=MAX_PROCESSES, description="Processes on the GPU, when the backend sees them")
 
 
 # Columns of a batch: one entry per GPU, in the order of `gpus`.
 Temperature = Annotated[float, Field(ge=-40, le=150)]
-Positive = Annotated[float, Field(gt=0)]
-Counter = Annotated[int, Field(ge=0)]
-GpuRef = Annotated[int, Field(ge=0)] | Name
+Positive = Annotated[float, Field(gt=0, le=MAX_MIB)]  # memory totals (MiB) and clocks (MHz)
+Clock = Annotated[float, Field(ge=0, le=MAX_CLOCK_MHZ)]
+Counter = Annotated[int, Field(ge=0, le=2**40)]
+Xid = Annotated[int, Field(ge=0, le=MAX_XID)]
+GpuRef = Annotated[int, Field(ge=0, le=MAX_GPUS_PER_NODE)] | Name
+GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)]
 _PER_GPU_COLUMNS = (
     "memory_used_mib", "sm_clock_mhz", "gpus", "gpu_types", "sampled_at", "sm_activity", "sm_occupancy", "power_w",
     "temperature_c", "xid_errors", "last_xid", "ecc_sbe", "ecc_dbe", "online_workload", "offline_workloads",
@@ -96,9 +107,9 @@ class GpuTelemetryBatch(Event):
 
     node_id: Name = Field(description="The (first) node, the record's key")
     nodes: tuple[Name, ...] | None = Field(
-        default=None, min_length=2, description="The nodes of a multi-node batch in order, `node_id` first"
+        default=None, min_length=2, max_length=MAX_NAMES, description="The nodes of a multi-node batch in order, `node_id` first"
     )
-    node_gpus: PositiveInt | tuple[PositiveInt, ...] | None = Field(
+    node_gpus: GpuCount | tuple[GpuCount, ...] | None = Field(
         default=None, description="GPUs of each of `nodes`, in order (one value: every node's)"
     )
     gpu_type: Name = Field(description="The GPUs' type (see `gpu_types` for a batch of mixed types)")
@@ -109,22 +120,22 @@ class GpuTelemetryBatch(Event):
     sampled_at: tuple[AwareDatetime, ...] | None = Field(
         default=None, description="Per GPU event time, only when it is not `occurred_at` for every GPU"
     )
-    gpu_util: tuple[Percent, ...] = Field(min_length=1)
+    gpu_util: tuple[Percent, ...] = Field(min_length=1, max_length=MAX_GPUS)
     sm_activity: tuple[Percent | None, ...] | None = None
     sm_occupancy: tuple[Percent | None, ...] | None = None
-    memory_used_mib: tuple[NonNegative, ...]
+    memory_used_mib: tuple[Mebibytes, ...]
     memory_total_mib: Positive | tuple[Positive, ...] = Field(description="One value: every GPU's")
-    sm_clock_mhz: tuple[NonNegative, ...]
+    sm_clock_mhz: tuple[Clock, ...]
     max_sm_clock_mhz: Positive | tuple[Positive, ...] = Field(description="One value: every GPU's")
-    power_w: tuple[NonNegative | None, ...] | None = None
+    power_w: tuple[Watts | None, ...] | None = None
     temperature_c: tuple[Temperature | None, ...] | None = None
     xid_errors: tuple[Counter, ...] | None = None
-    last_xid: tuple[Counter | None, ...] | None = None
+    last_xid: tuple[Xid | None, ...] | None = None
     ecc_sbe: tuple[Counter, ...] | None = None
     ecc_dbe: tuple[Counter, ...] | None = None
     online_workload: tuple[Name | None, ...] | None = None
-    offline_workloads: tuple[tuple[Name, ...], ...] | None = None
-    processes: tuple[tuple[GpuProcess, ...], ...] | None = None
+    offline_workloads: tuple[Annotated[tuple[Name, ...], Field(max_length=MAX_PER_GPU)], ...] | None = None
+    processes: tuple[Annotated[tuple[GpuProcess, ...], Field(max_length=MAX_PROCESSES)], ...] | None = None
 
     @model_validator(mode="after")
     def _columns_of_equal_length(self) -> "GpuTelemetryBatch":
@@ -274,14 +285,14 @@ class NodeTelemetry(Event):
 
     node_id: Name
     gpu_type: Name
-    gpu_ids: tuple[Name, ...]
+    gpu_ids: tuple[Name, ...] = Field(max_length=MAX_GPUS_PER_NODE)
     cpu_util: Percent
-    memory_used_mib: NonNegative
-    memory_total_mib: float = Field(gt=0)
-    swap_in_per_s: NonNegative = 0.0
+    memory_used_mib: Mebibytes
+    memory_total_mib: float = Field(gt=0, le=MAX_MIB)
+    swap_in_per_s: float = Field(default=0.0, ge=0, le=1e9, description="Pages swapped in per second")
     kswapd_active: bool = False
-    online_workloads: tuple[Name, ...] = ()
-    offline_workloads: tuple[Name, ...] = Field(default=(), description="Offline jobs running on the node")
+    online_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES)
+    offline_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES, description="Offline jobs running on the node")
 
 
 class HealthState(StrEnum):
@@ -303,13 +314,13 @@ class HealthTransition(Event):
     from_state: HealthState
     to_state: HealthState
     reason: Reason
-    metrics: dict[str, float] = Field(default_factory=dict, description="The inputs of the decision")
+    metrics: dict[Label, float] = Field(default_factory=dict, max_length=MAX_ENTRIES, description="The inputs of the decision")
     online_workload: Name | None = None
-    sample_event_id: str | None = None
+    sample_event_id: str | None = Field(default=None, max_length=200)
     cause: Literal["metrics", "backoff_elapsed", "stale", "drained", "undrained", "fault"] = Field(
         default="metrics", description="What moved the state: the metric guards, the Overlimit back-off, silence, an operator or a detected fault"
     )
-    evicted_workloads: tuple[Name, ...] = Field(default=(), description="Offline workloads this transition evicts")
+    evicted_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES, description="Offline workloads this transition evicts")
 
 
 class FaultKind(StrEnum):
@@ -336,8 +347,8 @@ class Fault(Event):
     node_id: Name
     kind: FaultKind
     detail: Reason
-    xid: int | None = None
-    cuda_error: int | None = None
+    xid: int | None = Field(default=None, ge=0, le=MAX_XID)
+    cuda_error: int | None = Field(default=None, ge=0, le=100_000)
     job_id: Name | None = Field(default=None, description="The workload that hit the error, when known")
     remediation: Remediation = "report"
 
@@ -357,8 +368,8 @@ class NodePressure(Event):
     node_id: Name
     pressured: bool
     reason: Reason
-    metrics: dict[str, float] = Field(default_factory=dict)
-    evicted_workloads: tuple[Name, ...] = ()
+    metrics: dict[Label, float] = Field(default_factory=dict, max_length=MAX_ENTRIES)
+    evicted_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES)
 
 
 class SysMonitorSnapshot(Event):
@@ -369,15 +380,26 @@ class SysMonitorSnapshot(Event):
     gpu_type: Name
     state: HealthState
     as_of: float = Field(description="Event time (epoch s) of the latest input folded in")
-    revision: int = Field(default=0, ge=0, description="Orders snapshots of the same as_of")
+    revision: Count = Field(default=0, description="Orders snapshots of the same as_of")
     partition: int | None = Field(default=None, ge=0, description="The telemetry.gpu partition the GPU's samples arrive on")
-    overlimit_entries: tuple[float, ...] = Field(default=(), description="Epoch s of Overlimit entries, last two hours")
-    backoff_s: float = Field(default=0.0, ge=0)
+    overlimit_entries: tuple[float, ...] = Field(default=(), max_length=4096, description="Epoch s of Overlimit entries, last two hours")
+    backoff_s: float = Field(default=0.0, ge=0, le=30 * 86400, description="Overlimit back-off (a month: beyond any configured window)")
     below_overlimit_since: float | None = None
     disabled_cause: Literal["stale", "drained"] | None = None
     high_util_since: float | None = None
-    xid_errors: int = Field(default=0, ge=0)
-    ecc_sbe: int = Field(default=0, ge=0)
-    ecc_dbe: int = Field(default=0, ge=0)
+    xid_errors: Count = 0
+    ecc_sbe: Count = 0
+    ecc_dbe: Count = 0
     online_workload: Name | None = None
-    offline_workloads: tuple[Name, ...] = ()
+    offline_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES)
+
+    @model_validator(mode="after")
+    def _times_not_after_the_snapshot(self) -> "SysMonitorSnapshot":
+        # The times a snapshot holds are of inputs folded before it was published: one far
+        # after its own event time would hold a resumed GPU's SysMonitor in the future (the
+        # runtime refuses future `occurred_at`; this carries that to the times inside).
+        latest = self.occurred_at.timestamp() + SNAPSHOT_SKEW_S
+        times = (self.as_of, self.below_overlimit_since, self.high_util_since, *self.overlimit_entries)
+        if any(t is not None and t > latest for t in times):
+            raise ValueError(f"a time inside the snapshot is more than {SNAPSHOT_SKEW_S:.0f} s after its occurred_at")
+        return self
