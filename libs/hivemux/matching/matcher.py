@@ -146,6 +146,20 @@ def _reading(sample: GpuTelemetrySample) -> GpuReading:
     )
 
 
+def readings(batch: GpuTelemetryBatch) -> list[GpuReading]:
+    """`_reading` of each of `batch.samples`, read from the batch's columns (without building
+    the samples: the matcher folds every batch of the cluster, benchmarks/audit.py)."""
+    p = batch.per_gpu
+    return [
+        GpuReading(gpu_id=g, node_id=n, gpu_type=t, at=at, online_workload=o, memory_total_mib=total, memory_used_mib=used,
+                   gpu_util=util, sm_activity=sm)
+        for g, n, t, at, o, total, used, util, sm in zip(
+            batch.gpu_ids, batch.node_ids, p("gpu_types"), p("sampled_at"), p("online_workload"), p("memory_total_mib"),
+            p("memory_used_mib"), p("gpu_util"), p("sm_activity"), strict=True,
+        )
+    ]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Published:
     """What a call hands the shell: events to publish, and the round's plan weight if one ran."""
@@ -198,7 +212,7 @@ class MatcherCore:
         return self.publish(self.scheduler.on_health(change, live=live)).events
 
     def on_batch(self, batch: GpuTelemetryBatch, *, live: bool) -> Published:
-        return self.on_samples(batch.samples, live=live)
+        return self.publish(self.scheduler.on_readings(readings(batch), live=live))
 
     def on_samples(self, samples: Iterable[GpuTelemetrySample], *, live: bool) -> Published:
         return self.publish(self.scheduler.on_readings([_reading(s) for s in samples], live=live))
