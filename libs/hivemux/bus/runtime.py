@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import signal
@@ -513,9 +514,9 @@ async def handle_record(
     """Decode, check, dedupe and handle one record; what it returns is what to publish, None if
     `admit` refused the record (dead-lettered, no handler saw it). The runtime and the audit
     replay both handle records through here, so they skip, dead-letter and decide alike."""
-    key = decode_key(record.key)
+    key = _decode_key(record.key)
     context = RecordContext(record.topic, record.partition, record.offset, key, replaying)
-    metrics.CONSUMED.labels(name, record.topic).inc()
+    _consumed(name, record.topic).inc()
     try:
         event = decode_value(topic, record.value)
     except InvalidEvent as error:
@@ -556,6 +557,16 @@ async def handle_record(
         await dead_letter(topic, record, key, f"{type(error).__name__}: {error}", type(error).__name__, "handle")
         return []
     return [] if replaying else outputs
+
+
+# Per record, cached (a replay handles millions; benchmarks/audit.py): keys repeat (nodes, GPUs,
+# jobs) and decode the same every time; a counter's labelled child is the same object each call.
+_decode_short_key = functools.lru_cache(maxsize=1 << 16)(decode_key)
+_consumed = functools.lru_cache(maxsize=None)(metrics.CONSUMED.labels)
+
+
+def _decode_key(raw: bytes | None) -> str | None:
+    return _decode_short_key(raw) if raw is not None and len(raw) <= 256 else decode_key(raw)  # long keys: not kept
 
 
 async def _retry(handler: Handler, event: Event, context: RecordContext) -> list[Event]:
