@@ -133,7 +133,10 @@ class BrokerLog:
             position = await self._consumer.position(tp)
             highwater = self._consumer.highwater(tp)
             if highwater is not None and position >= highwater:
-                return False
+                # That is the end as of the last fetch: on a live log it has moved since.
+                highwater = (await self._consumer.end_offsets([tp]))[tp]
+                if position >= highwater:
+                    return False
             self._consumer.resume(tp)
             try:
                 batch = await self._consumer.getmany(tp, timeout_ms=500, max_records=READ_AHEAD)
