@@ -1,11 +1,14 @@
-"""`hivemux up --duration S --summary FILE`: the one-command system, as `make demo` runs it."""
+"""`hivemux up --duration S --summary FILE`: the one-command system, as `make demo` runs it,
+supervising what it runs (a SIGKILLed service and database come back, counted)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,13 +29,26 @@ def test_up_runs_everything_and_writes_the_summary(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
     env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "HIVEMUX_POSTGRES_DSN")}
     env |= {"HIVEMUX_MATCHER_INTERVAL_S": "2", "HIVEMUX_INGESTER_INTERVAL_S": "0.5"}
-    result = subprocess.run(
+    up = subprocess.Popen(
         [sys.executable, "-m", "hivemux.cli.main", "up", "--duration", "25", "--jobs", str(jobs),
          "--summary", str(summary_path), "--workdir", str(tmp_path / "work")],
-        env=env, capture_output=True, text=True, timeout=240,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # It supervises what it runs (issue 16 item 3): a SIGKILLed service and database come back.
+    state_path = tmp_path / "work" / "supervisor.json"
+    deadline = time.monotonic() + 180
+    while not state_path.exists() and up.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    state = json.loads(state_path.read_text())
+    time.sleep(2)
+    for unit in ("projector", "postgres"):
+        os.kill(state[unit]["pid"], signal.SIGKILL)
+    stdout, stderr = up.communicate(timeout=240)
+    assert up.returncode == 0, stdout + stderr
+    assert "supervisor: projector killed by SIGKILL" in stdout and "supervisor: postgres is ready again" in stdout
+    assert "Restarts: postgres 1, projector 1" in stdout
     summary = json.loads(summary_path.read_text())
+    assert summary["supervision"]["restarts"] == {**dict.fromkeys(state, 0), "projector": 1, "postgres": 1}
     assert summary["jobs"]["submitted"] == 3
     # Both shared an online GPU; a GPU turning Overlimit may have evicted one since.
     assert {r["job_id"] for r in summary["offline_shared"]} == {"up-offline-a", "up-offline-b"}
@@ -40,4 +56,4 @@ def test_up_runs_everything_and_writes_the_summary(tmp_path: Path) -> None:
     assert all(0 < r["sm_share"] <= 100 and r["online_workload"] for r in summary["offline_shared"])
     assert [r["job_id"] for r in summary["training_bound"]] == ["up-training"]
     assert sum(summary["gpus_by_health"].values()) == 16
-    assert "Offline jobs sharing online GPUs" in result.stdout and "up-training" in result.stdout
+    assert "Offline jobs sharing online GPUs" in stdout and "up-training" in stdout

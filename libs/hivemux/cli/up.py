@@ -4,6 +4,12 @@ Starts the embedded broker and database (or uses the configured ones), runs ever
 its own process (as production runs them: one process or container per instance), waits until
 each answers on /healthz, replays a job list, and at the end folds the topics into a summary.
 Children die with this process even when it is killed (parent-death signal).
+
+While it runs, `up` is a process manager (cli/supervisor.py): a service or embedded server that
+dies is started again with backoff, on the same port (the database on its data, the broker
+with its topics created again), each exit printed and counted in `<workdir>/supervisor.json`
+and in the summary. It stops at the end of `--duration`, on Ctrl-C or SIGTERM, or when a
+process crash-loops (exit 1, saying which and why).
 """
 
 from __future__ import annotations
@@ -21,13 +27,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import click
+
 from ..bus import Publisher, ensure_topics
 from ..bus.replay import read_topics
-from ..infra import InfraSettings, die_with_parent, embedded_infra, free_port
+from ..infra import EmbeddedInfra, InfraSettings, die_with_parent, embedded_infra, free_port
 from ..status import STATUS_TOPICS, fold_status, render_summary
 from ..topics import ALL_TOPICS
 from .jobfile import parse_jobs
 from .services import SERVICES
+from .supervisor import CrashLoop, RestartPolicy, Supervisor, describe_exit
 
 log = logging.getLogger("hivemux.up")
 
@@ -50,20 +59,67 @@ class UpOptions:
     services: tuple[str, ...] = tuple(SERVICES)
     extra_env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 60.0
+    restart_policy: RestartPolicy = RestartPolicy()
 
 
 @dataclass
 class Child:
+    """One service process; a supervisor unit (cli/supervisor.py): restarted with the same
+    command, environment and metrics port, its output appended to the same log."""
+
     name: str
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    def exit_code(self) -> int | None:
+        return self.process.poll()
+
+    def restart(self) -> None:
+        with self.log_path.open("ab") as sink:
+            sink.write(f"\n--- hivemux up: {describe_exit(self.process.returncode)}; started again ---\n".encode())
+        self.process = _spawn_service(self.name, self.env, self.log_path)
+
+    def ready(self) -> bool:
+        return _healthy(self.port)
 
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+@dataclass
+class InfraUnit:
+    """An embedded server as a supervisor unit: restarted by `EmbeddedInfra.restart` (same port)."""
+
+    name: str
+    infra: EmbeddedInfra
+    after_restart: Any = None  # called once the server answers again
+
+    @property
+    def pid(self) -> int | None:
+        return self.infra.servers[self.name].process.pid
+
+    def exit_code(self) -> int | None:
+        return self.infra.servers[self.name].process.poll()
+
+    def restart(self) -> None:
+        self.infra.restart(self.name)
+        if self.after_restart is not None:
+            self.after_restart()
+
+    def ready(self) -> bool:
+        return True  # restart() returns once the server answers
+
+    def log_tail(self) -> str:
+        return self.infra.servers[self.name].tail()
 
 
 def _healthy(port: int) -> bool:
@@ -74,6 +130,17 @@ def _healthy(port: int) -> bool:
         return False
 
 
+def _spawn_service(name: str, env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    with log_path.open("ab") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "hivemux.cli.main", "service", name],
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(signal.SIGTERM),
+        )
+
+
 def start_services(options: UpOptions, env: dict[str, str]) -> list[Child]:
     logs = options.workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -81,16 +148,9 @@ def start_services(options: UpOptions, env: dict[str, str]) -> list[Child]:
     for name in options.services:
         port = free_port()
         log_path = logs / f"{name}.log"
+        log_path.write_bytes(b"")
         child_env = {**env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": "0"}
-        with log_path.open("wb") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "hivemux.cli.main", "service", name],
-                env=child_env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent(signal.SIGTERM),
-            )
-        children.append(Child(name, process, port, log_path))
+        children.append(Child(name, _spawn_service(name, child_env, log_path), port, log_path, child_env))
     return children
 
 
@@ -140,8 +200,19 @@ async def collect_summary(bootstrap: str) -> dict[str, Any]:
     return fold_status(events).summary()
 
 
-def _wait(duration: float | None, children: list[Child]) -> None:
-    """Until the duration passes, a signal arrives, or a service dies."""
+def supervise(children: list[Child], infra: EmbeddedInfra, options: UpOptions) -> Supervisor:
+    """A supervisor over the services and the embedded servers this `up` started."""
+    units: list[Any] = list(children)
+    for server in infra.servers:
+        bootstrap = infra.endpoints.bootstrap_servers
+        # a restarted broker may come back without topics: create them before services reconnect
+        recreate = (lambda: asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))) if server == "tansu" else None
+        units.append(InfraUnit(server, infra, recreate))
+    return Supervisor(units, options.restart_policy, state_path=options.workdir / "supervisor.json")
+
+
+def _wait(duration: float | None, supervisor: Supervisor) -> None:
+    """Until the duration passes or a signal arrives, starting again what dies (`CrashLoop` ends it)."""
     stop = {"now": False}
 
     def request_stop(*_: object) -> None:
@@ -150,14 +221,17 @@ def _wait(duration: float | None, children: list[Child]) -> None:
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         deadline = None if duration is None else time.monotonic() + duration
-        while not stop["now"] and (deadline is None or time.monotonic() < deadline):
-            dead = [c for c in children if c.process.poll() is not None]
-            if dead:
-                raise RuntimeError(f"{dead[0].name} exited with {dead[0].process.returncode}:\n{dead[0].log_tail()}")
-            time.sleep(0.5)
+        supervisor.run(lambda: stop["now"] or (deadline is not None and time.monotonic() >= deadline))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def render_restarts(supervision: dict[str, Any]) -> str:
+    restarted = {name: n for name, n in supervision["restarts"].items() if n}
+    if not restarted:
+        return "Restarts: none"
+    return "Restarts: " + ", ".join(f"{name} {n}" for name, n in sorted(restarted.items()))
 
 
 def run_up(options: UpOptions) -> dict[str, Any]:
@@ -172,12 +246,18 @@ def run_up(options: UpOptions) -> dict[str, Any]:
         children = start_services(options, env)
         try:
             wait_ready(children, options.ready_timeout_s)
+            supervisor = supervise(children, infra, options)
             print(f"{len(children)} services ready; logs in {options.workdir / 'logs'}", flush=True)
             count = asyncio.run(submit_jobs(endpoints.bootstrap_servers, options.jobs_path or demo_jobs_path()))
             print(f"submitted {count} jobs; running{'' if options.duration is None else f' for {options.duration:.0f} s'}", flush=True)
-            _wait(options.duration, children)
+            try:
+                _wait(options.duration, supervisor)
+            except CrashLoop as error:
+                raise click.ClickException(f"stopping: {error}") from error
             summary = asyncio.run(collect_summary(endpoints.bootstrap_servers))
         finally:
             stop_services(children)
+    summary["supervision"] = supervisor.summary()
     print(render_summary(summary), flush=True)
+    print(render_restarts(summary["supervision"]), flush=True)
     return summary

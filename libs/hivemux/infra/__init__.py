@@ -24,6 +24,12 @@ Guarantees
   atexit) shuts them down cleanly and removes the temporary directory; after a SIGKILL of
   the parent the directory stays behind (nobody is left to remove it).
 - Endpoints given explicitly (`bootstrap_servers`, `postgres_dsn`) start nothing.
+- A server that died (`exited()`) is started again by `restart(server)` on the same port, so
+  clients reconnect to the address they have: PostgreSQL on the same data directory, after
+  killing what is left of the dead one and removing its stale lock files (it then recovers
+  from its write-ahead log, nothing committed is lost); Tansu with memory storage starts
+  empty. `hivemux up` (cli/supervisor.py) watches and restarts them. Restart from the thread
+  that started them (the death signal above).
 
 PostgreSQL refuses to run as root: as root (containers, CI) it runs as the system user
 `embedded_postgres` (see `postgres`).
@@ -46,6 +52,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import urlsplit
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -127,6 +134,7 @@ class EmbeddedInfra:
         self._want_postgres = want_postgres
         self._startup_timeout_s = startup_timeout_s
         self._children: list[Child] = []
+        self._ports: dict[str, int] = {}  # server -> the port it listens on, kept across restarts
         self._tmp: Path | None = None
         self._endpoints: Endpoints | None = None
 
@@ -140,6 +148,34 @@ class EmbeddedInfra:
     def child_pids(self) -> tuple[int, ...]:
         """Pids of the servers this object started (empty when every endpoint was given)."""
         return tuple(child.process.pid for child in self._children)
+
+    @property
+    def servers(self) -> dict[str, Child]:
+        """The current process of each server this object started ("tansu", "postgres")."""
+        return {child.server: child for child in self._children if child.server in self._ports}
+
+    def exited(self) -> dict[str, int]:
+        """The servers whose process has exited, with its exit code (negative: killed by that signal)."""
+        return {name: code for name, child in self.servers.items() if (code := child.process.poll()) is not None}
+
+    def restart(self, server: str) -> None:
+        """Start `server` again after its process died, on the same port with the same data.
+
+        Clients keep their addresses and reconnect. PostgreSQL restarts on its data directory
+        (what the dead one left, lock files and processes, is cleared first; it recovers from its
+        write-ahead log). Tansu keeps topics in memory: the restarted broker starts empty.
+        Raises `InfraError` when it does not answer within `startup_timeout_s`.
+        """
+        child = self.servers[server]
+        if child.process.poll() is None:
+            raise InfraError(f"{server} (pid {child.process.pid}) is still running")
+        deadline = time.monotonic() + self._startup_timeout_s
+        port = self._ports[server]
+        if server == "tansu":
+            self._start_tansu(deadline, port)
+        else:
+            self._start_postgres(deadline, port)
+        log_event(logging.INFO, "restarted", server=server, port=port, pid=self.servers[server].process.pid)
 
     def start(self) -> Endpoints:
         if self._endpoints is not None:
@@ -162,6 +198,7 @@ class EmbeddedInfra:
 
     def stop(self) -> None:
         children, self._children = self._children, []
+        self._ports = {}
         for child in reversed(children):
             child.stop()
         if self._tmp is not None:
@@ -182,13 +219,19 @@ class EmbeddedInfra:
     ) -> None:
         self.stop()
 
-    def _start_tansu(self, deadline: float) -> str:
+    def _start_tansu(self, deadline: float, port: int | None = None) -> str:
         assert self._tmp is not None
-        return start_tansu(schemas_dir=self._schemas_dir, tmp=self._tmp, children=self._children, deadline=deadline)
+        bootstrap = start_tansu(
+            schemas_dir=self._schemas_dir, tmp=self._tmp, children=self._children, deadline=deadline, port=port
+        )
+        self._ports["tansu"] = int(bootstrap.rsplit(":", 1)[1])
+        return bootstrap
 
-    def _start_postgres(self, deadline: float) -> str:
+    def _start_postgres(self, deadline: float, port: int | None = None) -> str:
         assert self._tmp is not None
-        return start_postgres(tmp=self._tmp, children=self._children, deadline=deadline)
+        dsn = start_postgres(tmp=self._tmp, children=self._children, deadline=deadline, port=port)
+        self._ports["postgres"] = int(urlsplit(dsn).port or 0)
+        return dsn
 
 
 def embedded_infra(

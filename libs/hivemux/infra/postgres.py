@@ -15,6 +15,7 @@ readable and traversable by that user.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -31,20 +32,28 @@ from .processes import Child, InfraError, RunAs, die_with_parent, listen, log_ev
 POSTGRES_SYSTEM_USER = "embedded_postgres"
 
 
-def start_postgres(*, tmp: Path, children: list[Child], deadline: float) -> str:
-    """Initialise a data directory in `tmp` and start the server (appended to `children`); its DSN once it answers."""
+def start_postgres(*, tmp: Path, children: list[Child], deadline: float, port: int | None = None) -> str:
+    """Initialise a data directory in `tmp` and start the server (appended to `children`); its DSN once it answers.
+
+    When `tmp` already holds a data directory (a restart after the server died, on its `port`),
+    what the dead server left behind is cleared first (`clear_remains`) and PostgreSQL recovers
+    the same data from its write-ahead log.
+    """
     bin_path = _postgres_bin_path()
     run_as = _postgres_identity()
     pg_dir = tmp / "postgres"
     socket_dir = pg_dir / "sock"
     data_dir = pg_dir / "data"
-    socket_dir.mkdir(parents=True, mode=0o700)
-    if run_as is not None:
-        for path in (pg_dir, socket_dir):
-            os.chown(path, run_as.uid, run_as.gid)
-        _grant_postgres_access(pg_dir)
     log_path = tmp / "postgres.log"
-    _initdb(bin_path / "initdb", data_dir, pg_dir, log_path, run_as, deadline)
+    if (data_dir / "PG_VERSION").is_file():
+        clear_remains(data_dir, socket_dir, deadline)
+    else:
+        socket_dir.mkdir(parents=True, mode=0o700)
+        if run_as is not None:
+            for path in (pg_dir, socket_dir):
+                os.chown(path, run_as.uid, run_as.gid)
+            _grant_postgres_access(pg_dir)
+        _initdb(bin_path / "initdb", data_dir, pg_dir, log_path, run_as, deadline)
     # unix socket paths are limited to ~107 bytes; TCP is what clients use anyway
     socket_arg = str(socket_dir) if len(str(socket_dir)) < 90 else ""
 
@@ -52,8 +61,11 @@ def start_postgres(*, tmp: Path, children: list[Child], deadline: float) -> str:
         argv = [
             str(bin_path / "postgres"), "-D", str(data_dir),
             "-h", "127.0.0.1", "-p", str(port), "-k", socket_arg,
-            # throwaway data: durability buys nothing and costs startup and test time
-            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+            # A commit is written to the kernel before it is acknowledged (synchronous_commit on,
+            # the default: one write, no flush) so a killed server loses nothing committed and
+            # restarts on its data (`restart`); nothing is flushed to disk (fsync off): a crash of
+            # the machine may lose data, which the embedded default accepts for its speed.
+            "-c", "fsync=off", "-c", "full_page_writes=off",
         ]  # fmt: skip
         return spawn(
             children,
@@ -67,8 +79,60 @@ def start_postgres(*, tmp: Path, children: list[Child], deadline: float) -> str:
             death_signal=signal.SIGQUIT,
         )
 
-    _, port = listen(launch, lambda port: _postgres_answers(_dsn(port)), deadline)
+    _, port = listen(launch, lambda port: _postgres_answers(_dsn(port)), deadline, port=port)
     return _dsn(port)
+
+
+def clear_remains(data_dir: Path, socket_dir: Path, deadline: float) -> None:
+    """What a killed postmaster leaves behind, so a new one starts on the same data directory.
+
+    After a SIGKILL of the postmaster its other processes (backends, checkpointer...) exit on
+    their own when they notice, but one busy in a query may still hold the shared memory, and
+    PostgreSQL then refuses to start ("pre-existing shared memory block is still in use"). They
+    are found by their working directory (every server process runs in its data directory) and
+    killed. Then the lock files are removed: they name the dead postmaster, whose pid another
+    process may have taken since (PostgreSQL would refuse to start then). The shared memory
+    segment, attached by nobody now, is reclaimed by the new postmaster itself (same port, same
+    key). Only called when our postmaster child has exited.
+    """
+    remaining = killed = _processes_in(data_dir.resolve())
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    while remaining and time.monotonic() < deadline:
+        remaining = [pid for pid in remaining if _alive(pid)]
+        time.sleep(0.05)
+    if remaining:
+        raise InfraError(f"old PostgreSQL processes {remaining} of {data_dir} did not exit")
+    removed = []
+    for path in (data_dir / "postmaster.pid", *socket_dir.glob(".s.PGSQL.*")):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            removed.append(path.name)
+    log_event(logging.INFO, "cleared what a dead postgres left", data_dir=data_dir, killed=killed, removed=removed)
+
+
+def _processes_in(directory: Path) -> list[int]:
+    """Pids of the processes whose working directory is `directory` (those we may inspect)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(entry / "cwd")) == directory:
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to inspect
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Still running (a zombie whose parent has not reaped it holds nothing any more)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def _initdb(initdb: Path, data_dir: Path, cwd: Path, log_path: Path, run_as: RunAs | None, deadline: float) -> None:

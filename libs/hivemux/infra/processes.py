@@ -41,6 +41,7 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _LOG_TAIL_CHARS = 4000
 _STOP_GRACE_S = 5.0
 _PORT_ATTEMPTS = 3
+_PORT_RETRY_S = 0.2
 _PROBE_INTERVAL_S = 0.05
 
 
@@ -67,9 +68,10 @@ class Child:
     process: subprocess.Popen[bytes]
     log_path: Path
     stop_signal: signal.Signals
+    log_start: int = 0  # the log's size when this process started (the log is appended to)
 
-    def tail(self) -> str:
-        return tail(self.log_path)
+    def tail(self, *, since_start: bool = False) -> str:
+        return tail(self.log_path, start=self.log_start if since_start else 0)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -102,6 +104,7 @@ def spawn(
 ) -> Child:
     """Start a server with its output appended to `log_path`, and append it to `children`."""
     with open(log_path, "ab") as out:
+        log_start = out.tell()
         process = subprocess.Popen(
             list(argv),
             cwd=cwd,
@@ -113,7 +116,7 @@ def spawn(
             start_new_session=True,
             **(run_as.popen_kwargs() if run_as else {}),
         )
-    child = Child(server=server, process=process, log_path=log_path, stop_signal=stop_signal)
+    child = Child(server=server, process=process, log_path=log_path, stop_signal=stop_signal, log_start=log_start)
     children.append(child)  # registered at once, so stop() cleans up a failed start too
     log_event(logging.INFO, "spawned", server=server, pid=process.pid, argv=" ".join(argv))
     return child
@@ -123,24 +126,33 @@ def listen(
     launch: Callable[[int], Child],
     probe: Callable[[int], Coroutine[Any, Any, None]],
     deadline: float,
+    port: int | None = None,
 ) -> tuple[Child, int]:
-    """Start a server on a free port and wait until it answers; retry if the port was taken."""
-    for attempt in range(1, _PORT_ATTEMPTS + 1):
-        port = free_port()
-        child = launch(port)
+    """Start a server on a free port and wait until it answers; retry if the port was taken.
+
+    With `port` (a restart: clients keep the address they have), only that port is used; while
+    it is still taken the start is retried on it until the deadline.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        chosen = free_port() if port is None else port
+        child = launch(chosen)
         started = time.monotonic()
         try:
-            _run_sync(functools.partial(_wait_until_ready, child, functools.partial(probe, port), deadline))
+            _run_sync(functools.partial(_wait_until_ready, child, functools.partial(probe, chosen), deadline))
         except _ChildExited as exc:
             log_tail = child.tail()
-            if "Address already in use" in log_tail and attempt < _PORT_ATTEMPTS:
-                log_event(logging.WARNING, "port taken, retrying", server=child.server, port=port)
+            taken = "Address already in use" in child.tail(since_start=True)
+            if taken and (attempt < _PORT_ATTEMPTS if port is None else time.monotonic() < deadline):
+                log_event(logging.WARNING, "port taken, retrying", server=child.server, port=chosen)
+                if port is not None:
+                    time.sleep(_PORT_RETRY_S)
                 continue
             raise InfraError(f"{exc}; log tail:\n{log_tail}") from exc
         elapsed_ms = round((time.monotonic() - started) * 1000)
-        log_event(logging.INFO, "ready", server=child.server, port=port, elapsed_ms=elapsed_ms)
-        return child, port
-    raise AssertionError("unreachable: the last attempt raises")
+        log_event(logging.INFO, "ready", server=child.server, port=chosen, elapsed_ms=elapsed_ms)
+        return child, chosen
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -170,10 +182,12 @@ def die_with_parent(sig: signal.Signals) -> Callable[[], None] | None:
     return preexec
 
 
-def tail(path: Path) -> str:
-    """The end of a server's log, for error messages."""
+def tail(path: Path, start: int = 0) -> str:
+    """The end of a server's log (from byte `start` on), for error messages."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as log_file:
+            log_file.seek(max(start, os.path.getsize(path) - _LOG_TAIL_CHARS * 4))
+            text = log_file.read().decode(errors="replace")
     except FileNotFoundError:
         return "(no log)"
     return text[-_LOG_TAIL_CHARS:]

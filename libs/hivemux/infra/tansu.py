@@ -21,8 +21,11 @@ from hivemux.errors import ConfigurationError
 from .processes import Child, listen, spawn
 
 
-def start_tansu(*, schemas_dir: Path, tmp: Path, children: list[Child], deadline: float) -> str:
-    """Start the broker (appended to `children`, its log in `tmp`); its bootstrap servers once it answers."""
+def start_tansu(*, schemas_dir: Path, tmp: Path, children: list[Child], deadline: float, port: int | None = None) -> str:
+    """Start the broker (appended to `children`, its log in `tmp`); its bootstrap servers once it answers.
+
+    With `port` (a restart after it died), on that port; with memory storage the restarted
+    broker has no topics and no records."""
     schemas = schemas_dir.resolve()
     if not schemas.is_dir():
         raise ConfigurationError(f"schemas dir {schemas} does not exist (set HIVEMUX_SCHEMAS_DIR)")
@@ -53,7 +56,7 @@ def start_tansu(*, schemas_dir: Path, tmp: Path, children: list[Child], deadline
             death_signal=signal.SIGTERM,
         )
 
-    _, port = listen(launch, _kafka_answers, deadline)
+    _, port = listen(launch, _kafka_answers, deadline, port=port)
     return f"127.0.0.1:{port}"
 
 
