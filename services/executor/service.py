@@ -16,6 +16,11 @@ Two backends behind one interface (`NodeBackend`), chosen by ``HIVEMUX_EXECUTOR_
   nodes' records on that partition and commits under its own group ``<group>.executor.<node>``.
   A consumer group would instead hand a node's partition to whichever agent the coordinator
   picks, and the commands would reach a node that cannot run them.
+
+On start the executor reads what its nodes run from the log (`hivemux.executor.recovery`) and
+the backend deals with every run in progress: the process agent at once (re-adopts its live
+processes, reports the others), the simulated one for the nodes of the command partitions the
+group gives it, before it handles their records.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from hivemux.bus import RecordContext, Service
 from hivemux.events import Event, ExecutorCommand, GpuTelemetryBatch
 from hivemux.executor.backend import NodeBackend
 from hivemux.executor.node import ProcessNode
+from hivemux.executor.recovery import read_ledger
 from hivemux.executor.simulated_node import SimulatedExecutor
 from hivemux.observability import serve
 from hivemux.services.executor.settings import ExecutorSettings
@@ -64,16 +70,25 @@ def build(settings: ExecutorSettings) -> Service:
     def feed() -> None:
         node.feed()
 
+    async def start() -> None:  # what the nodes were running, from the log (module docstring)
+        ledger = await read_ledger(settings.kafka_bootstrap_servers, node=settings.node_id if process else None)
+        await service.publisher.publish_all(await node.start(ledger))  # type: ignore[union-attr]
+
+    async def assigned(topic: str, partitions: frozenset[int]) -> None:
+        if topic == EXECUTOR_COMMANDS.name and isinstance(node, SimulatedExecutor):
+            await service.publisher.publish_all(node.adopt(partitions))  # type: ignore[union-attr]
+
     async def stop() -> None:
         # stop hooks run while the publisher is still up: the ended workloads are reported
         await service.publisher.publish_all(await node.stop())  # type: ignore[union-attr]
 
-    service.on_start(node.start)
+    service.on_start(start)
     service.fold(GPU_TELEMETRY, on_batch)
     if process:  # one node's agent: its own key's records only (see the module docstring)
         service.pinned(EXECUTOR_COMMANDS, on_command, key=settings.node_id or "")
     else:
         service.on(EXECUTOR_COMMANDS, on_command)
+        service.on_assignment(assigned)
     service.every(settings.tick_interval_s if process else settings.report_interval_s, node.tick)
     if process:
         service.every(1.0 / settings.feed_hz, feed)  # the simulated backend has no control blocks

@@ -62,6 +62,7 @@ class MatcherSettings(ServiceSettings):
     restart_cost: float = Field(
         default=0.1, ge=0, description="Normalized throughput a running job loses when moved or stopped (hysteresis)"
     )
+    executor_silence_s: float = Field(default=60.0, gt=0, description="A placement not reported for this long (event time) expires")
 
 
 class Matcher:
@@ -72,6 +73,7 @@ class Matcher:
             slowdown_bound=settings.slowdown_bound,
             memory_quota_fraction=settings.memory_quota_fraction,
             restart_cost=settings.restart_cost,
+            executor_silence_s=settings.executor_silence_s,
         )
         interval = timedelta(seconds=settings.interval_s)
         self.core = MatcherCore(policy, interval=interval, placement=settings.policy, source=f"{NAME}/{settings.instance}")

@@ -27,5 +27,8 @@ The process backend, one module per mechanism:
   progress, observations, node memory pressure), `observations` (pure: a measured window →
   `SharingObservation`, the speed predictor's data, §5.2), `cpuset` (cgroup v2 CPU isolation;
   node memory pressure, §6), `supervisor` (process groups, bounded grace), `workload` (one
-  workload, the node's table of them, their reports), `config` (`NodeConfig`).
+  workload, the node's table of them, their reports), `config` (`NodeConfig`);
+- an agent that dies comes back with its work: `recovery` (what the log says each node runs:
+  commands and reports folded into a `Ledger`, read at start), `adoption` (the processes an
+  earlier agent left: ``process.json`` per launch, `Adopted` handles for live ones).
 """

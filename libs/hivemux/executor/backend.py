@@ -8,7 +8,9 @@ The executor service is a shell around a `NodeBackend`; it never knows which one
 The contract, which both implement and the service relies on:
 
 - `start` / `stop`: once, before the first record and at shutdown; each returns the events to
-  publish (a stopping agent reports the workloads it ended);
+  publish (a stopping agent reports the workloads it ended). `start` is given the `Ledger` of
+  what the log says its nodes run (`recovery`); a backend re-adopts each run or reports it
+  with a true final state, so no job the agent knew stays ``running`` after a crash;
 - `on_sample`: fold one `telemetry.gpu` sample; returns nothing (folds publish nothing);
 - `on_command`: apply one `executor.commands` record; the events to publish. Idempotent: a
   re-delivered command returns nothing new. A command that cannot be applied raises
@@ -25,11 +27,12 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from hivemux.events import Event, ExecutorCommand, GpuTelemetrySample
+from hivemux.executor.recovery import Ledger
 
 
 @runtime_checkable
 class NodeBackend(Protocol):
-    async def start(self) -> list[Event]: ...
+    async def start(self, ledger: Ledger | None = None) -> list[Event]: ...
 
     async def stop(self) -> list[Event]: ...
 

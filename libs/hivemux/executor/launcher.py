@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from hivemux.executor import adoption
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
@@ -81,6 +82,7 @@ class Launcher:
         w.proc = await launch(argv, env=env, cwd=w.files.root, log_path=w.files.log)
         w.reader = w.reader or ProgressReader(w.files.progress)
         w.launches += 1
+        adoption.record(w.files.root, pid=w.proc.pid, launches=w.launches, command=w.command)  # for a restarted agent
         w.observed_until = w.reported_at = self.clock()  # the process's runtime is measured from here
         w.points.clear()
         problem = self.cpusets.place(w.proc.pid, online=w.kind == "online")

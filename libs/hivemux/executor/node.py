@@ -27,6 +27,12 @@ share, which restarts the offline workload from its checkpoint (MPS fixes a clie
 it connects) and leaves the online workload alone, and a new memory quota, which is written
 into the control block in place. A failed launch is refused (``refused``, ``launch_failed``).
 
+Restart (`recover`, from `start`): the runs the log says the node is in the middle of
+(`recovery.Ledger`) are matched with the processes the previous agent left (`adoption`): a live
+one is re-adopted (``readopted``), a gone one is reported completed (its progress said done)
+or evicted (it waits to be placed again), and a live process whose run is over on the log is
+ended. Orphaned online services are ended and started afresh.
+
 Idempotence: a command id is handled once (ids remembered, bounded); starts are keyed by job.
 Every report id derives from the command (or launch) and the step, so a replay publishes the
 same ids. Time: the agent observes real processes on the node's clock (``clock``): starts,
@@ -50,11 +56,13 @@ from hivemux.errors import InvalidEvent
 from hivemux.events import (
     CommandAction,
     Event,
+    derived_id,
     ExecutorCommand,
     GpuTelemetrySample,
     JobState,
     ReportState,
 )
+from hivemux.executor import adoption
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
@@ -64,12 +72,15 @@ from hivemux.executor.launch import WorkloadFiles, gpu_index
 from hivemux.executor.launcher import Launcher
 from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
+from hivemux.executor.recovery import Ledger
 from hivemux.executor.remediation import Remediation
 from hivemux.executor.workload import NodeWorkloads, Reporter, Workload
 from hivemux.executor.workload_monitor import WorkloadMonitor
 from hivemux.executor.xcuda_feed import XcudaFeed
 from hivemux.salus.server import LaneServer
 from hivemux.telemetry.backend import GpuBackend
+from hivemux.workloads.progress import ProgressReader
+from hivemux.xcuda import ControlBlock, StateFile
 
 __all__ = ["NodeConfig", "ProcessNode"]
 log = logging.getLogger("hivemux.executor.node")
@@ -133,7 +144,7 @@ class ProcessNode:
         return self.reporter.at()
 
     # -- lifecycle ----------------------------------------------------------------------------
-    async def start(self) -> list[Event]:
+    async def start(self, ledger: Ledger | None = None) -> list[Event]:
         self.config.work_dir.mkdir(parents=True, exist_ok=True)
         if self.config.cgroup_root is not None:
             self.launcher.cpusets = Cpusets.open(self.config.cgroup_root, online_fraction=self.config.online_cpu_fraction)
@@ -141,12 +152,82 @@ class ProcessNode:
             self.launcher.cpusets = Cpusets(False, "no cgroup root configured (HIVEMUX_EXECUTOR_CGROUP_ROOT)", Path("/"))
         if not self.cpusets.available:
             log.warning("node %s runs without CPU isolation: %s", self.config.node_id, self.cpusets.reason)
+        out = await self.recover(ledger or Ledger())
         for gpu_id, name in sorted(self.config.online_services.items()):
             files = WorkloadFiles(self.config.work_dir / f"online-{gpu_index(gpu_id)}").create()
             w = Workload(name, "online", (gpu_id,), files, None)
             self.table.online[gpu_id] = w
             await self.launcher.launch(w)
-        return []
+        return out
+
+    async def recover(self, ledger: Ledger) -> list[Event]:
+        """Deal with every run the log says this node is in the middle of, and with every
+        process an earlier agent left (see the module docstring)."""
+        node = self.config.node_id
+        runs = {r.job_id: r for r in ledger.runs(lambda n: n == node)}
+        left = adoption.found(self.config.work_dir)
+        out: list[Event] = []
+        for job_id, run in sorted(runs.items()):
+            command, found = run.command, left.pop(job_id, None)
+            if found is not None and found.alive and found.command is not None and found.command.event_id == command.event_id:
+                out += await self._readopt(run.command, found)
+                continue
+            if found is not None and found.alive:
+                left[job_id] = found  # another start's process: ended below
+            out += self._gone(command, run.last.occurred_at)
+        for name, found in sorted(left.items()):
+            if not found.alive:
+                continue
+            exit_ = await adoption.Adopted(found.pid, found.start, finished=lambda: False).terminate(self.config.grace_s)
+            log.warning("node %s: ended process %d of %s, which the log does not explain (%s)", node, found.pid, name,
+                        exit_.describe())
+        return out
+
+    def _workload(self, command: ExecutorCommand) -> Workload:
+        assert command.workload is not None
+        files = WorkloadFiles(self.config.work_dir / command.job_id).create()
+        w = Workload(command.job_id, _STARTS[command.action], command.gpu_ids, files, command, command.sm_share,
+                     command.memory_quota_mib, total=command.workload.iterations)
+        w.reader = ProgressReader(files.progress)
+        self.table.read_progress(w)  # the whole progress file: iteration, checkpoint, done
+        return w
+
+    async def _readopt(self, command: ExecutorCommand, found: adoption.Found) -> list[Event]:
+        w = self._workload(command)
+        w.launches = found.launches
+        w.proc = adoption.Adopted(found.pid, found.start, finished=lambda: w.done)  # type: ignore[assignment]
+        if w.kind == "offline" and w.files.control.exists() and w.files.state.exists():
+            try:
+                w.control, w.state = ControlBlock.open(w.files.control), StateFile.open(w.files.state)
+            except (OSError, ValueError) as error:
+                log.warning("%s: xCUDA files not reopened: %s", w.job_id, error)
+        if w.kind == "offline":
+            try:
+                await self.daemons.daemon(gpu_index(w.gpu))  # the daemon outlived the agent: found by its pid file
+            except (MpsError, OSError) as error:
+                log.warning("%s: MPS daemon of %s not reattached: %s", w.job_id, w.gpu, error)
+        w.observed_until = w.reported_at = self.clock()
+        self.table.jobs[w.job_id] = w
+        cause = derived_id("readopted", command.event_id, found.pid, found.start)
+        return [self.reporter.report(w, cause, ReportState.RUNNING, self.at(), step="readopted",
+                                     detail=f"pid {found.pid} still running: re-adopted by the restarted executor")]
+
+    def _gone(self, command: ExecutorCommand, last_reported: datetime) -> list[Event]:
+        """A run whose process did not outlive the agent: completed if its progress said so,
+        else evicted (it waits to be placed again)."""
+        w = self._workload(command)
+        w.close_files()
+        cause = derived_id("gone", command.event_id, last_reported.isoformat())
+        now = self.at()
+        report, lifecycle = self.reporter.report, self.reporter.lifecycle
+        if w.done:
+            self.table.finished.add(w.job_id)
+            return [report(w, cause, ReportState.COMPLETED, now, step="recovered", detail="found done by the restarted executor"),
+                    lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done")]
+        reason = (f"the executor of {self.config.node_id} restarted and found the process of {w.job_id} gone "
+                  f"(exit status unknown, last checkpoint {w.checkpoint}); the job waits to be placed again")
+        return [report(w, cause, ReportState.EVICTED, now, step="recovered", detail=reason),
+                lifecycle(w, cause, JobState.EVICTED, now, reason)]
 
     async def stop(self) -> list[Event]:
         """End every workload and quit the per-GPU daemons (`GracefulExit.shutdown`)."""

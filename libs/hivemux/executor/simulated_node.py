@@ -18,6 +18,12 @@ decides carries the command's event time: the final ``stopped``/``evicted`` repo
 lifecycle event. A re-delivered start or stop changes nothing (`SimulatedNode.start` refuses a
 running or finished job; a stop of a job not running here returns nothing).
 
+A restarted executor comes back with its work (`recovery`): `start` takes the ledger the log
+gives, and `adopt` (called when the instance is given the nodes' command partitions) re-adopts
+every run in progress there. A simulated workload, like a process, ran on while its agent was
+down: it resumes from its last report, and the first tick advances it over the downtime (it
+may complete then). Each adopted run is reported ``running`` at once, so the matcher hears it.
+
 Worked example: a start at 0 s of 100 iterations at 100 ms solo, 60 % of the SMs of a GPU with
 no online activity (ResNet-50's shape: normalized 0.625, 6.25 it/s): ticks at 4 s and 8 s report
 25 then 50 iterations, each with an observation of the window since the previous one.
@@ -26,7 +32,7 @@ no online activity (ResNet-50's shape: normalized 0.625, 6.25 it/s): ticks at 4 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from hivemux.events import (
@@ -41,6 +47,7 @@ from hivemux.events import (
     SharingObservation,
     derived_id,
 )
+from hivemux.executor.recovery import Ledger
 from hivemux.simulated.catalog import solo_profile
 from hivemux.simulated.interference import shared_execution
 from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
@@ -59,10 +66,47 @@ class SimulatedExecutor:
         # The online service's own SM activity per GPU, measured while no offline job shares it.
         self.online_sm: dict[str, float] = {}
         self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
+        self.ledger: Ledger | None = None
+        self.adopted: set[str] = set()  # nodes whose runs were re-adopted
 
     # -- NodeBackend ----------------------------------------------------------------------------
-    async def start(self) -> list[Event]:
+    async def start(self, ledger: Ledger | None = None) -> list[Event]:
+        self.ledger = ledger
         return []
+
+    def adopt(self, partitions: Iterable[int] | None = None, *, now: datetime | None = None) -> list[Event]:
+        """Re-adopt the ledger's runs on the nodes whose commands are on ``partitions`` (None:
+        every node), once per node; a ``running`` report per adopted run."""
+        ledger = self.ledger
+        if ledger is None:
+            return []
+        owned = None if partitions is None else set(partitions)
+        nodes = {n for n, p in ledger.partitions.items() if n not in self.adopted and (owned is None or p in owned)}
+        self.adopted |= nodes
+        now = now or self.at()
+        out: list[Event] = []
+        for run in ledger.runs(nodes.__contains__):
+            command, last = run.command, run.last
+            assert command.workload is not None
+            node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
+            gpu_type = self.gpu_types.get(command.gpu_ids[0], self.default_gpu_type)
+            solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
+            total = command.workload.iterations
+            workload = RunningWorkload(
+                job_id=command.job_id, command_id=str(command.event_id), kind=_STARTS[command.action],
+                gpu_ids=command.gpu_ids, iterations_total=total, iterations_done=float(min(last.iterations_done, total)),
+                solo_iteration_time_ms=command.solo_iteration_time_ms or solo.iteration_time_ms,
+                sm_share=command.sm_share if command.action is CommandAction.START_OFFLINE else None,
+                started_at=command.occurred_at, last_progress_at=min(last.occurred_at, now), solo=solo,
+            )  # fmt: skip
+            if not node.start(workload):
+                continue
+            self.commands[(command.node_id, command.job_id)] = command
+            self.observed_until[(command.node_id, command.job_id)] = now
+            detail = f"re-adopted after the executor restarted; last reported at {last.occurred_at.isoformat()}"
+            out.append(self._report(command, ReportState.RUNNING, now, iterations=int(workload.iterations_done), total=total,
+                                    detail=detail))
+        return out
 
     async def stop(self) -> list[Event]:
         return []  # simulated workloads hold nothing to release

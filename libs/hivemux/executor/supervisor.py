@@ -43,6 +43,8 @@ class Exit:
             return "killed (SIGKILL) after the grace period"
         if self.signal is not None:
             return f"died of {signal.Signals(self.signal).name}"
+        if self.code is None:  # a re-adopted process (`adoption`): not the agent's child
+            return "ended while not the agent's child (exit status unknown)"
         return f"exited with code {self.code}"
 
 

@@ -91,6 +91,7 @@ class PlacementRecord:
     node_id: str
     sm_share: float
     policy: str
+    at: datetime | None = None  # when it was decided (event time); the expiry of a silent executor counts from it
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,8 @@ class MatcherCore:
         self.scheduler.on_model(model.gpu_type, model.version, lambda: speed_model(model))
 
     def on_placement(self, p: Placement) -> None:
-        self.scheduler.on_placement(PlacementRecord(p.event_id, p.action, p.job_id, p.gpu_id, p.node_id, p.sm_share, p.policy))
+        self.scheduler.on_placement(PlacementRecord(p.event_id, p.action, p.job_id, p.gpu_id, p.node_id, p.sm_share, p.policy,
+                                                     p.occurred_at))
 
     def on_report(self, r: ExecutorReport) -> None:
         self.scheduler.on_report(RunReport(r.job_id, r.node_id, r.command_id, r.state, r.gpu_ids, r.occurred_at, r.iterations_done))

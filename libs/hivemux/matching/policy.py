@@ -46,6 +46,9 @@ class MatchingPolicy:
     # None: DynamicSM (100 - online SM activity). A number: every pair gets this share, the
     # "without dynamic SM allocation" ablation (MuxFlow-S, preprint §7.4).
     fixed_sm_share: float | None = None
+    # A placement whose executor has not reported for this long (event time) expires: its GPU
+    # is free again and the job waits (`expiry`). None: placements never expire.
+    executor_silence_s: float | None = 60.0
 
     def share_for(self, online_sm_activity: float) -> int:
         if self.fixed_sm_share is not None:

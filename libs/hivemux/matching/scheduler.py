@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Literal
 
-from hivemux.events import derived_id
+from hivemux.events import ReportState, derived_id
 from hivemux.prediction.features import SpeedModel
 
 from .bipartite_graph import OnlineGpu
@@ -38,10 +38,13 @@ from .cluster_view import ClusterView, GpuReading, JobControlled, OfflineSubmiss
 from .decisions import Decisions, OfflineStart, PlacementChange, Waiting
 from .efficiency import EfficiencyReport
 from .eviction import HealthChange, evictions
+from .expiry import ReportClock
 from .plan import PlannedPlacement, plan_fcfs, plan_matching
 from .policy import MatchingPolicy
 
 Placement = Literal["matching", "fcfs"]
+FINAL_REPORTS = frozenset({ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED})
+_EXPIRY_STEP = timedelta(seconds=1)
 
 
 class Scheduler:
@@ -54,6 +57,8 @@ class Scheduler:
         self.rounds = 0
         self.next_round_at: datetime | None = None
         self.told: dict[str, str] = {}  # job id -> the last "why not placed" published
+        self.reports = ReportClock()  # when each placement's executor last reported (`expiry`)
+        self._expiry_due: datetime | None = None
 
     # -- folds ----------------------------------------------------------------------------
     def on_submission(self, job: OfflineSubmission) -> None:
@@ -76,6 +81,7 @@ class Scheduler:
         self.view.record(placement)
 
     def on_report(self, report: RunReport) -> None:
+        self.reports.reported(report.command_id, report.at, final=report.state in FINAL_REPORTS)
         self.view.report(report)
 
     def on_control(self, command: JobControlled, *, live: bool) -> Decisions:
@@ -108,6 +114,8 @@ class Scheduler:
             at = reading.at
             if self.next_round_at is None:
                 self.next_round_at = at + self.interval
+            if live and (self._expiry_due is None or at >= self._expiry_due):
+                out += self.expire(at)
             if not live or at < self.next_round_at:
                 continue
             self.next_round_at = at + self.interval
@@ -116,6 +124,19 @@ class Scheduler:
 
     def efficiency(self) -> EfficiencyReport:
         return self.view.efficiency()
+
+    def expire(self, now: datetime) -> Decisions:
+        """Evict the placements whose executor has been silent longer than the policy's bound at
+        event time ``now`` (`expiry`); checked on live telemetry, at most once per second of it."""
+        self._expiry_due = now + _EXPIRY_STEP
+        if self.policy.executor_silence_s is None:
+            return Decisions()
+        expired = self.reports.expired(self.view.running.values(), now, timedelta(seconds=self.policy.executor_silence_s))
+        for eviction in expired:
+            self.view.running.pop(eviction.job_id, None)
+        if len(self.reports.heard) > 2 * len(self.view.running) + 1000:
+            self.reports.forget_except(self.view.running)
+        return Decisions(expired)
 
     # -- one round ------------------------------------------------------------------------
     def round(self, at: datetime) -> Decisions:
@@ -162,7 +183,7 @@ class Scheduler:
         model = self.models.get(gpu.gpu_type)
         decision = derived_id("place", planned.job_id, planned.gpu_id, at.isoformat())
         self.view.running[planned.job_id] = PlacementRecord(
-            decision, "place", planned.job_id, planned.gpu_id, planned.node_id, planned.sm_share, self.placement
+            decision, "place", planned.job_id, planned.gpu_id, planned.node_id, planned.sm_share, self.placement, at
         )
         return PlacementChange(
             action="place",
