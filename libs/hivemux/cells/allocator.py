@@ -109,6 +109,11 @@ class CellAllocator:
         """A recorded binding (crash recovery, HiveD §4 "Fault tolerance")."""
         self.jobs.restore(job_id, pod, bind_info)
 
+    def heard(self, job_id: str, waiting_reason: str | None) -> None:
+        """A job's lifecycle step on the log: a waiting reason this allocator published, or
+        another step (None). Its own output: it does not move `latest` (`JobAllocator.heard`)."""
+        self.jobs.heard(job_id, waiting_reason)
+
     def forget(self, job_id: str, pod_name: str) -> None:
         """A recorded release or preemption of one pod (crash recovery)."""
         self.jobs.forget(job_id, pod_name)

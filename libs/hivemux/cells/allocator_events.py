@@ -11,7 +11,9 @@ makes the one call, and turns the returned `Allocation` into events:
 - `PodReleased` -> a ``released`` binding;
 - `PodPreempted` -> a ``preempted`` binding, an ``evict`` command and a ``preempted`` lifecycle
   event (the job waits to resume, HiveD §3.3);
-- `JobWaiting` -> a ``waiting`` lifecycle event with the reason;
+- `JobWaiting` -> a ``waiting`` lifecycle event with the reason (decided only when the reason's
+  substance changes; the ``waiting`` events of this service on ``jobs.lifecycle``, folded live
+  or after a restart, say what each job was told: `JobAllocator.heard`);
 - `JobRefused` -> a ``rejected`` lifecycle event and a ``refused`` binding;
 - a job whose every pod is bound -> a ``bound`` lifecycle event naming its placement.
 
@@ -114,6 +116,8 @@ class AllocatorEvents:
 
     def on_lifecycle(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
         job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
+        told = change.state is JobState.WAITING and change.source.split("/")[0] == self.source.split("/")[0]
+        self.core.heard(job_id, change.reason if told else None)  # what a restarted allocator told before
         match change.state:
             case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)

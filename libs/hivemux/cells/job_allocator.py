@@ -28,7 +28,17 @@ queue until `resume` puts it back at the end, as a new arrival with its VC and p
 a priority, with no in-place change) and the new priority counts from its next scheduling.
 
 Crash recovery: `restore` re-adds a recorded binding; `end` of a job whose bindings come
-later in the replay is remembered, so replaying the topics in any interleaving converges.
+later in the replay is remembered, so replaying the topics in any interleaving converges. A job
+whose recorded bindings end in a preemption (`forget`) is back in the queue, as it was live.
+
+Telling a waiting job why (issue 16 item 6): a `JobWaiting` is decided only when the reason's
+substance (`events.base.reason_substance`: the text without parenthesised details and
+incidental numbers) differs from what the job was last told, so the log grows with changes, not
+with retry passes x queue length. What it was last told is the value in `waiting` (``""``: it
+entered the queue anew, anything is news); a job taken into the queue by a replay after a
+restart (`enqueue`, `forget`) has ``None`` there, meaning "not told by this incarnation": the
+reason the log says it was told (`heard`, folded from ``jobs.lifecycle``) counts instead, so a
+restarted allocator does not tell again what it told before.
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from hivemux.events.base import clip_reason, reason_substance
 
 from . import api
 from .fairness import fair_shares
@@ -118,7 +130,8 @@ class JobAllocator:
     scheduler: api.CellScheduler
     weights: dict[str, float] = field(default_factory=dict)  # VC weights for opportunistic fairness (default 1)
     jobs: dict[str, TrainingJob] = field(default_factory=dict)
-    waiting: dict[str, str] = field(default_factory=dict)  # job id -> last reason told, in arrival order
+    waiting: dict[str, str | None] = field(default_factory=dict)  # job id -> last reason told (None: see told_on_log), in arrival order
+    told_on_log: dict[str, str] = field(default_factory=dict)  # job id -> the waiting reason the log last told it (`heard`)
     placed: dict[str, dict[str, tuple[api.Pod, api.BindInfo]]] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
     suspended: set[str] = field(default_factory=set)
@@ -141,7 +154,15 @@ class JobAllocator:
             return
         self.jobs[job.job_id] = job
         if not self.fully_placed(job.job_id):
-            self.waiting[job.job_id] = ""
+            self.waiting[job.job_id] = None  # what it was told is on the log (`heard`)
+
+    def heard(self, job_id: str, waiting_reason: str | None) -> None:
+        """The job's latest lifecycle step on the log: a waiting reason this allocator published
+        (``waiting_reason``), or any other step (None: whatever it was told is history)."""
+        if waiting_reason is None:
+            self.told_on_log.pop(job_id, None)
+        else:
+            self.told_on_log[job_id] = waiting_reason
 
     def fully_placed(self, job_id: str) -> bool:
         job = self.jobs.get(job_id)
@@ -162,11 +183,30 @@ class JobAllocator:
                 out += self._try(self.jobs[job_id])
         # Opportunistic binds leave the non-guaranteed capacity unchanged: read it once per pass
         # (it walks the whole physical cluster).
+        # Likewise the GPUs the waiting opportunistic jobs ask for, per VC: counted once per pass
+        # and kept up to date as jobs leave the queue (only the job tried can leave it here: an
+        # opportunistic job preempts nobody), not once per job (quadratic in the queue).
         capacity = self._capacity_reader()
+        demand = self._waiting_demand()
         for job_id in opportunistic:
             if job_id in self.waiting:
-                out += self._try(self.jobs[job_id], capacity)
+                job = self.jobs[job_id]
+                decided = self._try(job, capacity, demand)
+                out += decided
+                if any(isinstance(d, PodPreempted) for d in decided):
+                    demand = self._waiting_demand()  # victims went back to the queue (not expected here)
+                elif job_id not in self.waiting:
+                    demand[job.vc] -= sum(job.pod_sizes)
         return out
+
+    def _waiting_demand(self) -> dict[str, int]:
+        """GPUs the waiting opportunistic jobs ask for, per VC."""
+        demand: dict[str, int] = {}
+        for job_id in self.waiting:
+            job = self.jobs[job_id]
+            if job.priority < 0:
+                demand[job.vc] = demand.get(job.vc, 0) + sum(job.pod_sizes)
+        return demand
 
     def _opportunistic_usage(self) -> dict[str, int]:
         usage: dict[str, int] = {}
@@ -180,14 +220,14 @@ class JobAllocator:
         """The opportunistic capacity, read from the scheduler at most once (a full walk)."""
         return functools.cache(lambda: _gpus_not_guaranteed(self.scheduler.physical_cluster()))
 
-    def _over_fair_share(self, job: TrainingJob, capacity: Callable[[], int]) -> str | None:
-        """Why an opportunistic job must wait for other VCs' fair shares, or None."""
+    def _over_fair_share(self, job: TrainingJob, capacity: Callable[[], int], demand: dict[str, int] | None = None) -> str | None:
+        """Why an opportunistic job must wait for other VCs' fair shares, or None. ``demand``:
+        the waiting opportunistic jobs' GPUs per VC (`_waiting_demand`), if the caller keeps it."""
         usage = self._opportunistic_usage()
-        waiting: dict[str, int] = {}
-        for job_id in self.waiting:
-            other = self.jobs[job_id]
-            if other.priority < 0 and job_id != job.job_id:
-                waiting[other.vc] = waiting.get(other.vc, 0) + sum(other.pod_sizes)
+        waiting = dict(demand if demand is not None else self._waiting_demand())
+        if job.job_id in self.waiting:  # the other jobs' demand
+            waiting[job.vc] -= sum(job.pod_sizes)
+        waiting = {vc: n for vc, n in waiting.items() if n > 0}
         starved = [vc for vc in waiting if vc != job.vc]
         if not starved:
             return None  # nobody else waits: using idle cells harms no one
@@ -212,6 +252,7 @@ class JobAllocator:
         self.ended.add(job_id)
         self.suspended.discard(job_id)
         self.waiting.pop(job_id, None)
+        self.told_on_log.pop(job_id, None)
         self._drop_reservation(job_id)
         released = self._release(job_id)
         return [*released, *self.retry_waiting()] if released else []
@@ -272,10 +313,14 @@ class JobAllocator:
             self.waiting.pop(job_id, None)
 
     def forget(self, job_id: str, pod_name: str) -> None:
-        """A recorded release or preemption of one pod (crash recovery)."""
+        """A recorded release or preemption of one pod (crash recovery). A job of this
+        allocator that neither ended nor was suspended is back in the queue (preempted: it waits
+        to resume, HiveD §3.3), as `_preempt` put it live."""
         pod, _ = self.placed.get(job_id, {}).pop(pod_name, (None, None))
         if pod is not None:
             self.scheduler.delete_allocated_pod(pod)
+        if job_id in self.jobs and job_id not in self.ended and job_id not in self.suspended and not self.fully_placed(job_id):
+            self.waiting.setdefault(job_id, None)
 
     def reconfigure(self, scheduler: api.CellScheduler) -> list[Decision]:
         """Move to a scheduler built from a new configuration, keeping every placement (HiveD's
@@ -300,15 +345,12 @@ class JobAllocator:
             self.scheduler.delete_allocated_pod(pod)
         return [PodReleased(job_id, pod, info.node) for pod, info in pods.values()]
 
-    def _try(self, job: TrainingJob, capacity: Callable[[], int] | None = None) -> list[Decision]:
+    def _try(self, job: TrainingJob, capacity: Callable[[], int] | None = None, demand: dict[str, int] | None = None) -> list[Decision]:
         out: list[Decision] = []
-        placed = self.placed.setdefault(job.job_id, {})
-        held = self._over_fair_share(job, capacity or self._capacity_reader()) if job.priority < 0 and not placed else None
+        placed = self.placed.get(job.job_id, {})  # entered in `placed` at its first bound pod
+        held = self._over_fair_share(job, capacity or self._capacity_reader(), demand) if job.priority < 0 and not placed else None
         if held is not None:
-            if self.waiting.get(job.job_id) != held:
-                self.waiting[job.job_id] = held
-                out.append(JobWaiting(job.job_id, held))
-            return out
+            return self._tell(job.job_id, held)
         for pod in job.pods():
             if pod.name in placed:
                 continue
@@ -320,6 +362,7 @@ class JobAllocator:
             match result:
                 case api.Bind():
                     self.scheduler.add_allocated_pod(pod, result.bind_info)
+                    placed = self.placed.setdefault(job.job_id, placed)
                     placed[pod.name] = (pod, result.bind_info)
                     out.append(PodBound(job.job_id, pod, result))
                 case api.UserError():
@@ -328,13 +371,19 @@ class JobAllocator:
                     out += self._release(job.job_id)
                     return [*out, JobRefused(job.job_id, result.message)]
                 case api.Wait() | api.Preempt():
-                    reason = result.reason or "waiting for cells"
-                    if self.waiting.get(job.job_id) != reason:  # say it again only when it changes
-                        self.waiting[job.job_id] = reason
-                        out.append(JobWaiting(job.job_id, reason))
-                    return out
+                    return [*out, *self._tell(job.job_id, result.reason or "waiting for cells")]
         self.waiting.pop(job.job_id, None)
         return out
+
+    def _tell(self, job_id: str, reason: str) -> list[Decision]:
+        """Why the job waits, decided only when its substance changed (module docstring)."""
+        last = self.waiting.get(job_id)
+        if last is None:
+            last = self.told_on_log.get(job_id, "")
+        self.waiting[job_id] = reason
+        if reason_substance(clip_reason(last)) == reason_substance(clip_reason(reason)):
+            return []
+        return [JobWaiting(job_id, reason)]
 
     def _preempt(self, preempt: api.Preempt, *, by: str) -> list[Decision]:
         victims = sorted({name.rsplit("/", 1)[0] for name in preempt.victims})

@@ -9,7 +9,8 @@ makes one call, and encodes what it decided:
   `Placement` record, the `ExecutorCommand` (start with the SM share and xCUDA quota, stop,
   evict; an eviction SysMonitor commands itself has none, see `eviction`) and the job's
   `JobLifecycleEvent` (placed, preempted, evicted); ids derived from the decision's id;
-- `waiting_event`: a job's "why not placed" as a WAITING lifecycle event;
+- `waiting_event`: a job's "why not placed" as a WAITING lifecycle event (only when its
+  substance changes; the matcher's own WAITING events folded back say what each job was told);
 - predictor model versions are decoded (analytic parameters or MLP weights) only when the
   scheduler keeps them (a newer version for the GPU type).
 
@@ -202,7 +203,10 @@ class MatcherCore:
         self.scheduler.on_report(RunReport(r.job_id, r.node_id, r.command_id, r.state, r.gpu_ids, r.occurred_at, r.iterations_done))
 
     def on_lifecycle(self, change: JobLifecycleEvent, *, live: bool) -> list[Event]:
-        """The job controller's cancelled / suspended / resumed (other states are not the matcher's)."""
+        """The job controller's cancelled / suspended / resumed; every step tells the scheduler
+        what the log last told the job (`Scheduler.heard`: a waiting reason this service published)."""
+        told = change.state is JobState.WAITING and change.source.split("/")[0] == self.source.split("/")[0]
+        self.scheduler.heard(change.job_id, change.reason if told else None)
         if change.state not in CONTROL:
             return []
         control = JobControlled(change.event_id, change.job_id, CONTROL[change.state], change.occurred_at, change.reason)

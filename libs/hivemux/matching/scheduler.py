@@ -12,7 +12,12 @@ One round (`round`): the view's candidates and jobs (`cluster_view.round_inputs`
 (`plan.plan_matching`, or `plan.plan_fcfs` for the FCFS policy), then the decisions in
 publication order: running jobs stopped without a new GPU, running jobs moved (stopped on
 their old GPU first), placements, and the waiting explanations. A job is told why it waits
-only when the reason changes (one lifecycle event per new reason, not one per round).
+only when the reason's substance changes (`events.base.reason_substance`: not when only its
+numbers move, such as the plan's total or the best GPU's predicted throughput), so the log
+grows with changes, not with rounds x queue length (issue 16 item 6). What a job was last told
+is `told` (``""`` once it was placed or controlled: the next wait is news); for a job this
+incarnation has not told, the waiting reason on the log counts (`heard`, folded from
+``jobs.lifecycle``), so a restarted or standby matcher does not tell it again.
 Evictions follow health transitions (`eviction`), outside rounds.
 
 A decision made here is folded in at once (a placed job is running, a stopped one is not);
@@ -31,6 +36,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from hivemux.events import ReportState, derived_id
+from hivemux.events.base import clip_reason, reason_substance
 from hivemux.prediction.features import SpeedModel
 
 from .bipartite_graph import OnlineGpu
@@ -56,7 +62,8 @@ class Scheduler:
         self.models: dict[str, SpeedModel] = {}  # per GPU type: the newest version
         self.rounds = 0
         self.next_round_at: datetime | None = None
-        self.told: dict[str, str] = {}  # job id -> the last "why not placed" published
+        self.told: dict[str, str] = {}  # job id -> the last "why not placed" published ("": none since placed or controlled)
+        self.told_on_log: dict[str, str] = {}  # job id -> its latest waiting reason on the log (`heard`)
         self.reports = ReportClock()  # when each placement's executor last reported (`expiry`)
         self._expiry_due: datetime | None = None
 
@@ -94,8 +101,16 @@ class Scheduler:
         elif command.action != "resume":
             self.view.running.pop(command.job_id, None)
         self.view.control(command)
-        self.told.pop(command.job_id, None)
+        self.told[command.job_id] = ""
         return Decisions((stop,)) if stop is not None else Decisions()
+
+    def heard(self, job_id: str, waiting_reason: str | None) -> None:
+        """The job's latest lifecycle step on the log: a waiting reason the matcher published,
+        or any other step (None)."""
+        if waiting_reason is None:
+            self.told_on_log.pop(job_id, None)
+        else:
+            self.told_on_log[job_id] = waiting_reason
 
     def on_health(self, change: HealthChange, *, live: bool) -> Decisions:
         self.view.health[change.gpu_id] = change.state
@@ -152,10 +167,14 @@ class Scheduler:
         changes += [self._stop(p.job_id, p.reason, at, moved_to=p.gpu_id) for p in plan.placements if p.moved_from is not None]
         changes += [self._place(p, gpus[p.gpu_id], at) for p in plan.placements]
         for refusal in plan.not_placed:
-            if self.told.get(refusal.job_id) != refusal.reason:  # say it again only when it changes
-                self.told[refusal.job_id] = refusal.reason
+            if self._news(refusal.job_id, refusal.reason):  # say it again only when its substance changes
                 changes.append(Waiting(derived_id("waiting", refusal.job_id, at.isoformat()), at, refusal.job_id, refusal.reason))
         return Decisions(tuple(changes), plan.total_weight)
+
+    def _news(self, job_id: str, reason: str) -> bool:
+        last = self.told[job_id] if job_id in self.told else self.told_on_log.get(job_id, "")
+        self.told[job_id] = reason
+        return reason_substance(clip_reason(last)) != reason_substance(clip_reason(reason))
 
     def _stop(self, job_id: str, reason: str, at: datetime, *, moved_to: str | None, cause: str | None = None) -> PlacementChange:
         """Take a running job off its GPU: to move it (hysteresis passed) or to give the GPU
@@ -182,6 +201,7 @@ class Scheduler:
         _, submission = self.view.submissions[planned.job_id]
         model = self.models.get(gpu.gpu_type)
         decision = derived_id("place", planned.job_id, planned.gpu_id, at.isoformat())
+        self.told[planned.job_id] = ""  # placed: a later wait is news
         self.view.running[planned.job_id] = PlacementRecord(
             decision, "place", planned.job_id, planned.gpu_id, planned.node_id, planned.sm_share, self.placement, at
         )

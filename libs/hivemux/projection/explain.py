@@ -6,7 +6,12 @@ and passes them in as plain data; this module returns a JSON-ready structure and
 A job's explanation:
 
 - ``verdict``: one line answering the question (running where, or why not);
-- ``waiting``: its waiting reasons, deduplicated: each with how often, first and last time;
+- ``waiting``: its waiting reasons, deduplicated by substance (`events.base.reason_substance`:
+  the same words with other numbers are one reason, shown in its latest wording): each with how
+  often it was told, first and last time. Since issue 16 the deciders tell a waiting job again
+  only when the substance changes, so a count above 1 means the job went back to that reason
+  after another (A, B, A), and "last" is when it was last told, not when it last held: a
+  reason the job still waits for holds from its "last" time until now;
 - ``queue``: while it waits, its position among the waiting jobs of its VC and kind (`QUEUED_STATES`,
   ranked by `queue_key`: guaranteed before opportunistic, higher HiveD priority value first,
   then earlier submission), the jobs ahead of it and what it waits for (the latest waiting reason);
@@ -28,6 +33,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
+
+from ..events.base import reason_substance
 
 # Job states in which a job waits in its VC's queue (to be placed, bound or resumed).
 QUEUED_STATES: tuple[str, ...] = ("submitted", "waiting", "preempted", "evicted")
@@ -86,11 +93,13 @@ def preemptor(reason: str) -> str | None:
 
 
 def dedup_waiting(events: Iterable[EventLike]) -> list[dict[str, Any]]:
-    """Waiting reasons with how often each was given and when first and last, by first time."""
+    """Waiting reasons by substance with how often each was given and when first and last, by
+    first time; each shown in its latest wording."""
     seen: dict[str, dict[str, Any]] = {}
     for e in events:
         if e.kind == "lifecycle" and e.what == "waiting":
-            entry = seen.setdefault(e.reason, {"reason": e.reason, "count": 0, "first": _iso(e.occurred_at)})
+            entry = seen.setdefault(reason_substance(e.reason), {"reason": e.reason, "count": 0, "first": _iso(e.occurred_at)})
+            entry["reason"] = e.reason
             entry["count"] += 1
             entry["last"] = _iso(e.occurred_at)
     return list(seen.values())

@@ -150,3 +150,14 @@ def test_examples_exist() -> None:
 def test_example_job_files_parse(path: Path) -> None:
     jobs = parse_jobs(path, at=AT)
     assert jobs and all(isinstance(j, JobSubmission) for j in jobs)
+
+
+def test_duplicates_in_a_large_file_are_each_named_once(tmp_path: Path) -> None:
+    """The duplicate check counts ids once (linear: a 20,000-job file parses in about a second,
+    `benchmarks/lifecycle.py`; the pairwise check it replaced took minutes)."""
+    items = [{"job_id": f"j-{i % 4998}", "vc": "vc-a", "kind": "offline", "workload": {"model": "vgg16", "batch_size": 8, "iterations": 1}}
+             for i in range(5000)]  # fmt: skip
+    path = write(tmp_path, json.dumps({"jobs": items}), "jobs.json")
+    with pytest.raises(JobFileError) as error:
+        parse_jobs(path, at=AT)
+    assert str(error.value).endswith("duplicate job ids j-0, j-1")

@@ -49,6 +49,18 @@ def test_a_waiting_job_dedups_reasons_and_knows_its_place_in_the_queue() -> None
     assert "3x" in render_job(x) and "ahead: w0, w1" in render_job(x)
 
 
+def test_waiting_reasons_that_differ_only_in_numbers_are_one_reason_in_its_latest_wording() -> None:
+    me = job("w1", "waiting", submitted=1, reason="no feasible GPU among 4: too little free memory on 4 (e.g. g: 5000 > free 4100 MiB)")
+    events = [ev(2, "lifecycle", "waiting", "no feasible GPU among 3: too little free memory on 3 (e.g. g: 5000 > free 4300 MiB)"),
+              ev(3, "lifecycle", "waiting", "VC quota used"),
+              ev(4, "lifecycle", "waiting", me.last_reason)]  # fmt: skip
+    x = explain_job(me, events, [me])
+    assert x["waiting"] == [
+        {"reason": me.last_reason, "count": 2, "first": at(2).isoformat(), "last": at(4).isoformat()},
+        {"reason": "VC quota used", "count": 1, "first": at(3).isoformat(), "last": at(3).isoformat()},
+    ]
+
+
 def test_a_placed_offline_job_shows_throughput_sm_share_and_neighbour() -> None:
     me = job("o1", "placed", kind="offline", placement=PLACE)
     x = explain_job(me, [ev(1, "lifecycle", "waiting", "no GPU fits"), ev(2, "placement", "place", "best pair", **PLACE)])
