@@ -211,8 +211,9 @@ def supervise(children: list[Child], infra: EmbeddedInfra, options: UpOptions) -
     return Supervisor(units, options.restart_policy, state_path=options.workdir / "supervisor.json")
 
 
-def _wait(duration: float | None, supervisor: Supervisor) -> None:
-    """Until the duration passes or a signal arrives, starting again what dies (`CrashLoop` ends it)."""
+def supervise_until_stopped(duration: float | None, supervisor: Supervisor) -> None:
+    """Until the duration passes or SIGINT/SIGTERM arrives, starting again what dies; a crash
+    loop ends it with a `click.ClickException` (exit code 1) saying which process and why."""
     stop = {"now": False}
 
     def request_stop(*_: object) -> None:
@@ -222,6 +223,8 @@ def _wait(duration: float | None, supervisor: Supervisor) -> None:
     try:
         deadline = None if duration is None else time.monotonic() + duration
         supervisor.run(lambda: stop["now"] or (deadline is not None and time.monotonic() >= deadline))
+    except CrashLoop as error:
+        raise click.ClickException(f"stopping: {error}") from error
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -250,10 +253,7 @@ def run_up(options: UpOptions) -> dict[str, Any]:
             print(f"{len(children)} services ready; logs in {options.workdir / 'logs'}", flush=True)
             count = asyncio.run(submit_jobs(endpoints.bootstrap_servers, options.jobs_path or demo_jobs_path()))
             print(f"submitted {count} jobs; running{'' if options.duration is None else f' for {options.duration:.0f} s'}", flush=True)
-            try:
-                _wait(options.duration, supervisor)
-            except CrashLoop as error:
-                raise click.ClickException(f"stopping: {error}") from error
+            supervise_until_stopped(options.duration, supervisor)
             summary = asyncio.run(collect_summary(endpoints.bootstrap_servers))
         finally:
             stop_services(children)

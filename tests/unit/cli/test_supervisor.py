@@ -9,9 +9,11 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import pytest
 
 from hivemux.cli.supervisor import Backoff, CrashLoop, RestartPolicy, Supervisor, describe_exit
+from hivemux.cli.up import supervise_until_stopped
 
 
 def test_backoff_doubles_up_to_the_cap_and_a_healthy_run_resets_it() -> None:
@@ -122,3 +124,19 @@ def test_a_unit_that_cannot_start_again_is_retried_with_backoff() -> None:
             supervisor.poll()
             time.sleep(0.01)
     assert any("could not be started again: OSError: port taken" in line for line in said)
+
+
+def test_up_stops_at_its_duration_or_on_a_crash_loop_with_exit_code_1() -> None:
+    steady = Command("steady", "import time; time.sleep(60)")
+    try:
+        started = time.monotonic()
+        supervise_until_stopped(0.5, Supervisor([steady], say=lambda _: None))
+        assert 0.5 <= time.monotonic() - started < 5 and steady.starts == 1
+    finally:
+        steady.process.kill()
+        steady.process.wait()
+    looping = Command("looping", "raise SystemExit(7)")
+    policy = RestartPolicy(first_delay_s=0.01, max_delay_s=0.02, crash_loop_exits=3)
+    with pytest.raises(click.ClickException) as raised:
+        supervise_until_stopped(None, Supervisor([looping], policy, say=lambda _: None))
+    assert raised.value.exit_code == 1 and raised.value.message.startswith("stopping: looping exited with code 7")
