@@ -22,7 +22,7 @@
 
 A whole day takes long to synthesize and record (the services run live once), so `make
 bench` records `--hours 1` and states the day figure extrapolated from it, labelled so;
-`--hours 24` measures the day (about 11 M telemetry records: memory ~ 20 GB).
+`--hours 24` measures the day (about 11 M telemetry records; ~1.1 GB of memory per hour recorded).
 
 Run: `python benchmarks/audit.py [--hours H] [--no-broker]`; target: day replay seconds <= 600.
 """
