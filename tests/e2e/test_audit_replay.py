@@ -28,7 +28,8 @@ from hivemux.events import ConsumptionJournal, Placement
 from hivemux.infra import InfraSettings, embedded_infra
 from hivemux.topics import AUDIT_JOURNAL, GPU_HEALTH, PLACEMENTS
 
-pytestmark = pytest.mark.e2e
+# About a minute and a half on an idle machine; a recording on a loaded one takes several.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 DECIDING = ("cell-allocator", "matcher", "health-processor", "predictor")
 # Short event-time pacing (as the other e2e modules) plus a predictor that retrains on a few
 # observations with a small model, so every deciding service decides within seconds; the
@@ -93,7 +94,7 @@ def _submit(env: dict[str, str], path: Path) -> None:
 
 
 def replay(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*HIVEMUX, "audit", "replay", *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*HIVEMUX, "audit", "replay", *args], env=env, capture_output=True, text=True, timeout=180)
 
 
 @pytest.fixture(scope="module")
@@ -117,17 +118,16 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
                 jobs.write_text(_jobs(f"{round_}a"))
                 _, before = _decided(bootstrap, name)
                 _submit(env, jobs)
-                _until(lambda name=name, before=before: _decided(bootstrap, name)[1] > before, 60, f"{name} decides again")
+                _until(lambda name=name, before=before: _decided(bootstrap, name)[1] > before, 90, f"{name} decides again")
                 victim = next(c for c in children if c.name == name)
                 victim.process.send_signal(signal.SIGKILL)  # right after a decision, mid-stream
                 victim.process.wait(timeout=10)
                 killed.append(f"{name}: {victim.process.returncode}")
-                restarted = start_services(UpOptions(workdir=workdir / f"restart-{name}", services=(name,)), env)
-                children[children.index(victim)] = restarted[0]
-                wait_ready(restarted, timeout_s=60)
+                victim.restart()  # same command, environment (instance 0), port and log
+                wait_ready([victim], timeout_s=90)
                 jobs.write_text(_jobs(f"{round_}b"))
                 _submit(env, jobs)
-                _until(lambda name=name: _decided(bootstrap, name) >= (2, 1), 60, f"{name} restarted decides")
+                _until(lambda name=name: _decided(bootstrap, name) >= (2, 1), 90, f"{name} restarted decides")
             assert all(c.process.poll() is None for c in children), [(c.name, c.log_tail()) for c in children if c.process.poll() is not None]
             # The replay reads the journals, then the decisions: a service still deciding in
             # between would leave decisions whose journal it did not read. Audit a quiet log.
