@@ -39,6 +39,9 @@ def test_up_runs_everything_and_writes_the_summary(tmp_path: Path) -> None:
     deadline = time.monotonic() + 180
     while not state_path.exists() and up.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
+    if not state_path.exists():  # it did not get its services ready
+        up.kill()
+        pytest.fail("hivemux up did not start supervising:\n" + "\n".join(up.communicate()))
     state = json.loads(state_path.read_text())
     time.sleep(2)
     for unit in ("projector", "postgres"):
