@@ -7,7 +7,8 @@ item 5), on the embedded broker with the executor as a real process:
   places on the GPUs again; restarted, the executor evicts the old runs and runs the new ones;
 - process backend: the workload processes outlive the agent; the restarted agent re-adopts
   the live one (and can still evict it), reports the one that finished while it was away
-  completed and the one that died evicted, and the GPU takes a new job.
+  completed, the one that died evicted, ends a process no command on the log explains
+  (reported evicted), and the GPU takes a new job.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from hivemux.bus import Publisher
+from hivemux.executor import adoption
 from hivemux.events import (
     CommandAction,
     Event,
@@ -280,6 +282,10 @@ async def test_a_killed_process_agent_re_adopts_live_processes_and_reports_the_o
             os.killpg(pids["dies"], signal.SIGKILL)  # one dies while the agent is away
             (tmp_path / "work" / node / "finishes" / FINISH_FLAG).touch()  # one finishes while it is away
             await eventually(lambda: _gone(pids["finishes"]), 10)
+            ghost_root = tmp_path / "work" / node / "ghost"  # a process no command on the log explains
+            ghost_root.mkdir()
+            ghost = subprocess.Popen(SLEEPER, start_new_session=True)
+            adoption.record(ghost_root, pid=ghost.pid, launches=1, command=start(node, "ghost", 3, SLEEPER))
             executor.start()
 
             readopted = await eventually(lambda: one("live", ReportState.RUNNING, "readopted"), 60)
@@ -288,9 +294,12 @@ async def test_a_killed_process_agent_re_adopts_live_processes_and_reports_the_o
             assert "gone" in gone.detail
             done = await eventually(lambda: one("finishes", ReportState.COMPLETED, "recovered"), 30)
             assert done.command_id == str(finishes.event_id)
+            orphan = await eventually(lambda: one("ghost", ReportState.EVICTED, "orphan_ended"), 30)
+            assert "without its start on the log" in orphan.detail and ghost.wait(10) is not None
             lifecycle = await events(bootstrap, JOBS_LIFECYCLE, lambda e: isinstance(e, JobLifecycleEvent)
                                      and e.node_id == node and e.state in (JobState.EVICTED, JobState.COMPLETED))  # fmt: skip
-            assert {(e.job_id, e.state) for e in lifecycle} == {("dies", JobState.EVICTED), ("finishes", JobState.COMPLETED)}
+            assert {(e.job_id, e.state) for e in lifecycle} == {
+                ("dies", JobState.EVICTED), ("finishes", JobState.COMPLETED), ("ghost", JobState.EVICTED)}
 
             # the agent is in control of the adopted process: it evicts it; the freed GPU takes a new job
             await publisher.publish(ExecutorCommand(occurred_at=now(), source="matcher/test", node_id=node,

@@ -176,12 +176,28 @@ class ProcessNode:
                 left[job_id] = found  # another start's process: ended below
             out += self._gone(command, run.last.occurred_at)
         for name, found in sorted(left.items()):
-            if not found.alive:
-                continue
-            exit_ = await adoption.Adopted(found.pid, found.start, finished=lambda: False).terminate(self.config.grace_s)
-            log.warning("node %s: ended process %d of %s, which the log does not explain (%s)", node, found.pid, name,
-                        exit_.describe())
+            if found.alive:
+                out += await self._end_orphan(name, found, ledger)
         return out
+
+    async def _end_orphan(self, name: str, found: adoption.Found, ledger: Ledger) -> list[Event]:
+        """End a live process no run in progress explains. Its start on the log either ended (the
+        log has its final state) or was never reported (it is re-delivered and starts afresh):
+        nothing to report. A start the log does not have at all is reported evicted."""
+        exit_ = await adoption.Adopted(found.pid, found.start, finished=lambda: False).terminate(self.config.grace_s)
+        command = found.command
+        log.warning("node %s: ended process %d of %s, which no run on the log explains (%s)", self.config.node_id,
+                    found.pid, name, exit_.describe())
+        if command is None or command.workload is None or ledger.knows(command) or command.node_id != self.config.node_id:
+            return []
+        w = self._workload(command)
+        w.close_files()
+        cause = derived_id("orphan", command.event_id, found.pid, found.start)
+        reason = f"process {found.pid} of {w.job_id} ran on {self.config.node_id} without its start on the log: ended"
+        now = self.at()
+        return [self.reporter.report(w, cause, ReportState.EVICTED, now, step="orphan_ended", detail=f"{reason}; {exit_.describe()}",
+                                     exit_=exit_),
+                self.reporter.lifecycle(w, cause, JobState.EVICTED, now, reason)]
 
     def _workload(self, command: ExecutorCommand) -> Workload:
         assert command.workload is not None

@@ -87,6 +87,11 @@ class Ledger:
         if known is None or report.occurred_at >= known.occurred_at:
             self.last[cid] = report
 
+    def knows(self, command: ExecutorCommand) -> bool:
+        """Whether ``command`` is on the log (a start or an end this ledger folded)."""
+        starts = self.starts.get((command.node_id, command.job_id), ())
+        return any(s.event_id == command.event_id for s in starts) or str(command.event_id) in self.ends
+
     def runs(self, nodes: Callable[[str], bool] = lambda _: True) -> list[Run]:
         """The runs in progress on the nodes ``nodes`` accepts, by (node, job)."""
         out = []

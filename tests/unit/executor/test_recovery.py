@@ -49,6 +49,7 @@ def test_the_runs_in_progress_are_the_handled_starts_not_over_on_the_log() -> No
     assert [(r.node_id, r.job_id, r.last.iterations_done) for r in runs] == [("node-01", "a", 40), ("node-01", "c", 5)]
     assert ledger.partitions == {"node-01": 3, "node-02": 5}
     assert ledger.runs(lambda n: n == "node-02") == []
+    assert ledger.knows(d) and ledger.knows(evict_b) and not ledger.knows(start("ghost"))
 
 
 def test_a_start_after_a_reported_stop_is_a_run_again() -> None:
