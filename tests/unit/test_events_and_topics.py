@@ -139,7 +139,7 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
         node_ids=("node-02",), gpu_ids=("node-02/gpu-0",), reason="bound", inputs={"pods": 1, "vc": "vc-a"},
     ),
     CellConfig: lambda: CellConfig(
-        **ENVELOPE, version=3, config={"physicalCluster": {"cellTypes": {}, "physicalCells": []}, "virtualClusters": {}},
+        **ENVELOPE, version=3, config={"physicalCluster": {"cellTypes": {}, "physicalCells": []}, "virtualClusters": {"vc-a": {}}},
     ),
     Placement: lambda: Placement(
         **ENVELOPE, job_id="off-1", action="place", gpu_id="node-00/gpu-0", node_id="node-00", sm_share=60.0,

@@ -30,7 +30,7 @@ def decode_key(raw: bytes | None) -> str | None:
         return None
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: a key nested too deep
         return raw.decode(errors="replace")
     return value if isinstance(value, str) else json.dumps(value)
 

@@ -322,6 +322,8 @@ def parse_config(raw: Mapping[str, Any]) -> HivedConfig:
                         f"pinnedCellId {c.pinned_cell_id} locates two physical cells: {pinned[c.pinned_cell_id].address} and {c.address}"
                     )
                 pinned[c.pinned_cell_id] = c
+    if not physical:  # a configuration without cells would silently drop every VC and job (issue 16)
+        raise CellTreeMismatchError("physicalCluster.physicalCells declares no cell")
     chains = tuple(dict.fromkeys(c.chain for c in physical))
     vcs: dict[str, VirtualClusterConfig] = {}
     owner: dict[str, str] = {}

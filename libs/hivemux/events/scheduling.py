@@ -82,6 +82,15 @@ class CellConfig(Event):
     version: int = Field(ge=1, le=MAX_VERSION, description="Increases with every change; older versions are ignored")
     config: dict[Label, Any] = Field(max_length=64, description="HiveD's top-level sections")
 
+    @model_validator(mode="after")
+    def _names_cells_and_vcs(self) -> "CellConfig":
+        # A version without cells or VCs would replace the cluster by nothing: every job of a
+        # VC it lacks is rejected (issue 16: a schema-valid record must not do that).
+        for section in ("physicalCluster", "virtualClusters"):
+            if not isinstance(self.config.get(section), dict) or not self.config[section]:
+                raise ValueError(f"config.{section} must be a non-empty mapping")
+        return self
+
 
 class Placement(Event):
     """The matcher's decision for one offline job: share a GPU, or be evicted from one."""

@@ -151,6 +151,8 @@ class GpuTelemetryBatch(Event):
             for name, column in zip(_PER_GPU_COLUMNS, columns, strict=True):
                 if column is not None and len(column) != n:
                     raise ValueError(f"column {name} holds {len(column)} entries for {n} GPUs (gpu_util holds {n})")
+        if self.nodes is None and n > MAX_GPUS_PER_NODE:
+            raise ValueError(f"{n} GPUs on node {self.node_id}: more than the {MAX_GPUS_PER_NODE} a node has")
         if self.nodes is not None or self.node_gpus is not None:
             if self.nodes is None or self.node_gpus is None:
                 raise ValueError("nodes and node_gpus come together")

@@ -185,4 +185,5 @@ def test_a_cell_configuration_gives_each_vc_its_guaranteed_gpus() -> None:
 
     raw = yaml.safe_load((Path(__file__).resolve().parents[3] / "libs/hivemux/cells/demo_cluster.yaml").read_text())
     assert project(CellConfig(**BASE, version=3, config=raw), POS) == (VcQuotasChanged(3, {"vc-a": 8, "vc-b": 0}, AT),)
-    assert project(CellConfig(**BASE, version=4, config={"virtualClusters": {}}), POS) == ()  # refused by the allocator too
+    # refused by the allocator too (and now at decode: built unchecked, as a record from before that)
+    assert project(CellConfig.model_construct(**BASE, version=4, config={"virtualClusters": {}}), POS) == ()
