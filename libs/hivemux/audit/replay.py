@@ -61,7 +61,7 @@ class Step:
     service: str
     source: str
     incarnation: UUID
-    ordinal: int  # the incarnation's place among all replayed incarnations
+    started: float  # when the incarnation opened its journal (orders divergences across services)
     journal: ConsumptionJournal
     recomputed: list[Decision]
     final: bool  # among the incarnation's last records, one per consumer loop that may have been in flight
@@ -74,7 +74,7 @@ class Divergence:
     recorded: str | None
     recomputed: str | None
     inputs: tuple[str, ...] = ()
-    order: tuple[int, int, int] = (0, 0, 0)
+    order: tuple[float, int, int] = (0.0, 0, 0)  # (incarnation start, journal seq, decision)
 
 
 @dataclass
@@ -105,6 +105,18 @@ class AuditReport:
     @property
     def first(self) -> Divergence | None:
         return self.divergences[0] if self.divergences else None
+
+    def merge(self, other: "AuditReport") -> None:
+        """Add another report's findings (services replayed in other processes)."""
+        self.decisions += other.decisions
+        for name, tally in other.tallies.items():
+            mine = self.tallies[name]
+            mine.incarnations += tally.incarnations
+            mine.inputs += tally.inputs
+            mine.decisions += tally.decisions
+        self.lost_at_stop += other.lost_at_stop
+        self.divergent += other.divergent
+        self.divergences = sorted(self.divergences + other.divergences, key=lambda d: d.order)[:MAX_KEPT]
 
 
 def apply_overrides(configuration: dict[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
@@ -167,16 +179,16 @@ class Auditor:
             key=lambda item: (item[2][0].occurred_at, str(item[1])),
         )
         steps: list[Step] = []
-        for ordinal, (service, incarnation, records) in enumerate(incarnations):
-            steps += await self._replay(ordinal, service, incarnation, records)
+        for service, incarnation, records in incarnations:
+            steps += await self._replay(records[0].occurred_at.timestamp(), service, incarnation, records)
         await self._compare(steps, journals)
         return self.report
 
     # -- recomputing ----------------------------------------------------------------------
-    async def _replay(self, ordinal: int, name: str, incarnation: UUID, records: list[ConsumptionJournal]) -> list[Step]:
+    async def _replay(self, started: float, name: str, incarnation: UUID, records: list[ConsumptionJournal]) -> list[Step]:
         where = f"{records[0].source} incarnation {incarnation}"
         if [r.seq for r in records] != list(range(len(records))) or records[0].configuration is None:
-            self.report.diverged(Divergence("journal gap", where, _seqs(records), None, order=(ordinal, 0, 0)))
+            self.report.diverged(Divergence("journal gap", where, _seqs(records), None, order=(started, 0, 0)))
             return []
         configuration = apply_overrides(records[0].configuration, self.overrides.get(name, {}))
         service = self.rebuilders[name](configuration)
@@ -204,14 +216,14 @@ class Auditor:
                 if len(inputs) != entry.last - entry.first + 1:
                     position = f"{entry.topic}[{entry.partition}]@{entry.first}..{entry.last}"
                     found = f"{len(inputs)} of {entry.last - entry.first + 1} records on the log"
-                    self.report.diverged(Divergence("input missing", f"{where} seq {journal.seq}", position, found, order=(ordinal, journal.seq, 0)))
+                    self.report.diverged(Divergence("input missing", f"{where} seq {journal.seq}", position, found, order=(started, journal.seq, 0)))
                     return steps  # the state from here on is unknown
                 for record in inputs:
                     tally.inputs += 1
                     outputs = await handle_record(name, topic, handler, dedupe, record, seen[entry.loop], keep_dead_letter, replaying=entry.replaying)  # type: ignore[arg-type]
                     recomputed += [Decision(event, record) for event in outputs or ()]
             final = journal.seq >= len(records) - IN_FLIGHT
-            steps.append(Step(name, journal.source, incarnation, ordinal, journal, recomputed, final))
+            steps.append(Step(name, journal.source, incarnation, started, journal, recomputed, final))
         return steps
 
     # -- comparing ------------------------------------------------------------------------
@@ -239,7 +251,7 @@ class Auditor:
         where = f"{step.source} incarnation {step.incarnation} journal seq {step.journal.seq}"
         emitted = list(step.journal.emitted)
         for index in range(max(len(emitted), len(step.recomputed))):
-            order = (step.ordinal, step.journal.seq, index)
+            order = (step.started, step.journal.seq, index)
             decision = step.recomputed[index] if index < len(step.recomputed) else None
             expected = emitted[index] if index < len(emitted) else None
             if decision is not None and not self._in_window(decision.event):
@@ -279,7 +291,7 @@ class Auditor:
                 if (record.topic not in self.owns and not named) or not self._in_window_fields(fields):
                     continue
                 where = f"{record.topic}[{record.partition}]@{record.offset}"
-                self.report.diverged(Divergence("no decision made it", where, _show(fields), None, order=(1 << 30, record.partition, record.offset)))
+                self.report.diverged(Divergence("no decision made it", where, _show(fields), None, order=(float("inf"), record.partition, record.offset)))
 
     def _in_window(self, event: Event) -> bool:
         return (self.start is None or event.occurred_at >= self.start) and (self.end is None or event.occurred_at <= self.end)

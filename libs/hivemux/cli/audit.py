@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
+import os
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
+from aiokafka.errors import KafkaConnectionError
 
+from ..audit.replay import AuditReport
 from ..settings import BusSettings
-from .bus_io import run_on_bus
 from .services import AUDITED, SERVICES
-
-if TYPE_CHECKING:
-    from ..audit import AuditReport
 
 
 @click.group(name="audit")
@@ -38,10 +39,7 @@ def replay(services: tuple[str, ...], start: datetime | None, end: datetime | No
     only if all are identical; else print the first divergence, recorded and recomputed side by
     side with the inputs that led to it. Each service's state is always rebuilt from the start of
     each of its runs; --from/--to only narrow the decisions compared."""
-    from ..audit import Auditor, BrokerLog
-
     chosen = services or AUDITED
-    rebuilders = {name: importlib.import_module(SERVICES[name]).rebuild for name in chosen}
     changed: dict[str, dict[str, str]] = defaultdict(dict)
     for item in overrides:
         target, sep, value = item.partition("=")
@@ -49,15 +47,20 @@ def replay(services: tuple[str, ...], start: datetime | None, end: datetime | No
         if not sep or not dot or name not in AUDITED:
             raise click.BadParameter(f"{item!r}: expected SERVICE.PATH=VALUE with SERVICE one of {', '.join(AUDITED)}", param_hint="--set")
         changed[name][path] = value
-
-    async def run() -> "AuditReport":
-        async with BrokerLog(BusSettings().kafka_bootstrap_servers) as log:
-            return await Auditor(log, rebuilders, overrides=changed, start=_utc(start), end=_utc(end)).run()
-
-    try:
-        report = run_on_bus(run())
-    except KeyError as error:  # an override naming nothing that was recorded
-        raise click.ClickException(str(error.args[0])) from error
+    servers = BusSettings().kafka_bootstrap_servers
+    jobs = [(name, servers, dict(changed.get(name, {})), _utc(start), _utc(end)) for name in chosen]
+    # The services' replays are independent (each has its own journal and inputs): one process
+    # each, as many at once as there are cores.
+    if len(jobs) == 1:
+        outcomes = [replay_service(*jobs[0])]
+    else:
+        with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+            outcomes = list(pool.map(replay_service, *zip(*jobs, strict=True)))
+    report = AuditReport()
+    for outcome in outcomes:
+        if isinstance(outcome, str):
+            raise click.ClickException(outcome)
+        report.merge(outcome)
     if as_json:
         click.echo(json.dumps(_as_dict(report), indent=2))
     else:
@@ -65,11 +68,29 @@ def replay(services: tuple[str, ...], start: datetime | None, end: datetime | No
     raise SystemExit(0 if report.identical else 1)
 
 
+def replay_service(name: str, servers: str, overrides: dict[str, str], start: datetime | None, end: datetime | None) -> AuditReport | str:
+    """One service's audit (in a worker process): its report, or why it could not run."""
+    from ..audit import Auditor, BrokerLog
+
+    rebuild = importlib.import_module(SERVICES[name]).rebuild
+
+    async def run() -> AuditReport:
+        async with BrokerLog(servers) as log:
+            return await Auditor(log, {name: rebuild}, overrides={name: overrides}, start=start, end=end).run()
+
+    try:
+        return asyncio.run(run())
+    except KafkaConnectionError as error:
+        return f"cannot reach Kafka at {servers} ({error}); set KAFKA_BOOTSTRAP_SERVERS to the address `hivemux up` printed"
+    except KeyError as error:  # an override naming nothing that was recorded
+        return f"{name}: {error.args[0]}"
+
+
 def _utc(at: datetime | None) -> datetime | None:
     return None if at is None else (at if at.tzinfo else at.replace(tzinfo=UTC))
 
 
-def _print(report: "AuditReport") -> None:
+def _print(report: AuditReport) -> None:
     for name, tally in sorted(report.tallies.items()):
         click.echo(f"{name:<18} {tally.incarnations} runs, {tally.inputs} inputs replayed, {tally.decisions} decisions identical")
     for lost in report.lost_at_stop:
@@ -92,7 +113,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def _as_dict(report: "AuditReport") -> dict[str, Any]:
+def _as_dict(report: AuditReport) -> dict[str, Any]:
     return {
         "identical": report.identical,
         "decisions": report.decisions,
