@@ -170,6 +170,31 @@ ABSURD: dict[str, list[tuple[str, Any]]] = {
 }
 
 
+# Values at the edge of what is allowed, per topic: schema-valid, so they may be accepted, but
+# must stop nothing (and the good records after them are still acted on).
+EXTREME: dict[str, list[tuple[str, Any]]] = {
+    "telemetry.gpu": [("gpu_util", [100.0] * 1024), ("temperature_c", [150.0]), ("memory_used_mib", [1e6]), ("xid_errors", [2**40])],
+    "telemetry.node": [("cpu_util", 100.0), ("swap_in_per_s", 1e9), ("memory_used_mib", 1e7)],
+    "gpu.control": [("action", "drain")],
+    "health.state": [("backoff_s", 30 * 86400.0), ("overlimit_entries", [0.0] * 4096), ("state", "Disabled")],
+    "executor.reports": [("iterations_done", 10_000_000), ("state", "completed"), ("normalized_throughput", 100.0)],
+    "executor.commands": [("action", "evict"), ("gpu_ids", [f"hostile/gpu-{i}" for i in range(1024)])],
+    "clock.ticks": [("ticker", "predictor/0"), ("ticker", "health-processor/0")],
+    "cells.config": [("version", 1)],
+    "jobs.submitted": [("kind", "training"), ("pods", 4096), ("workload.iterations", 10_000_000)],
+    "cells.bindings": [("state", "bound"), ("pod_spec", {"garbage": [1, 2, 3]}), ("bind_info", {"garbage": {"x": None}})],
+    "jobs.lifecycle": [("state", "running"), ("state", "completed"), ("gpu_ids", ["node-00/gpu-0"])],
+    "jobs.priorities": [("priority_value", 1000)],
+    "gpu.health": [("to_state", "Unhealthy"), ("evicted_workloads", [f"job-{i}" for i in range(4096)])],
+    "jobs.refusals": [("job_state", "running")],
+    "jobs.commands": [("action", "suspend"), ("action", "resume")],
+    "jobs.profiled": [("iteration_time_ms", 3_600_000.0), ("memory_peak_mib", 16 * 1024 * 1024.0)],
+    "predictor.models": [("kind", "mlp"), ("weights_b64", "AAAA"), ("parameters", {f"p{i}": 1.0 for i in range(4096)})],
+    "placements": [("action", "place"), ("sm_share", 100.0)],
+    "sharing.observations": [("normalized_throughput", 100.0), ("online_slowdown", 100.0)],
+}
+
+
 def key_of(topic: str, event: Event) -> str:
     return by_name(topic).key_of(event)
 
@@ -186,6 +211,11 @@ def with_path(body: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         here = here.setdefault(p, {})
     here[last] = value
     return out
+
+
+def edited(topic: str, kind: str, path: str, value: Any, *, bad: bool) -> "Hostile":
+    event = template(topic)
+    return Hostile(topic, kind, encode_key(key_of(topic, event)), json.dumps(with_path(as_json(event), path, value)).encode(), bad)
 
 
 def nested(depth: int, leaf: Any = 1, *, as_dict: bool = False) -> str:
@@ -235,6 +265,9 @@ def hostile(topic: str, kind: str, draw: Callable[[st.SearchStrategy[Any]], Any]
     if kind == "absurd":
         path, absurd = draw(st.sampled_from(ABSURD[topic]))
         return Hostile(topic, kind, key, json.dumps(with_path(body, path, absurd)).encode(), True)
+    if kind == "extreme":  # schema-valid (or refused by a handler): either way nothing stops
+        path, value = draw(st.sampled_from(EXTREME[topic]))
+        return Hostile(topic, kind, key, json.dumps(with_path(body, path, value)).encode(), False)
     if kind == "deep":
         depth = draw(st.sampled_from([100_000, 300, 3000]))
         where = draw(st.sampled_from(["source", "surprise"]))
@@ -264,7 +297,8 @@ def hostile(topic: str, kind: str, draw: Callable[[st.SearchStrategy[Any]], Any]
     raise AssertionError(kind)
 
 
-KINDS = ("garbage", "wrong_schema", "absurd", "deep", "deep_key", "duplicate", "wrong_key", "dated_2100", "dated_1970", "oversized")
+KINDS = ("garbage", "wrong_schema", "absurd", "deep", "deep_key", "duplicate", "wrong_key", "dated_2100", "dated_1970", "oversized",
+         "extreme")  # fmt: skip
 
 
 # -- the services, in a thread and event loop of their own ----------------------------------------
@@ -410,14 +444,17 @@ def cluster(infra: Endpoints) -> Iterator[Cluster]:
         bootstrap = broker.start().bootstrap_servers
         database = f"hostile_{uid()}"
 
-        async def create() -> str:
-            admin = await asyncpg.connect(infra.postgres_dsn)
+        async def admin(statement: str) -> None:
+            connection = await asyncpg.connect(infra.postgres_dsn)
             try:
-                await admin.execute(f'CREATE DATABASE "{database}"')
+                await connection.execute(statement)
             finally:
-                await admin.close()
+                await connection.close()
+
+        async def create() -> str:
             from urllib.parse import urlsplit
 
+            await admin(f'CREATE DATABASE "{database}"')
             return urlsplit(infra.postgres_dsn)._replace(path=f"/{database}").geturl()
 
         running = None
@@ -436,6 +473,7 @@ def cluster(infra: Endpoints) -> Iterator[Cluster]:
                       f"silently accepted {t.silently_accepted} / valid accepted {t.valid_accepted}; dead letters on the broker "
                       f"{running.letter_count}; by kind {dict(sorted(t.by_kind.items()))}")  # fmt: skip
             broker.stop()
+            asyncio.run(admin(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)'))
 
 
 CONSUMED = sorted(ABSURD)
@@ -455,7 +493,10 @@ def test_every_consumed_topic_is_covered(cluster: Cluster) -> None:
 def test_every_kind_on_every_topic(cluster: Cluster, data: st.DataObject) -> None:
     """A sweep: each kind of hostile record once on each consumed topic."""
     for topic in CONSUMED:
-        cluster.call(cluster.throw([hostile(topic, kind, data.draw) for kind in KINDS]), timeout=180)
+        records = [hostile(topic, kind, data.draw) for kind in KINDS]
+        records += [edited(topic, "absurd", path, value, bad=True) for path, value in ABSURD[topic]]  # every one, not a pick
+        records += [edited(topic, "extreme", path, value, bad=False) for path, value in EXTREME[topic]]
+        cluster.call(cluster.throw(records), timeout=180)
         assert not cluster.dead(), cluster.dead()
     t = cluster.tally
     assert t.crashes == 0 and t.silently_accepted == 0, "\n".join(t.missing)
@@ -519,8 +560,7 @@ async def _good_records_are_acted_on(cluster: Cluster) -> None:
 
     wanted: dict[str, Callable[[str, Any], bool]] = {
         "profiler: profile": lambda t, e: t == JOBS_PROFILED.name and e.job_id == offline.job_id,
-        "matcher: a decision on the offline job": lambda t, e: (t == PLACEMENTS.name and e.job_id == offline.job_id)
-        or (t == JOBS_LIFECYCLE.name and e.job_id == offline.job_id and e.source.startswith("matcher/")),
+        "matcher: the offline job placed": lambda t, e: t == PLACEMENTS.name and e.job_id == offline.job_id and e.action == "place",
         "allocator: binding": lambda t, e: t == CELL_BINDINGS.name and e.job_id == training.job_id,
         "job-controller: cancelled": lambda t, e: t == JOBS_LIFECYCLE.name and e.job_id == training.job_id and e.state is JobState.CANCELLED,
         "health: transition of the new GPU": lambda t, e: t == GPU_HEALTH.name and e.gpu_id == gpu,
