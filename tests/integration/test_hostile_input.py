@@ -144,7 +144,8 @@ def template(topic: str) -> Event:
 # Values a real producer can never send, per topic (dotted path -> value): each must be refused.
 ABSURD: dict[str, list[tuple[str, Any]]] = {
     "telemetry.gpu": [("temperature_c", [500.0]), ("gpu_util", [250.0]), ("memory_used_mib", [1e15]), ("sm_clock_mhz", [1e9]),
-                      ("power_w", [1e7]), ("last_xid", [10**9]), ("gpu_util", [1.0] * 5000)],  # fmt: skip
+                      ("power_w", [1e7]), ("last_xid", [10**9]), ("gpu_util", [1.0] * 5000),
+                      ("sampled_at", ["2100-01-01T00:00:00+00:00"])],  # fmt: skip
     "telemetry.node": [("cpu_util", 300.0), ("memory_total_mib", 1e15), ("gpu_ids", [f"g{i}" for i in range(5000)])],
     "gpu.control": [("action", "explode"), ("gpu_id", "")],
     "health.state": [("as_of", 4102444800.0), ("backoff_s", 1e12), ("xid_errors", -1), ("overlimit_entries", [0.0] * 5000)],
@@ -166,7 +167,7 @@ ABSURD: dict[str, list[tuple[str, Any]]] = {
     "predictor.models": [("version", 10**12), ("trained_on", -1), ("weights_b64", "A" * 250_000)],
     "placements": [("sm_share", 1000.0), ("predicted_online_slowdown", 1e9), ("model_version", 10**12)],
     "sharing.observations": [("normalized_throughput", 1e9), ("online_slowdown", 1e6),
-                             ("window_start", "2100-01-01T00:00:00+00:00")],  # fmt: skip
+                             ("window_start", "2100-01-01T00:00:00+00:00"), ("window_end", "2100-01-01T00:00:00+00:00")],  # fmt: skip
 }
 
 

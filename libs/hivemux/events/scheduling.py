@@ -5,6 +5,7 @@ from the topics alone."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
@@ -32,6 +33,8 @@ class SharingObservation(Event):
     def _window_in_order(self) -> "SharingObservation":
         if self.window_end < self.window_start:
             raise ValueError("window_end is before window_start")
+        if self.window_end > self.occurred_at + timedelta(seconds=60):  # a window observed before it is reported
+            raise ValueError("window_end is after the observation's occurred_at")
         return self
 
 

@@ -5,7 +5,7 @@ from hivemux.gpu_ids import gpu_id, gpu_index
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import cached_property
 from typing import Annotated, Any, Literal
@@ -20,6 +20,7 @@ MAX_XID = 10_000  # NVIDIA's XID codes are in the hundreds
 MAX_GPUS_PER_NODE = 1024  # a node (or NVLink domain) with more GPUs is no node
 MAX_PROCESSES = 1024  # processes on one GPU
 SNAPSHOT_SKEW_S = 3600.0
+SAMPLE_SKEW = timedelta(seconds=60)  # the samples of one sampling instant are seconds apart
 Watts = Annotated[float, Field(ge=0, le=10_000)]  # board power: the largest boards draw ~1.2 kW
 
 
@@ -151,6 +152,10 @@ class GpuTelemetryBatch(Event):
             for name, column in zip(_PER_GPU_COLUMNS, columns, strict=True):
                 if column is not None and len(column) != n:
                     raise ValueError(f"column {name} holds {len(column)} entries for {n} GPUs (gpu_util holds {n})")
+        if self.sampled_at is not None and max(self.sampled_at) > self.occurred_at + SAMPLE_SKEW:
+            # The runtime refuses a record dated in the future by its occurred_at: a sample
+            # time inside the batch must not get round that (it would move the consumers' clocks).
+            raise ValueError(f"a sample is dated more than {SAMPLE_SKEW.total_seconds():.0f} s after its batch's occurred_at")
         if self.nodes is None and n > MAX_GPUS_PER_NODE:
             raise ValueError(f"{n} GPUs on node {self.node_id}: more than the {MAX_GPUS_PER_NODE} a node has")
         if self.nodes is not None or self.node_gpus is not None:
