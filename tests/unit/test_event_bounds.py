@@ -75,6 +75,17 @@ def test_absurd_jobs_reports_and_snapshots_are_refused() -> None:
                            normalized_throughput=0.8, online_slowdown=0.1, window_start=AT, window_end=AT - timedelta(seconds=1))  # fmt: skip
 
 
+def test_times_inside_a_record_cannot_get_round_its_occurred_at() -> None:
+    """The runtime refuses records dated far ahead by `occurred_at`: a time inside must not carry 2100 past it."""
+    far = datetime(2100, 1, 1, tzinfo=UTC)
+    with pytest.raises(ValidationError, match="after its batch's occurred_at"):
+        batch(gpu_util=(1.0, 1.0), memory_used_mib=(1.0, 1.0), sm_clock_mhz=(1.0, 1.0), sampled_at=(AT, far))
+    assert batch(gpu_util=(1.0, 1.0), memory_used_mib=(1.0, 1.0), sm_clock_mhz=(1.0, 1.0), sampled_at=(AT, AT + timedelta(seconds=2)))
+    with pytest.raises(ValidationError, match="after the observation's occurred_at"):
+        SharingObservation(**ENVELOPE, gpu_id="n/gpu-0", node_id="n", gpu_type="T4", offline_job_id="j", sm_share=50.0,
+                           normalized_throughput=0.8, online_slowdown=0.1, window_start=AT, window_end=far)  # fmt: skip
+
+
 def test_a_cell_configuration_without_cells_or_vcs_is_refused() -> None:
     for config in ({"physicalCluster": {}, "virtualClusters": {"vc-a": {}}}, {"physicalCluster": {"cellTypes": {}}, "virtualClusters": {}}):
         with pytest.raises(ValidationError, match="must be a non-empty mapping"):
