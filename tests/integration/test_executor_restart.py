@@ -176,14 +176,17 @@ async def test_a_killed_simulated_executor_re_adopts_or_its_placements_expire_an
 
             # 1. SIGKILL and restart at once: both runs re-adopted, under the same commands; nothing expires
             executor.kill()
+            restarted_at = now()
             executor.start()
 
             async def readopted() -> list[ExecutorReport]:
                 found = [r for r in await reports() if "re-adopted" in r.detail]
                 return found if {r.job_id for r in found} == jobs else []
 
-            for r in await eventually(readopted, 60):
+            adopted = await eventually(readopted, 60)
+            for r in adopted:
                 assert r.command_id == first[r.job_id] and r.state is ReportState.RUNNING
+            print(f"\nSIGKILL + restart -> both jobs re-adopted: {(max(r.occurred_at for r in adopted) - restarted_at).total_seconds():.1f} s")
             mark = now()
             await eventually(lambda: _reported_after(reports, mark, jobs), 30)
             assert await running_under_latest_placements() == first
@@ -210,13 +213,21 @@ async def test_a_killed_simulated_executor_re_adopts_or_its_placements_expire_an
                 return {p.gpu_id for p in await placements() if p.action == "place" and p.occurred_at >= times}
 
             assert await eventually(lambda: _equal(placed_again, gpus), 30) == gpus  # no GPU leaked
+            again_at = max(p.occurred_at for p in await placements() if p.action == "place")
+            print(f"SIGKILL, executor left down -> placements expired: {(max(p.occurred_at for p in expiries) - killed_at).total_seconds():.1f} s"
+                  f" (bound {BOUND_S:g} s); GPUs placed again {(again_at - max(p.occurred_at for p in expiries)).total_seconds():.1f} s later")
 
             # 3. restarted: the old runs are evicted by the queued commands, the new ones run
             executor.start()
+            restarted_at = now()
             latest = await eventually(running_under_latest_placements, 90)
+            print(f"restart -> old runs evicted, new placements running: {(now() - restarted_at).total_seconds():.1f} s")
             assert set(latest) == jobs and all(latest[j] != first[j] for j in jobs)
             old_evicted = {r.job_id for r in await reports() if r.state is ReportState.EVICTED}
             assert old_evicted == jobs
+            await asyncio.sleep(3)  # room for churn to show: the old runs' evictions free nothing
+            after = [p for p in await placements() if p.occurred_at > max(e.occurred_at for e in expiries)]
+            assert after == [] and await running_under_latest_placements() == latest
         finally:
             if feeder is not None:
                 feeder.cancel()

@@ -36,7 +36,7 @@ from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
-from hivemux.events import HealthState, ReportState
+from hivemux.events import HealthState, ReportState, derived_id
 from hivemux.sharing.dynamic_sm import window_sm_activity
 
 from .bipartite_graph import OnlineGpu, PendingJob
@@ -148,6 +148,7 @@ class ClusterView:
     profiles: dict[str, SoloProfile] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
     running: dict[str, PlacementRecord] = field(default_factory=dict)  # job id -> its current placement
+    issued: dict[str, set[str]] = field(default_factory=dict)  # job id -> executor commands of its decisions (`_frees`)
     runs: dict[str, _Run] = field(default_factory=dict)  # executor command id -> run
     # Off the queue until resumed; None: suspended before its submission was folded.
     suspended: dict[str, OfflineSubmission | None] = field(default_factory=dict)
@@ -193,6 +194,7 @@ class ClusterView:
         self.profiles[profile.job_id] = profile
 
     def record(self, placement: PlacementRecord) -> None:
+        self.issue(placement.job_id, placement.decision_id)
         if placement.action == "place":
             self.running[placement.job_id] = placement
         elif self.running.get(placement.job_id, placement).gpu_id == placement.gpu_id:
@@ -201,15 +203,31 @@ class ClusterView:
     def report(self, report: RunReport) -> None:
         self._account(report)
         if report.state in _FINISHED:
+            self.issued.pop(report.job_id, None)
             self.running.pop(report.job_id, None)
             self.submissions.pop(report.job_id, None)
             self.profiles.pop(report.job_id, None)
             self.finished.add(report.job_id)
         elif report.state in _INTERRUPTED:
             placed = self.running.get(report.job_id)
-            # a job moved elsewhere reports STOPPED from its old node: that frees nothing new
-            if placed is not None and placed.node_id == report.node_id and (not report.gpu_ids or placed.gpu_id in report.gpu_ids):
+            if placed is not None and self._frees(placed, report):
                 self.running.pop(report.job_id, None)
+
+    def issue(self, job_id: str, decision_id: UUID) -> None:
+        """Remember the executor command of one of this job's decisions (see `_frees`)."""
+        self.issued.setdefault(job_id, set()).add(str(derived_id("command", decision_id)))
+
+    def _frees(self, placed: PlacementRecord, report: RunReport) -> bool:
+        """Whether an interrupted report ends the job's current placement: a report of its own
+        start command does; a report of a command of an earlier decision on the job does not (a
+        job placed again on the same GPU after its placement expired reports its old run
+        evicted, `expiry`); any other (SysMonitor's eviction) does on the placement's node and
+        GPU — a job moved elsewhere reports STOPPED from its old node, which frees nothing new."""
+        if report.command_id == str(derived_id("command", placed.decision_id)):
+            return True
+        if report.command_id in self.issued.get(report.job_id, ()):
+            return False
+        return placed.node_id == report.node_id and (not report.gpu_ids or placed.gpu_id in report.gpu_ids)
 
     def _account(self, report: RunReport) -> None:
         """Fold one report into the job's runs (one per executor command) for eq. 3."""

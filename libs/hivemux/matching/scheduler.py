@@ -149,6 +149,7 @@ class Scheduler:
         expired = self.reports.expired(self.view.running.values(), now, timedelta(seconds=self.policy.executor_silence_s))
         for eviction in expired:
             self.view.running.pop(eviction.job_id, None)
+            self.view.issue(eviction.job_id, eviction.decision_id)  # its old run's reports free nothing
         if len(self.reports.heard) > 2 * len(self.view.running) + 1000:
             self.reports.forget_except(self.view.running)
         return Decisions(expired)
@@ -201,6 +202,7 @@ class Scheduler:
         _, submission = self.view.submissions[planned.job_id]
         model = self.models.get(gpu.gpu_type)
         decision = derived_id("place", planned.job_id, planned.gpu_id, at.isoformat())
+        self.view.issue(planned.job_id, decision)
         self.told[planned.job_id] = ""  # placed: a later wait is news
         self.view.running[planned.job_id] = PlacementRecord(
             decision, "place", planned.job_id, planned.gpu_id, planned.node_id, planned.sm_share, self.placement, at

@@ -124,3 +124,18 @@ def test_a_folded_placement_counts_from_its_event_time() -> None:
     assert s.on_readings([reading(130)], live=True).changes == ()
     [evict] = [c for c in s.on_readings([reading(131)], live=True).changes if isinstance(c, PlacementChange)]
     assert evict.action == "evict" and evict.job_id == "a"
+
+
+def test_the_old_runs_eviction_does_not_free_the_placement_made_after_the_expiry() -> None:
+    s = scheduler("a")
+    s.on_readings([reading(0)], live=True)
+    old = placed(s, 6)
+    out = s.on_readings([reading(37)], live=True).changes
+    [evict] = [c for c in out if isinstance(c, PlacementChange) and c.action == "evict"]
+    new = s.view.running.get("a") or placed(s, 43)
+    assert new.decision_id != old.decision_id
+    for command in (str(derived_id("command", evict.decision_id)), str(derived_id("command", old.decision_id))):
+        s.on_report(RunReport("a", NODE, command, ReportState.EVICTED, (GPU,), evict.at, 10))  # the old run, ended
+        assert s.view.running["a"].decision_id == new.decision_id
+    report(s, "a", 50, ReportState.EVICTED)  # the new run's own eviction frees it
+    assert "a" not in s.view.running
