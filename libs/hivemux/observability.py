@@ -39,11 +39,14 @@ def configure_logging(level: str = "INFO", *, json: bool = True) -> None:
 
 async def serve_endpoints(service: Service, host: str, port: int) -> tuple[web.AppRunner, int]:
     """Serve `/healthz` (200 while the service is consuming; 503 before it is, and while it
-    waits out a broker or database outage) and `/metrics`."""
+    waits out a broker or database outage; a single-active decider's `role` says whether it
+    decides: active, taking over or standby) and `/metrics`."""
 
     async def healthz(_: web.Request) -> web.Response:
         ready = service.ready.is_set() and service.outage is None
         body = {"service": service.name, "instance": service.settings.instance, "ready": ready, "outage": service.outage}
+        if service.leadership is not None:  # a single-active decider: deciding, or standing by
+            body["role"] = service.leadership.role.value
         return web.json_response(body, status=200 if ready else 503)
 
     async def metrics(_: web.Request) -> web.Response:

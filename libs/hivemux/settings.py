@@ -31,6 +31,11 @@ class BusSettings(BaseSettings):
     max_poll_records: int = Field(default=500, ge=1, validation_alias="HIVEMUX_MAX_POLL_RECORDS")
     create_topics: bool = Field(default=True, validation_alias="HIVEMUX_CREATE_TOPICS")
     replication_factor: int = Field(default=1, ge=1, validation_alias="HIVEMUX_REPLICATION_FACTOR")
+    # Single-active deciders (bus.leadership): a SIGKILLed active is noticed after this session
+    # timeout, and the embedded broker then holds the standby's JoinGroup for half of it. Kafka
+    # refuses sessions under its group.min.session.timeout.ms (6000 by default).
+    leader_session_timeout_ms: int = Field(default=6000, ge=1000, validation_alias="HIVEMUX_LEADER_SESSION_TIMEOUT_MS")
+    leader_heartbeat_interval_ms: int = Field(default=500, ge=100, validation_alias="HIVEMUX_LEADER_HEARTBEAT_INTERVAL_MS")
     # A consumed record dated further ahead of the local clock is refused (it would move event time).
     max_future_skew_s: float = Field(default=300.0, gt=0, validation_alias="HIVEMUX_MAX_FUTURE_SKEW_S")
 
@@ -57,6 +62,8 @@ _NOT_RECORDED = {
     "kafka_bootstrap_servers",
     "session_timeout_ms",
     "heartbeat_interval_ms",
+    "leader_session_timeout_ms",
+    "leader_heartbeat_interval_ms",
     "fetch_max_wait_ms",
     "create_topics",
     "replication_factor",

@@ -39,6 +39,7 @@ from .events import (
     JobLifecycleEvent,
     JobPriorityChanged,
     JobSubmission,
+    LeaderElected,
     NodePressure,
     NodeTelemetry,
     Placement,
@@ -138,6 +139,12 @@ EXECUTOR_REPORTS = Topic("executor.reports", ExecutorReport, "node_id", 8, "dele
 # each incarnation's records stay in order on one partition; the audit replay reads it.
 AUDIT_JOURNAL = Topic("audit.journal", ConsumptionJournal, "source", 4, "delete", "Deciding services' consumption journals")
 
+# Single-active deciders (`bus.leadership`): each instance of the cell allocator and of the
+# matcher joins the group `<prefix>.<service>.leader` on this one-partition topic, and the member
+# given its partition decides. Each group is its own, so one partition serves every decider. The
+# records are the takeovers (who decides from when), a history kept like every decision.
+LEADERSHIP = Topic("leadership", LeaderElected, "service", 1, "delete", "Takeovers of single-active deciders (who decides from when)")
+
 TOPICS: tuple[Topic, ...] = (
     GPU_TELEMETRY,
     NODE_TELEMETRY,
@@ -161,6 +168,7 @@ TOPICS: tuple[Topic, ...] = (
     EXECUTOR_REPORTS,
     CLOCK_TICKS,
     AUDIT_JOURNAL,
+    LEADERSHIP,
 )
 
 ALL_TOPICS: tuple[Topic, ...] = TOPICS + tuple(t.dead_letter for t in TOPICS)

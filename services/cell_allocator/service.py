@@ -1,6 +1,7 @@
 """The cell-allocator shell: moves events in and out of `hivemux.cells.allocator_events`.
 
-Folded from the start of each topic (one active instance per cell configuration): cell
+Folded from the start of each topic (one active instance per cell configuration, standbys fold
+alongside it and take over when it dies, `bus.leadership`): cell
 configurations, the job log, this allocator's own bindings (crash recovery), job ends and job
 control (cancel, suspend, resume, priority changes), GPU health, and the clock ticks. Each handler is one call into the library, which returns the events
 to publish. A ticker publishes a clock tick; consuming a tick runs the retry pass of waiting jobs
@@ -107,6 +108,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     service = Service(NAME, settings)
     configuration = {"settings": settings.recorded(), "cells": cells}
     service.audit(configuration, decides=(CELL_BINDINGS, JOBS_LIFECYCLE, EXECUTOR_COMMANDS), owns=(CELL_BINDINGS,))
+    service.single_active()  # standbys fold; the group on `leadership` says who decides
     service.fold(CELL_CONFIG, shell.on_config)
     service.fold(JOBS_SUBMITTED, shell.on_submission)
     service.fold(CELL_BINDINGS, shell.on_binding)

@@ -1,7 +1,8 @@
 """The matcher shell: moves events in and out of `hivemux.matching.matcher` (MuxFlow §5-§6).
 
-Every input is folded by every instance (the matching is global: run one active instance),
-so a standby or restarted instance rebuilds the same view; only live records decide. The
+Every input is folded by every instance (the matching is global: one active instance decides,
+the others stand by, `bus.leadership`), so a standby or restarted instance rebuilds the same
+view; only live records of the active instance decide. The
 rules (candidates, rounds, evictions, explanations, eq. 3) live in `hivemux.matching`; this
 file decodes, calls, publishes and exports gauges from the returned values.
 """
@@ -120,6 +121,7 @@ def build(settings: MatcherSettings) -> Service:
     matcher = Matcher(settings)
     service = Service(NAME, settings)
     service.audit({"settings": settings.recorded()}, decides=(PLACEMENTS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE), owns=(PLACEMENTS,))
+    service.single_active()  # standbys fold; the group on `leadership` says who decides
     service.fold(JOBS_SUBMITTED, matcher.on_submission)
     service.fold(JOBS_PROFILED, matcher.on_profile)
     service.fold(PREDICTOR_MODELS, matcher.on_model)

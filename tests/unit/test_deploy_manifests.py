@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hivemux.cli.services import SERVICES
+from hivemux.cli.services import SERVICES, SINGLE_ACTIVE
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -86,7 +86,20 @@ def test_compose_runs_every_service(compose: dict[str, Any]) -> None:
     for name in SERVICES:
         assert name in services, f"{name} is not a compose service"
         assert services[name]["command"] == ["hivemux", "service", name]
-    assert set(hivemux_services(compose)) == set(SERVICES)
+    assert set(hivemux_services(compose)) == set(SERVICES) | {f"{name}-standby" for name in SINGLE_ACTIVE}
+
+
+def test_compose_runs_two_of_each_single_active_decider(compose: dict[str, Any]) -> None:
+    """Instances 0 and 1 (distinct sources), one deciding at a time (bus.leadership)."""
+    services = compose["services"]
+    for name in SINGLE_ACTIVE:
+        active, standby = services[name], services[f"{name}-standby"]
+        assert standby["command"] == active["command"] == ["hivemux", "service", name]
+        assert (str(active["environment"]["HIVEMUX_INSTANCE"]), str(standby["environment"]["HIVEMUX_INSTANCE"])) == ("0", "1")
+        for spec in (active, standby):
+            assert spec["environment"]["KAFKA_BOOTSTRAP_SERVERS"] == "kafka:9092", name
+            # Kafka refuses sessions under group.min.session.timeout.ms (6000 by default)
+            assert int(spec["environment"]["HIVEMUX_LEADER_SESSION_TIMEOUT_MS"]) >= 6000, name
 
 
 def test_compose_services_are_configured_and_health_checked(compose: dict[str, Any]) -> None:
@@ -194,11 +207,19 @@ def test_shared_configuration(k8s_docs: list[dict[str, Any]], workloads: dict[st
         assert {"secretRef": {"name": secret["metadata"]["name"]}} in sources, name
 
 
-def test_single_active_instances(workloads: dict[str, dict[str, Any]]) -> None:
+def test_single_active_instances(k8s_docs: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> None:
+    """Two pods of each single-active decider: one decides, the other stands by (bus.leadership),
+    so a rolling update replaces one at a time and never runs a third."""
     assert workloads["health-processor"]["spec"]["replicas"] == 2
-    for name in ("cell-allocator", "matcher"):
-        assert workloads[name]["spec"]["replicas"] == 1, name
-        assert workloads[name]["spec"]["strategy"]["type"] == "Recreate", name
+    for name in SINGLE_ACTIVE:
+        spec = workloads[name]["spec"]
+        assert spec["replicas"] == 2, name
+        assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}, name
+        (container,) = containers(workloads[name])
+        instance = next(e for e in container["env"] if e["name"] == "HIVEMUX_INSTANCE")
+        assert instance["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", name  # distinct sources
+    config = next(d for d in k8s_docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "hivemux-env")
+    assert int(config["data"]["HIVEMUX_LEADER_SESSION_TIMEOUT_MS"]) >= 6000
 
 
 def test_security_contexts(workloads: dict[str, dict[str, Any]]) -> None:

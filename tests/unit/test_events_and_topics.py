@@ -44,6 +44,7 @@ from hivemux.events import (
     JobPriorityChanged,
     JobState,
     JobSubmission,
+    LeaderElected,
     NodeTelemetry,
     PartitionsAssigned,
     Placement,
@@ -153,6 +154,7 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
         **ENVELOPE, node_id="node-00", job_id="off-1", command_id="c-1", state=ReportState.RUNNING,
         iterations_done=10, iterations_total=100, throughput_it_s=1.5,
     ),
+    LeaderElected: lambda: LeaderElected(**ENVELOPE, service="matcher", records_caught_up=12, catch_up_s=0.04),
 }
 
 

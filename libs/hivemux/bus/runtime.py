@@ -25,6 +25,10 @@ audit replay` can feed a rebuilt service the same inputs in the same order. Its 
 handled under one lock, so the fold and group loops never interleave inside a batch, and its
 tickers may only publish clock ticks (a decision is made on consuming one, never by a timer).
 
+`single_active()` runs a folding decider with standbys (`bus.leadership`): every instance
+folds, the member of the group `<group>.leader` holding the `leadership` topic's partition
+decides; the others handle their records as replayed (outputs dropped, journaled as such).
+
 A broker or database outage (`bus.outage`) is neither a bad record nor a reason to stop: the
 service marks itself unready (`/healthz` 503 with the outage), retries the same record, publish
 or commit with backoff until the dependency is back, then goes on where it stopped; nothing is
@@ -56,7 +60,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.errors import CommitFailedError, KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from ..errors import InvalidEvent, InvariantViolation, TransientError
+from ..errors import ConfigurationError, InvalidEvent, InvariantViolation, TransientError
 from ..events import ClockTick, Event
 from ..settings import ServiceSettings
 from ..topics import ALL_TOPICS, Topic
@@ -64,6 +68,7 @@ from . import metrics
 from .admin import ensure_topics
 from .codec import decode_key, decode_value, partition_for_key
 from .journal import Journal, Loop
+from .leadership import Leadership
 from .outage import is_outage
 from .partitions import discover_partitions
 from .publisher import Publisher
@@ -164,6 +169,7 @@ class Service:
     decides: tuple[Topic, ...] = ()
     owns: tuple[Topic, ...] = ()
     _handling: asyncio.Lock = field(default_factory=asyncio.Lock)
+    leadership: Leadership | None = None  # single_active(): who decides, settled through the bus
 
     @property
     def group_id(self) -> str:
@@ -193,6 +199,12 @@ class Service:
         self.journal = Journal(self.name, self.source, configuration)
         self.decides = tuple(decides)
         self.owns = tuple(owns)
+
+    def single_active(self) -> None:
+        """Run with standbys (`bus.leadership`): one instance decides at a time, the group on
+        the `leadership` topic says which; the others fold as instances catching up do. For
+        services that only fold (a group subscription would split its records among them)."""
+        self.leadership = Leadership(self.name, self.source, self.settings)
 
     def every(self, seconds: float, ticker: Ticker) -> None:
         if seconds <= 0:
@@ -224,6 +236,8 @@ class Service:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
         bus = self.settings
+        if self.leadership is not None and (self.subscriptions or self.pins):
+            raise ConfigurationError(f"{self.name}: a single-active service only folds (bus.leadership)")
         if bus.create_topics:
             await ensure_topics(bus.kafka_bootstrap_servers, self._topics(), replication_factor=bus.replication_factor)
         self.publisher = Publisher(bus.kafka_bootstrap_servers, source=self.source)
@@ -242,6 +256,8 @@ class Service:
                 tasks.append(asyncio.create_task(self._group_loop(), name=f"{self.name}-group"))
             tasks += [asyncio.create_task(self._pinned_loop(p), name=f"{self.name}-pinned") for p in self.pins]
             tasks += [asyncio.create_task(self._tick_loop(t), name=f"{self.name}-tick") for t in self.tickers]
+            if self.leadership is not None:
+                tasks.append(asyncio.create_task(self.leadership.run(self._stop), name=f"{self.name}-leadership"))
             for hook in self.ready_hooks:
                 await _call_hook(hook)
             self.ready.set()
@@ -354,29 +370,37 @@ class Service:
         await assign_from_beginning(consumer, list(self.folds))
         return consumer
 
-    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
-        async def replay(record: ConsumerRecord) -> None:
-            async with self._batch():
-                await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=True)
-                journaled = self._seal([]) if self.journal is not None and self.journal.full else []
-            await self._publish(journaled, [])
+    async def _replay_fold(self, record: ConsumerRecord) -> None:
+        """Fold one record as a catching-up instance does (what it returns was already published)."""
+        async with self._batch():
+            await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=True)
+            journaled = self._seal([]) if self.journal is not None and self.journal.full else []
+        await self._publish(journaled, [])
 
-        count = await drain(consumer, replay, max_records=self.settings.max_poll_records)
+    async def _catch_up(self, consumer: AIOKafkaConsumer) -> None:
+        count = await drain(consumer, self._replay_fold, max_records=self.settings.max_poll_records)
         if self.journal is not None:
             await self._publish(self.journal.seal([], force=True), [])
         log.info("service %s caught up on %s (%d records)", self.source, sorted(self.folds), count)
 
     async def _fold_loop(self, consumer: AIOKafkaConsumer) -> None:
+        lead = self.leadership  # single-active: a standby folds as if catching up (bus.leadership)
         try:
             while not self._stop.is_set():
+                if lead is not None and lead.taking_over:
+                    async with lead.turn():
+                        if lead.taking_over:
+                            await lead.take_over(consumer, self._replay_fold, lambda events: self._publish([], events))
                 batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.max_poll_records)
-                async with self._batch():
-                    outputs: list[Event] = []
-                    for tp, records in batch.items():
-                        for record in records:
-                            outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, "fold", replaying=False)
-                    journaled = self._seal(outputs)
-                await self._publish(journaled, outputs)
+                async with lead.turn() if lead is not None else contextlib.nullcontext():
+                    replaying = lead is not None and not lead.active
+                    async with self._batch():
+                        outputs: list[Event] = []
+                        for tp, records in batch.items():
+                            for record in records:
+                                outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, "fold", replaying=replaying)
+                        journaled = self._seal(outputs)
+                    await self._publish(journaled, outputs)
         finally:
             await consumer.stop()
 

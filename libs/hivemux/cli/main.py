@@ -51,9 +51,10 @@ def service(name: str) -> None:
               help="Where service logs go.")
 def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None, workdir: Path) -> None:
     """Embedded infrastructure + every service as its own process + simulated fleet + a job replay."""
+    from .services import SINGLE_ACTIVE
     from .up import UpOptions, run_up
 
-    summary = run_up(UpOptions(duration=duration, jobs_path=jobs_path, workdir=workdir))
+    summary = run_up(UpOptions(duration=duration, jobs_path=jobs_path, workdir=workdir, standbys=SINGLE_ACTIVE))
     if summary_path is not None:
         summary_path.parent.mkdir(parents=True, exist_ok=True)
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")

@@ -15,3 +15,7 @@ SERVICES: dict[str, str] = {
 # The deciding services: each journals its consumption and its module has `rebuild`, so
 # `hivemux audit replay` can recompute its decisions.
 AUDITED: tuple[str, ...] = ("cell-allocator", "health-processor", "matcher", "predictor")
+
+# Deciders that run with a standby (`bus.leadership`): `hivemux up`, compose and Kubernetes run
+# two instances of each; one decides at a time.
+SINGLE_ACTIVE: tuple[str, ...] = ("cell-allocator", "matcher")

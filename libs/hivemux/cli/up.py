@@ -3,7 +3,10 @@
 Starts the embedded broker and database (or uses the configured ones), runs every service as
 its own process (as production runs them: one process or container per instance), waits until
 each answers on /healthz, replays a job list, and at the end folds the topics into a summary.
-Children die with this process even when it is killed (parent-death signal).
+Children die with this process even when it is killed (parent-death signal). The single-active
+deciders (cell allocator, matcher) run twice, instances 0 and 1: one decides, the other stands
+by and takes over when it dies (`bus.leadership`); on the embedded broker the leadership
+session is 3 s, so a SIGKILLed active is replaced within seconds.
 
 While it runs, `up` is a process manager (cli/supervisor.py): a service or embedded server that
 dies is started again with backoff, on the same port (the database on its data, the broker
@@ -49,6 +52,9 @@ DEMO_ENV = {
     "HIVEMUX_INGESTER_START_HOUR": "19",
     "HIVEMUX_INGESTER_INTERVAL_S": "1",
 }
+# On the embedded broker (no minimum session timeout, JoinGroup held for half of it): a standby
+# notices a SIGKILLed active after 3 s and is given the lead ~1.5 s later.
+EMBEDDED_ENV = {"HIVEMUX_LEADER_SESSION_TIMEOUT_MS": "3000"}
 
 
 @dataclass
@@ -57,6 +63,7 @@ class UpOptions:
     jobs_path: Path | None = None
     workdir: Path = Path(".hivemux")
     services: tuple[str, ...] = tuple(SERVICES)
+    standbys: tuple[str, ...] = ()  # of `services`: run a second instance that stands by (`hivemux up`: SINGLE_ACTIVE)
     extra_env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 60.0
     restart_policy: RestartPolicy = RestartPolicy()
@@ -65,13 +72,19 @@ class UpOptions:
 @dataclass
 class Child:
     """One service process; a supervisor unit (cli/supervisor.py): restarted with the same
-    command, environment and metrics port, its output appended to the same log."""
+    command, environment and metrics port, its output appended to the same log. `name` is the
+    unit's (``matcher``, or ``matcher.1`` for the standby instance), `service` the command's."""
 
     name: str
     process: subprocess.Popen[bytes]
     port: int
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    service: str = ""  # default: `name`
+
+    @property
+    def command(self) -> str:
+        return self.service or self.name
 
     @property
     def pid(self) -> int | None:
@@ -83,7 +96,7 @@ class Child:
     def restart(self) -> None:
         with self.log_path.open("ab") as sink:
             sink.write(f"\n--- hivemux up: {describe_exit(self.process.returncode)}; started again ---\n".encode())
-        self.process = _spawn_service(self.name, self.env, self.log_path)
+        self.process = _spawn_service(self.command, self.env, self.log_path)
 
     def ready(self) -> bool:
         return _healthy(self.port)
@@ -146,11 +159,13 @@ def start_services(options: UpOptions, env: dict[str, str]) -> list[Child]:
     logs.mkdir(parents=True, exist_ok=True)
     children = []
     for name in options.services:
-        port = free_port()
-        log_path = logs / f"{name}.log"
-        log_path.write_bytes(b"")
-        child_env = {**env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": "0"}
-        children.append(Child(name, _spawn_service(name, child_env, log_path), port, log_path, child_env))
+        for instance in range(2 if name in options.standbys else 1):
+            unit = name if instance == 0 else f"{name}.{instance}"
+            port = free_port()
+            log_path = logs / f"{unit}.log"
+            log_path.write_bytes(b"")
+            child_env = {**env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": str(instance)}
+            children.append(Child(unit, _spawn_service(name, child_env, log_path), port, log_path, child_env, name))
     return children
 
 
@@ -243,7 +258,7 @@ def run_up(options: UpOptions) -> dict[str, Any]:
         print(f"KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}", flush=True)
         print(f"HIVEMUX_POSTGRES_DSN={endpoints.postgres_dsn}", flush=True)
         asyncio.run(ensure_topics(endpoints.bootstrap_servers, ALL_TOPICS))
-        env = {**DEMO_ENV, **os.environ, **options.extra_env}
+        env = {**DEMO_ENV, **(EMBEDDED_ENV if "tansu" in infra.servers else {}), **os.environ, **options.extra_env}
         env["KAFKA_BOOTSTRAP_SERVERS"] = endpoints.bootstrap_servers
         env["HIVEMUX_POSTGRES_DSN"] = endpoints.postgres_dsn
         children = start_services(options, env)

@@ -6,7 +6,7 @@ decoded and validated once, converted to domain values by the code that consumes
 - ``jobs.py``: submissions, profiles, lifecycle; ``scheduling.py``: cell bindings and
   configuration, placements, speed models, sharing observations; ``executor.py``: executor
   commands and reports, dead letters; ``clock.py``: ticks that trigger periodic decisions; ``audit.py``: the deciding services'
-  consumption journal; ``commands.py``: job commands (cancel,
+  consumption journal; ``leadership.py``: takeovers of single-active services; ``commands.py``: job commands (cancel,
   suspend, resume) and their refusals; ``telemetry.py``: columnar GPU batches, node samples,
   SysMonitor transitions and snapshots, faults, device control.
 """
@@ -27,6 +27,7 @@ from .jobs import (
     ResourceEstimates,
     WorkloadSpec,
 )
+from .leadership import LeaderElected
 from .scheduling import CellBinding, CellConfig, Placement, PredictorModel, SharingObservation
 from .telemetry import (
     DeviceControl,
@@ -75,6 +76,7 @@ __all__ = [
     "HealthState",
     "HealthTransition",
     "JobKind",
+    "LeaderElected",
     "JobLifecycleEvent",
     "JobState",
     "JobSubmission",
