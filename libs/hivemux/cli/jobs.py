@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from ..settings import BusSettings
+from ..settings import BusSettings, ServiceSettings
 from .bus_io import run_on_bus
 from .jobfile import JobFileError, parse_jobs
 
@@ -36,13 +36,43 @@ def submit(path: Path) -> None:
     except JobFileError as error:
         raise click.ClickException(str(error)) from error
 
+    dsn = ServiceSettings().postgres_dsn
+
     async def send() -> None:
         async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
-            await publisher.publish_all(jobs)
+            pending = list(jobs)
+            for attempt in range(3):
+                metadata = await publisher.publish_all(pending)
+                if not dsn:
+                    return
+                pending = await _not_archived(dsn, pending, metadata)
+                if not pending:
+                    return
+            raise click.ClickException(f"{len(pending)} jobs not archived by the embedded broker's history; submit them again")
 
     run_on_bus(send())
     for job in jobs:
         click.echo(f"submitted {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
+
+
+async def _not_archived(dsn: str, jobs: list, metadata: list) -> list:  # type: ignore[type-arg]
+    """With `hivemux up`'s embedded broker, a submission is acknowledged once its archive holds it
+    (store.archive: a broker killed before archiving a record loses it); the jobs it does not
+    hold within 10 s, to be published again (same events, same ids). None missing elsewhere."""
+    import asyncpg
+
+    from ..bus.codec import encode_value
+    from ..store.archive import unarchived
+    from ..topics import topic_for
+
+    records = [(topic_for(j).name, m.partition, m.offset, encode_value(j)) for j, m in zip(jobs, metadata, strict=True)]
+    try:
+        missing = await unarchived(dsn, records, timeout_s=10.0)
+    except (OSError, asyncpg.PostgresError) as error:  # the broker acknowledged them; say what is unknown
+        click.echo(f"warning: could not check the embedded broker's archive at HIVEMUX_POSTGRES_DSN: {error}", err=True)
+        return []
+    lost = {(t, p, o) for t, p, o, _ in missing or []}
+    return [j for j, r in zip(jobs, records, strict=True) if r[:3] in lost]
 
 
 def _principal(value: str | None) -> str:

@@ -10,7 +10,7 @@ session is 3 s, so a SIGKILLed active is replaced within seconds.
 
 While it runs, `up` is a process manager (cli/supervisor.py): a service or embedded server that
 dies is started again with backoff, on the same port (the database on its data, the broker
-with its topics created again), each exit printed and counted in `<workdir>/supervisor.json`
+refilled from its archive: cli/history.py), each exit printed and counted in `<workdir>/supervisor.json`
 and in the summary. It stops at the end of `--duration`, on Ctrl-C or SIGTERM, or when a
 process crash-loops (exit 1, saying which and why).
 """
@@ -38,6 +38,7 @@ from ..infra import EmbeddedInfra, InfraSettings, die_with_parent, embedded_infr
 from ..status import STATUS_TOPICS, fold_status, render_summary
 from ..topics import ALL_TOPICS
 from .jobfile import parse_jobs
+from .history import History, render_history
 from .services import SERVICES
 from .supervisor import CrashLoop, RestartPolicy, Supervisor, describe_exit
 
@@ -115,6 +116,7 @@ class InfraUnit:
     name: str
     infra: EmbeddedInfra
     after_restart: Any = None  # called once the server answers again
+    before_restart: Any = None  # called before it is started again
 
     @property
     def pid(self) -> int | None:
@@ -124,9 +126,17 @@ class InfraUnit:
         return self.infra.servers[self.name].process.poll()
 
     def restart(self) -> None:
+        if self.before_restart is not None:
+            self.before_restart()
         self.infra.restart(self.name)
         if self.after_restart is not None:
-            self.after_restart()
+            try:
+                self.after_restart()
+            except BaseException:
+                # not usable as it is (e.g. not restored): kill it so the next attempt starts it afresh
+                self.infra.servers[self.name].process.kill()
+                self.infra.servers[self.name].process.wait()
+                raise
 
     def ready(self) -> bool:
         return True  # restart() returns once the server answers
@@ -215,14 +225,24 @@ async def collect_summary(bootstrap: str) -> dict[str, Any]:
     return fold_status(events).summary()
 
 
-def supervise(children: list[Child], infra: EmbeddedInfra, options: UpOptions) -> Supervisor:
-    """A supervisor over the services and the embedded servers this `up` started."""
+def supervise(children: list[Child], infra: EmbeddedInfra, options: UpOptions, history: History | None = None) -> Supervisor:
+    """A supervisor over the services and the embedded servers this `up` started. With `history`,
+    a broker that died is restored from the archive before the services run against it again."""
     units: list[Any] = list(children)
     for server in infra.servers:
         bootstrap = infra.endpoints.bootstrap_servers
-        # a restarted broker may come back without topics: create them before services reconnect
-        recreate = (lambda: asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))) if server == "tansu" else None
-        units.append(InfraUnit(server, infra, recreate))
+        before = after = None
+        if server == "tansu":
+
+            def after() -> None:
+                # a restarted broker comes back without topics: create them before services reconnect
+                asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
+                if history is not None:
+                    history.after_broker_restart()
+
+            if history is not None:
+                before = lambda: history.before_broker_restart(children)  # noqa: E731
+        units.append(InfraUnit(server, infra, after, before))
     return Supervisor(units, options.restart_policy, state_path=options.workdir / "supervisor.json")
 
 
@@ -253,26 +273,45 @@ def render_restarts(supervision: dict[str, Any]) -> str:
 
 
 def run_up(options: UpOptions) -> dict[str, Any]:
-    with embedded_infra(InfraSettings()) as infra:
+    # The embedded servers keep their data in the work directory: PostgreSQL's survives `up`, and
+    # the broker's topics (memory only) are archived into it and restored (cli/history.py).
+    with embedded_infra(InfraSettings(), data_dir=options.workdir.resolve() / "infra") as infra:
         endpoints = infra.endpoints
         print(f"KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}", flush=True)
         print(f"HIVEMUX_POSTGRES_DSN={endpoints.postgres_dsn}", flush=True)
         asyncio.run(ensure_topics(endpoints.bootstrap_servers, ALL_TOPICS))
+        history = None
+        if "tansu" in infra.servers and endpoints.postgres_dsn:
+            history = History(endpoints.bootstrap_servers, endpoints.postgres_dsn)
+            resumed = history.restore().records > 0
+            history.start()
+        else:
+            resumed = False
         env = {**DEMO_ENV, **(EMBEDDED_ENV if "tansu" in infra.servers else {}), **os.environ, **options.extra_env}
         env["KAFKA_BOOTSTRAP_SERVERS"] = endpoints.bootstrap_servers
         env["HIVEMUX_POSTGRES_DSN"] = endpoints.postgres_dsn
         children = start_services(options, env)
         try:
             wait_ready(children, options.ready_timeout_s)
-            supervisor = supervise(children, infra, options)
+            supervisor = supervise(children, infra, options, history)
             print(f"{len(children)} services ready; logs in {options.workdir / 'logs'}", flush=True)
-            count = asyncio.run(submit_jobs(endpoints.bootstrap_servers, options.jobs_path or demo_jobs_path()))
-            print(f"submitted {count} jobs; running{'' if options.duration is None else f' for {options.duration:.0f} s'}", flush=True)
+            running = "running" + ("" if options.duration is None else f" for {options.duration:.0f} s")
+            if resumed:  # the log already holds the job list the first run submitted
+                print(f"resumed the history in {options.workdir}; the job list is not submitted again; {running}", flush=True)
+            else:
+                count = asyncio.run(submit_jobs(endpoints.bootstrap_servers, options.jobs_path or demo_jobs_path()))
+                print(f"submitted {count} jobs; {running}", flush=True)
             supervise_until_stopped(options.duration, supervisor)
             summary = asyncio.run(collect_summary(endpoints.bootstrap_servers))
         finally:
             stop_services(children)
+            if history is not None:
+                history.stop(drain=True)
     summary["supervision"] = supervisor.summary()
+    if history is not None:
+        summary["history"] = history.summary()
     print(render_summary(summary), flush=True)
     print(render_restarts(summary["supervision"]), flush=True)
+    if history is not None:
+        print(render_history(summary["history"]), flush=True)
     return summary

@@ -22,7 +22,9 @@ Guarantees
   the child exits, so start the infra from a thread that lives as long as the servers are
   needed (the main thread, as the CLI and pytest do). A normal `stop()` (context exit or
   atexit) shuts them down cleanly and removes the temporary directory; after a SIGKILL of
-  the parent the directory stays behind (nobody is left to remove it).
+  the parent the directory stays behind (nobody is left to remove it). With `data_dir` (what
+  `hivemux up` passes: `<workdir>/infra`) the servers keep their data there instead, never
+  removed, and PostgreSQL starts again on it the next time (its data survives `up`).
 - Endpoints given explicitly (`bootstrap_servers`, `postgres_dsn`) start nothing.
 - A server that died (`exited()`) is started again by `restart(server)` on the same port, so
   clients reconnect to the address they have: PostgreSQL on the same data directory, after
@@ -122,6 +124,7 @@ class EmbeddedInfra:
         postgres_dsn: str | None = None,
         schemas_dir: Path = DEFAULT_SCHEMAS_DIR,
         workdir: Path | None = None,
+        data_dir: Path | None = None,
         want_kafka: bool = True,
         want_postgres: bool = True,
         startup_timeout_s: float = 15.0,
@@ -130,6 +133,7 @@ class EmbeddedInfra:
         self._given_dsn = postgres_dsn
         self._schemas_dir = schemas_dir
         self._workdir = workdir
+        self._data_dir = data_dir  # kept across runs (not removed by stop()); else a temporary dir
         self._want_kafka = want_kafka
         self._want_postgres = want_postgres
         self._startup_timeout_s = startup_timeout_s
@@ -184,7 +188,11 @@ class EmbeddedInfra:
         start_postgres = self._want_postgres and self._given_dsn is None
         try:
             if start_kafka or start_postgres:
-                self._tmp = Path(tempfile.mkdtemp(prefix="hivemux-infra-", dir=self._workdir))
+                if self._data_dir is not None:
+                    self._data_dir.mkdir(parents=True, exist_ok=True)
+                    self._tmp = self._data_dir
+                else:
+                    self._tmp = Path(tempfile.mkdtemp(prefix="hivemux-infra-", dir=self._workdir))
                 atexit.register(self.stop)
             deadline = time.monotonic() + self._startup_timeout_s
             bootstrap = self._given_bootstrap or (self._start_tansu(deadline) if start_kafka else "")
@@ -201,9 +209,9 @@ class EmbeddedInfra:
         self._ports = {}
         for child in reversed(children):
             child.stop()
-        if self._tmp is not None:
+        if self._tmp is not None and self._data_dir is None:
             shutil.rmtree(self._tmp, onerror=log_rmtree_error)
-            self._tmp = None
+        self._tmp = None
         atexit.unregister(self.stop)
         self._endpoints = None
 
@@ -242,6 +250,7 @@ def embedded_infra(
     schemas_dir: Path | None = None,
     want_postgres: bool = True,
     want_kafka: bool = True,
+    data_dir: Path | None = None,
 ) -> EmbeddedInfra:
     """An unstarted `EmbeddedInfra`; explicit arguments win over `settings`, which win over defaults."""
     # model_construct: the defaults without reading the environment (only entry points read it)
@@ -251,6 +260,7 @@ def embedded_infra(
         postgres_dsn=postgres_dsn if postgres_dsn is not None else s.postgres_dsn,
         schemas_dir=schemas_dir if schemas_dir is not None else s.schemas_dir,
         workdir=s.workdir,
+        data_dir=data_dir,
         want_kafka=want_kafka,
         want_postgres=want_postgres,
         startup_timeout_s=s.startup_timeout_s,

@@ -47,6 +47,8 @@ def start_postgres(*, tmp: Path, children: list[Child], deadline: float, port: i
     log_path = tmp / "postgres.log"
     if (data_dir / "PG_VERSION").is_file():
         clear_remains(data_dir, socket_dir, deadline)
+        if run_as is not None:  # the data may outlive us (`hivemux up`'s work directory): its ancestors' modes may have changed
+            _grant_postgres_access(pg_dir)
     else:
         socket_dir.mkdir(parents=True, mode=0o700)
         if run_as is not None:

@@ -1,0 +1,474 @@
+"""The embedded broker's history, kept in PostgreSQL (issue 16 item 4).
+
+The embedded broker (Tansu, `infra.tansu`) keeps its topics in memory: its durable storage
+engines are not compiled into the binary we ship. So that `hivemux up` loses nothing when its
+broker is killed or when it is started again on the same work directory, every record of every
+topic is copied, as it is (topic, partition, offset, key, value, timestamp, headers), into the
+embedded PostgreSQL, whose data lives in the work directory, and the broker is refilled from
+that copy before any service runs:
+
+- `archive(...)` (the archiver) consumes every topic from the positions this archive holds
+  (`bus.tracking.consume_tracked`, no consumer group) and writes each poll's records together
+  with the next offset per partition in ONE transaction, like the projector: after a crash it
+  resumes exactly where its last commit ended, no record twice, none skipped. Every
+  `group_interval_s` it also copies the consumer groups' committed offsets (the broker keeps
+  those in memory too).
+- `restore(...)` produces every archived partition back, in offset order, into a broker whose
+  topics are empty (a fresh Tansu topic starts at offset 0), checks that each record lands at
+  the offset it had (same offsets, so every position stored elsewhere, the projector's
+  `projector_offsets` included, still means the same record), then commits the groups' offsets
+  back (clamped to the restored ends). It refuses a partition the broker already holds records
+  of that the archive does not.
+- `archived_through(...)`: whether the archive holds given records (what `jobs submit` waits
+  for when it is told the archive's database: its acknowledgement then means "archived").
+
+The window: a record the broker acknowledged and the archiver had not committed yet when the
+broker died is lost (the archiver's lag, measured in `ArchiveStats`: from the record's
+timestamp to its commit). Group offsets are copied every `group_interval_s`: a restored group
+consumer may handle again up to that much of its input (at-least-once, as after any consumer
+crash). Tables live in the schema `bus_archive`, created on first use (they belong to the
+embedded default, not to the read models, and are not migrated with them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from ..bus.partitions import all_partitions
+from ..bus.tracking import Position, consume_tracked
+
+log = logging.getLogger("hivemux.store.archive")
+
+SCHEMA = """
+CREATE SCHEMA IF NOT EXISTS bus_archive;
+CREATE TABLE IF NOT EXISTS bus_archive.records (
+    topic         text NOT NULL,
+    partition     int NOT NULL,
+    "offset"      bigint NOT NULL,
+    key           bytea,
+    value         bytea,
+    timestamp_ms  bigint NOT NULL,
+    header_keys   text[] NOT NULL,
+    header_values bytea[] NOT NULL,
+    PRIMARY KEY (topic, partition, "offset")
+);
+CREATE TABLE IF NOT EXISTS bus_archive.positions (
+    topic       text NOT NULL,
+    partition   int NOT NULL,
+    next_offset bigint NOT NULL,
+    PRIMARY KEY (topic, partition)
+);
+CREATE TABLE IF NOT EXISTS bus_archive.group_offsets (
+    group_id  text NOT NULL,
+    topic     text NOT NULL,
+    partition int NOT NULL,
+    committed bigint NOT NULL,
+    PRIMARY KEY (group_id, topic, partition)
+);
+"""
+RECORD_COLUMNS = (
+    "topic",
+    "partition",
+    "offset",
+    "key",
+    "value",
+    "timestamp_ms",
+    "header_keys",
+    "header_values",
+)
+MAX_REQUEST_BYTES = (
+    8 * 1024 * 1024
+)  # a restored batch holds records the broker accepted one by one
+
+
+class ArchiveMismatch(RuntimeError):
+    """The broker and the archive disagree (a record restored at another offset, a partition
+    the broker holds records of that the archive lacks): restoring would shift offsets."""
+
+
+@dataclass
+class ArchiveStats:
+    records: int = 0
+    batches: int = 0
+    lag_ms_sum: float = 0.0  # per record: commit time - the record's timestamp
+    lag_ms_max: float = 0.0
+    group_snapshots: int = 0
+
+    def summary(self) -> dict[str, float | int]:
+        mean = self.lag_ms_sum / self.records if self.records else 0.0
+        return {"records": self.records, "batches": self.batches, "lag_ms_mean": round(mean, 1),
+                "lag_ms_max": round(self.lag_ms_max, 1), "group_snapshots": self.group_snapshots}  # fmt: skip
+
+
+@dataclass
+class RestoreReport:
+    records: int = 0
+    partitions: int = 0
+    groups: int = 0
+    seconds: float = 0.0
+    projector_ahead: dict[str, int] = field(
+        default_factory=dict
+    )  # "topic/partition" -> records the projector saw beyond the archive
+
+    def line(self) -> str:
+        text = f"restored {self.records} records of {self.partitions} partitions and {self.groups} groups' offsets in {self.seconds:.1f} s"
+        if self.projector_ahead:
+            text += f"; the projector had read {sum(self.projector_ahead.values())} records the archive lacks ({', '.join(sorted(self.projector_ahead))})"
+        return text
+
+
+async def ensure_schema(conn: asyncpg.Connection) -> None:
+    await conn.execute(SCHEMA)
+
+
+async def archived_positions(conn: asyncpg.Connection) -> dict[Position, int]:
+    rows = await conn.fetch(
+        "SELECT topic, partition, next_offset FROM bus_archive.positions"
+    )
+    return {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+
+
+def _row(record: ConsumerRecord) -> tuple[object, ...]:
+    headers = list(record.headers or ())
+    return (record.topic, record.partition, record.offset, record.key, record.value, record.timestamp,
+            [k for k, _ in headers], [bytes(v) for _, v in headers])  # fmt: skip
+
+
+async def archive(
+    bootstrap_servers: str,
+    dsn: str,
+    topics: Sequence[str],
+    *,
+    stop: asyncio.Event,
+    stats: ArchiveStats | None = None,
+    group_interval_s: float = 1.0,
+    fetch_max_wait_ms: int = 20,
+) -> ArchiveStats:
+    """Copy every record of `topics` into the archive until `stop` is set (see the module docstring)."""
+    stats = stats if stats is not None else ArchiveStats()
+    conn = await asyncpg.connect(dsn)
+    try:
+        await ensure_schema(conn)
+        positions = await archived_positions(conn)
+
+        async def on_batch(
+            records: list[ConsumerRecord],
+            started: dict[Position, int],
+            advanced: dict[Position, int],
+        ) -> None:
+            async with conn.transaction():
+                await conn.copy_records_to_table("records", schema_name="bus_archive", columns=RECORD_COLUMNS,
+                                                 records=[_row(r) for r in records])  # fmt: skip
+                await conn.executemany(
+                    "INSERT INTO bus_archive.positions (topic, partition, next_offset) VALUES ($1, $2, $3) "
+                    "ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset",
+                    [(t, p, o) for (t, p), o in advanced.items()],
+                )
+            now_ms = time.time() * 1000
+            lags = [now_ms - r.timestamp for r in records]
+            stats.records += len(records)
+            stats.batches += 1
+            stats.lag_ms_sum += sum(lags)
+            stats.lag_ms_max = max(stats.lag_ms_max, *lags)
+
+        groups = asyncio.create_task(
+            _copy_group_offsets(
+                bootstrap_servers, dsn, topics, stop, stats, group_interval_s
+            )
+        )
+        try:
+            await consume_tracked(
+                bootstrap_servers,
+                topics,
+                positions,
+                on_batch,
+                stop=stop,
+                fetch_max_wait_ms=fetch_max_wait_ms,
+            )
+        finally:
+            stop.set()
+            await asyncio.gather(groups, return_exceptions=True)
+    finally:
+        await conn.close()
+    return stats
+
+
+async def _copy_group_offsets(
+    bootstrap_servers: str,
+    dsn: str,
+    topics: Sequence[str],
+    stop: asyncio.Event,
+    stats: ArchiveStats,
+    interval_s: float,
+) -> None:
+    """Every `interval_s`, the committed offsets of every consumer group on `topics` into the archive."""
+    wanted = set(topics)
+    readers: dict[str, AIOKafkaConsumer] = {}
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers, request_timeout_ms=5000
+    )
+    conn = await asyncpg.connect(dsn)
+    try:
+        await admin.start()
+        while not stop.is_set():
+            try:
+                rows: list[tuple[str, str, int, int]] = []
+                for group, _protocol in await admin.list_consumer_groups():
+                    reader = readers.get(group)
+                    if reader is None:
+                        reader = readers[group] = AIOKafkaConsumer(
+                            bootstrap_servers=bootstrap_servers,
+                            group_id=group,
+                            enable_auto_commit=False,
+                        )
+                        await reader.start()
+                    partitions = set(await all_partitions(reader, sorted(wanted)))
+                    committed = await reader._coordinator.fetch_committed_offsets(
+                        partitions
+                    )  # noqa: SLF001 - one request for all partitions
+                    rows += [
+                        (group, tp.topic, tp.partition, meta.offset)
+                        for tp, meta in committed.items()
+                        if meta.offset >= 0
+                    ]
+                if rows:
+                    await conn.executemany(
+                        "INSERT INTO bus_archive.group_offsets (group_id, topic, partition, committed) VALUES ($1, $2, $3, $4) "
+                        "ON CONFLICT (group_id, topic, partition) DO UPDATE SET committed = EXCLUDED.committed",
+                        rows,
+                    )
+                stats.group_snapshots += 1
+            except (
+                Exception
+            ) as error:  # the broker going away is expected here; try again next time
+                log.debug("group offsets not copied: %s", error)
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=interval_s)
+            except TimeoutError:
+                pass
+    finally:
+        for reader in readers.values():
+            await reader.stop()
+        await admin.close()
+        await conn.close()
+
+
+async def restore(
+    bootstrap_servers: str, dsn: str, *, chunk: int = 2000
+) -> RestoreReport:
+    """Produce the archive back into the broker (module docstring); the topics must exist."""
+    started = time.monotonic()
+    report = RestoreReport()
+    conn = await asyncpg.connect(dsn)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
+                                max_request_size=MAX_REQUEST_BYTES, max_batch_size=1024 * 1024)  # fmt: skip
+    try:
+        await ensure_schema(conn)
+        positions = {
+            pos: end for pos, end in (await archived_positions(conn)).items() if end > 0
+        }
+        ends = await _broker_ends(bootstrap_servers, {t for t, _ in positions})
+        await producer.start()
+        for (topic, partition), end in sorted(positions.items()):
+            have = ends.get((topic, partition), 0)
+            if have == end:
+                continue  # the broker still has it (it was not restarted)
+            if have != 0:
+                raise ArchiveMismatch(
+                    f"{topic}[{partition}] holds {have} records on the broker, {end} in the archive"
+                )
+            report.records += await _restore_partition(
+                conn, producer, topic, partition, end, chunk
+            )
+            report.partitions += 1
+        await producer.flush()
+        report.groups = await _restore_group_offsets(conn, bootstrap_servers, positions)
+        report.projector_ahead = await _projector_ahead(conn, positions)
+    finally:
+        await producer.stop()
+        await conn.close()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _restore_partition(
+    conn: asyncpg.Connection,
+    producer: AIOKafkaProducer,
+    topic: str,
+    partition: int,
+    end: int,
+    chunk: int,
+) -> int:
+    sent: list[tuple[int, asyncio.Future[object]]] = []
+    async with conn.transaction():
+        cursor = conn.cursor(
+            'SELECT "offset", key, value, timestamp_ms, header_keys, header_values FROM bus_archive.records '
+            'WHERE topic = $1 AND partition = $2 AND "offset" < $3 ORDER BY "offset"',
+            topic, partition, end, prefetch=chunk,
+        )  # fmt: skip
+        expected = 0
+        async for row in cursor:
+            if row["offset"] != expected:
+                raise ArchiveMismatch(
+                    f"{topic}[{partition}]: the archive has no record at offset {expected}"
+                )
+            headers = list(zip(row["header_keys"], row["header_values"], strict=True))
+            future = await producer.send(topic, row["value"], key=row["key"], partition=partition,
+                                         timestamp_ms=row["timestamp_ms"], headers=headers or None)  # fmt: skip
+            sent.append((expected, future))
+            expected += 1
+    if expected != end:
+        raise ArchiveMismatch(
+            f"{topic}[{partition}]: the archive holds {expected} records, its position says {end}"
+        )
+    for offset, future in sent:
+        metadata = await future
+        if metadata.offset != offset:  # type: ignore[attr-defined]
+            raise ArchiveMismatch(
+                f"{topic}[{partition}]: record {offset} restored at offset {metadata.offset}"
+            )  # type: ignore[attr-defined]
+    return len(sent)
+
+
+async def _broker_ends(
+    bootstrap_servers: str, topics: Iterable[str]
+) -> dict[Position, int]:
+    """How many records the broker holds per partition, by reading (ListOffsets can be short on
+    the embedded broker): the last offset + 1 of a consumer sought to the end, confirmed by a fetch."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        assigned = await all_partitions(consumer, names)
+        ends = await consumer.end_offsets(assigned)
+        return {(tp.topic, tp.partition): offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()
+
+
+async def _restore_group_offsets(
+    conn: asyncpg.Connection, bootstrap_servers: str, ends: Mapping[Position, int]
+) -> int:
+    rows = await conn.fetch(
+        "SELECT group_id, topic, partition, committed FROM bus_archive.group_offsets ORDER BY group_id"
+    )
+    by_group: dict[str, dict[TopicPartition, int]] = {}
+    for r in rows:
+        by_group.setdefault(r["group_id"], {})[
+            TopicPartition(r["topic"], r["partition"])
+        ] = min(r["committed"], ends.get((r["topic"], r["partition"]), 0))
+    for group, offsets in by_group.items():
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap_servers,
+            group_id=group,
+            enable_auto_commit=False,
+        )
+        await consumer.start()
+        try:
+            consumer.assign(list(offsets))
+            await consumer.commit(offsets)
+        finally:
+            await consumer.stop()
+    return len(by_group)
+
+
+async def _projector_ahead(
+    conn: asyncpg.Connection, ends: Mapping[Position, int]
+) -> dict[str, int]:
+    """Partitions where the projector's stored position is past the archive's end: records it
+    projected that the broker acknowledged and the archive had not copied when the broker died."""
+    if not await conn.fetchval(
+        "SELECT to_regclass('public.projector_offsets') IS NOT NULL"
+    ):
+        return {}
+    rows = await conn.fetch(
+        "SELECT topic, partition, next_offset FROM projector_offsets"
+    )
+    return {f"{r['topic']}/{r['partition']}": r["next_offset"] - ends.get((r["topic"], r["partition"]), 0)
+            for r in rows if r["next_offset"] > ends.get((r["topic"], r["partition"]), 0)}  # fmt: skip
+
+
+async def wait_archived(
+    bootstrap_servers: str, dsn: str, topics: Sequence[str], *, timeout_s: float = 10.0
+) -> bool:
+    """Wait until the archive holds every record the broker lists now (a clean stop waits for it)."""
+    ends = {
+        pos: end
+        for pos, end in (await _broker_ends(bootstrap_servers, topics)).items()
+        if end > 0
+    }
+    return await archived_through(
+        dsn, {pos: end - 1 for pos, end in ends.items()}, timeout_s=timeout_s
+    )
+
+
+async def unarchived(
+    dsn: str, records: Sequence[tuple[str, int, int, bytes]], *, timeout_s: float = 10.0
+) -> list[tuple[str, int, int, bytes]] | None:
+    """Of `records` (topic, partition, offset, value) a producer had acknowledged by the broker,
+    those the archive does not hold after waiting up to `timeout_s` (empty: all durable). A
+    record counts only if the archive has the same value at its offset: a broker that died
+    before archiving it was refilled and its offset may hold another record by now. This is
+    what makes "acknowledged" mean "archived" for a client that asks (`jobs submit`). None when
+    this database holds no archive (a production broker keeps its own history)."""
+    wanted = {(t, p, o): v for t, p, o, v in records}
+    conn = await asyncpg.connect(dsn)
+    try:
+        if not await conn.fetchval(
+            "SELECT to_regclass('bus_archive.records') IS NOT NULL"
+        ):
+            return None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            rows = await conn.fetch(
+                'SELECT topic, partition, "offset", value FROM bus_archive.records '
+                'WHERE (topic, partition, "offset") IN (SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]))',
+                [t for t, _, _ in wanted], [p for _, p, _ in wanted], [o for _, _, o in wanted],
+            )  # fmt: skip
+            for r in rows:
+                key = (r["topic"], r["partition"], r["offset"])
+                if wanted.get(key) == r["value"]:
+                    del wanted[key]
+            if not wanted or time.monotonic() > deadline:
+                return [(t, p, o, v) for (t, p, o), v in wanted.items()]
+            await asyncio.sleep(0.05)
+    finally:
+        await conn.close()
+
+
+async def archived_through(
+    dsn: str, offsets: Mapping[Position, int], *, timeout_s: float = 10.0
+) -> bool:
+    """Wait until the archive holds every record up to `offsets` (topic/partition -> last offset);
+    False after `timeout_s`, or at once when this database holds no archive."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        if not await conn.fetchval(
+            "SELECT to_regclass('bus_archive.positions') IS NOT NULL"
+        ):
+            return False
+        deadline = time.monotonic() + timeout_s
+        while True:
+            have = await archived_positions(conn)
+            if all(have.get(pos, 0) > last for pos, last in offsets.items()):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()

@@ -1,0 +1,164 @@
+"""The embedded broker keeps its history (issue 16 item 4): every record archived into
+PostgreSQL and produced back at the same offsets after the broker is SIGKILLed, and after the
+servers are started again on the same data directory; consumer groups' offsets too. A private
+embedded broker and database (this test kills the broker)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from hivemux.bus import ensure_topics
+from hivemux.bus.replay import assign_from_beginning, drain
+from hivemux.cli.history import History
+from hivemux.infra import EmbeddedInfra
+from tests.support.buskit import unique_topic
+
+GROUP = "archive-test-group"
+
+
+async def _produce(bootstrap: str, topics: list[str], count: int, start: int) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(
+                topics[i % len(topics)],
+                f'{{"n": {i}}}'.encode(),
+                key=f"k{i % 7}".encode(),
+                headers=[("h", str(i).encode())] if i % 3 == 0 else None,
+            )  # fmt: skip
+            for i in range(start, start + count)
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def _read(bootstrap: str, topics: list[str]) -> list[tuple[object, ...]]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False
+    )
+    await consumer.start()
+    out: list[tuple[object, ...]] = []
+    try:
+        await assign_from_beginning(consumer, topics)
+
+        async def keep(r) -> None:  # type: ignore[no-untyped-def]
+            out.append(
+                (
+                    r.topic,
+                    r.partition,
+                    r.offset,
+                    r.key,
+                    r.value,
+                    r.timestamp,
+                    tuple(r.headers or ()),
+                )
+            )
+
+        await drain(consumer, keep)
+    finally:
+        await consumer.stop()
+    return sorted(out)
+
+
+async def _commit(bootstrap: str, offsets: dict[TopicPartition, int]) -> None:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=GROUP, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        consumer.assign(list(offsets))
+        await consumer.commit(offsets)
+    finally:
+        await consumer.stop()
+
+
+async def _committed(
+    bootstrap: str, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int | None]:
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=GROUP, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        return {tp: await consumer.committed(tp) for tp in partitions}
+    finally:
+        await consumer.stop()
+
+
+def _wait(check, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_a_killed_broker_and_a_restarted_infra_get_every_record_back(
+    tmp_path: Path,
+) -> None:
+    topics = [unique_topic(partitions=4), unique_topic(partitions=1)]
+    names = [t.name for t in topics]
+    lines: list[str] = []
+    # not under pytest's tmp dir: another pytest session makes /tmp/pytest-of-<user> 0700 again,
+    # which the embedded PostgreSQL (another user when we are root) then cannot traverse
+    data_dir = Path(tempfile.mkdtemp(prefix="hivemux-archive-")) / "infra"
+    infra = EmbeddedInfra(data_dir=data_dir)
+    with infra:
+        bootstrap, dsn = infra.endpoints.bootstrap_servers, infra.endpoints.postgres_dsn
+        asyncio.run(ensure_topics(bootstrap, topics))
+        history = History(bootstrap, dsn, topics=names, say=lines.append)
+        assert history.restore().records == 0  # a fresh data directory
+        history.start()
+        asyncio.run(_produce(bootstrap, names, 400, 0))
+        committed = {TopicPartition(names[0], 1): 17, TopicPartition(names[1], 0): 33}
+        asyncio.run(_commit(bootstrap, committed))
+        before = asyncio.run(_read(bootstrap, names))
+        assert len(before) == 400
+        _wait(
+            lambda: history.stats.records == 400 and history.stats.group_snapshots >= 2
+        )
+        snapshots = history.stats.group_snapshots
+        _wait(
+            lambda: history.stats.group_snapshots > snapshots
+        )  # one taken after the commit
+
+        os.kill(infra.servers["tansu"].process.pid, signal.SIGKILL)
+        infra.servers["tansu"].process.wait()
+        history.before_broker_restart([])
+        infra.restart("tansu")
+        asyncio.run(ensure_topics(bootstrap, topics))
+        history.after_broker_restart()
+        assert history.restores[-1].records == 400
+        assert asyncio.run(_read(bootstrap, names)) == before
+        assert asyncio.run(_committed(bootstrap, list(committed))) == committed
+
+        # the archiver goes on from where it was: new records get the next offsets and are archived
+        asyncio.run(_produce(bootstrap, names, 50, 400))
+        _wait(lambda: history.stats.records == 450)
+        after_more = asyncio.run(_read(bootstrap, names))
+        history.stop(drain=True)
+    assert history.error is None
+    assert history.stats.summary()["lag_ms_max"] < 5000
+
+    # the same data directory: PostgreSQL's data survived, the broker is refilled from it
+    with EmbeddedInfra(data_dir=data_dir) as again:
+        bootstrap = again.endpoints.bootstrap_servers
+        asyncio.run(ensure_topics(bootstrap, topics))
+        history = History(
+            bootstrap, again.endpoints.postgres_dsn, topics=names, say=lines.append
+        )
+        assert history.restore().records == 450
+        assert asyncio.run(_read(bootstrap, names)) == after_more
+    shutil.rmtree(data_dir.parent, ignore_errors=True)
+    assert any(
+        line.startswith("history: restored 400 records of ") for line in lines
+    ), lines
