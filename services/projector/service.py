@@ -52,7 +52,10 @@ def build(settings: ProjectorSettings) -> Service:
 
     async def ready() -> None:
         pool: asyncpg.Pool = running["pool"]  # type: ignore[assignment]
-        work = run_projector(settings.kafka_bootstrap_servers, pool, stop=stop, max_records=settings.max_batch, observe=_observe)
+        work = run_projector(
+            settings.kafka_bootstrap_servers, pool, stop=stop, max_records=settings.max_batch, observe=_observe,
+            max_future_skew_s=settings.max_future_skew_s,
+        )  # fmt: skip
         task = asyncio.create_task(work, name="projector")
         task.add_done_callback(lambda _: service.stop())  # a failed projector stops the process
         running["task"] = task
