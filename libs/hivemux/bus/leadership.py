@@ -55,11 +55,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord, TopicPartition
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, ConsumerProtocolMemberMetadata
+from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
 from ..events import Event, LeaderElected
 from ..settings import ServiceSettings
 from ..topics import LEADERSHIP
+from .outage import is_outage
 
 log = logging.getLogger("hivemux.bus.leadership")
 LEADER_PARTITION = TopicPartition(LEADERSHIP.name, 0)
@@ -159,7 +161,15 @@ class Leadership:
         await consumer.start()
         try:
             while not stop.is_set():
-                await consumer.getmany(timeout_ms=500)
+                try:
+                    await consumer.getmany(timeout_ms=500)
+                except KafkaError as error:
+                    # The broker away: the group rebalances when it is back (revoking, then
+                    # assigning), and what decides meanwhile cannot publish anyway.
+                    if not is_outage(error):
+                        raise
+                    log.warning("%s: leadership group unreachable (%s: %s); retrying", self.source, type(error).__name__, error)
+                    await asyncio.sleep(1.0)
         finally:
             await self.step_down("stopping")  # before leaving: the batch in hand is published first
             await consumer.stop()
