@@ -190,8 +190,9 @@ async def decided_by(bootstrap: str, source: str, topic: Topic, at_least: int) -
     return len({e.event_id for _, e in await records(bootstrap, (topic,)) if e.source == source}) >= at_least
 
 
-async def first_decision(bootstrap: str, source: str, topics: tuple[Topic, ...]) -> int | None:
-    stamps = [r.timestamp for r, e in await records(bootstrap, topics) if e.source == source]
+async def first_decision(bootstrap: str, source: str, topics: tuple[Topic, ...], after_ms: float = 0) -> int | None:
+    """The record timestamp (ms) of `source`'s first decision published after `after_ms`."""
+    stamps = [r.timestamp for r, e in await records(bootstrap, topics) if e.source == source and r.timestamp > after_ms]
     return min(stamps) if stamps else None
 
 
@@ -232,7 +233,7 @@ async def take_over(bootstrap: str, children: list[Child], tag: str, jobs: int =
         active[service].process.wait(timeout=10)
     await publish(bootstrap, [training(f"{tag}-t{i}") for i in range(jobs)] + [e for i in range(jobs) for e in offline(f"{tag}-o{i}")])
     first = {
-        service: await until(lambda service=service: first_decision(bootstrap, source_of(standby[service]), DECIDED[service]), 60,
+        service: await until(lambda service=service: first_decision(bootstrap, source_of(standby[service]), DECIDED[service], killed_at * 1000), 60,
                              f"standby {service} decides")
         for service in DECIDERS
     }  # fmt: skip
