@@ -151,3 +151,10 @@ def test_importing_the_algorithms_has_no_side_effects() -> None:
 def test_services_are_thin_shells() -> None:
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in SERVICES.rglob("*.py")}
     assert {p: n for p, n in sizes.items() if n > SERVICE_MAX_LINES} == {}
+
+
+def test_test_modules_have_unique_names() -> None:
+    """Tests are not packages (rootdir-relative imports): two test files with one basename make
+    the whole run fail at collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []

@@ -13,8 +13,8 @@ from hivemux.audit import Auditor, LoggedRecord, MemoryLog
 from hivemux.events import ConsumptionJournal
 from hivemux.topics import AUDIT_JOURNAL
 
-# The recorded run of test_replay.py, by path (another test_replay.py exists under tests/).
-_spec = importlib.util.spec_from_file_location("audit_recorded_run", Path(__file__).with_name("test_replay.py"))
+# The recorded run of test_recorded_replay.py, by path (tests are not a package).
+_spec = importlib.util.spec_from_file_location("audit_recorded_run", Path(__file__).with_name("test_recorded_replay.py"))
 assert _spec is not None and _spec.loader is not None
 recorded_run = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(recorded_run)
