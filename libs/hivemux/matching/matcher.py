@@ -48,7 +48,6 @@ from hivemux.events import (
 )
 from hivemux.prediction.analytic import AnalyticSpeedModel
 from hivemux.prediction.features import SpeedModel
-from hivemux.prediction.speed_predictor import MlpSpeedModel
 
 from .cluster_view import GpuReading, JobControlled, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
 from .decisions import Decisions, PlacementChange, Waiting
@@ -129,6 +128,10 @@ def speed_model(model: PredictorModel) -> SpeedModel | None:
     if model.kind == "analytic":
         return AnalyticSpeedModel.from_parameters(model.gpu_type, model.version, model.parameters)
     if model.weights_b64 is not None:
+        # torch is imported with the first MLP version, not at start: a matcher (two of them in
+        # `hivemux up`, with a standby) starts in a second instead of several on a loaded host.
+        from hivemux.prediction.speed_predictor import MlpSpeedModel
+
         return MlpSpeedModel.from_weights_b64(model.gpu_type, model.version, model.weights_b64)
     return None
 
