@@ -145,4 +145,9 @@ def render_summary(summary: dict[str, Any]) -> str:
     lines += [f"  {r['job_id']:<18} {r['reason']}" for r in summary["waiting"]] or ["  (none)"]
     lines.append("Training jobs bound to cells:")
     lines += [f"  {r['job_id']:<18} on {', '.join(r['node_ids'])}" for r in summary["training_bound"]] or ["  (none)"]
+    if "vcs" in summary:  # the read models' status (`projection.explain.vc_summary`)
+        lines.append("Virtual clusters (GPUs; queue = jobs waiting in it, `hivemux vcs` lists them in order):")
+        lines.append(f"  {'vc':<14} {'guaranteed':>10} {'used':>5} {'opportunistic':>13} {'free':>5} {'bad':>4} {'queue':>6}")
+        lines += [f"  {v['vc']:<14} {v['guaranteed']:>10} {v['used']:>5} {v['opportunistic']:>13} {v['free']:>5} {v['bad']:>4} {v['queue']:>6}"
+                  for v in summary["vcs"]] or ["  (none)"]  # fmt: skip
     return "\n".join(lines)

@@ -193,10 +193,41 @@ async def test_vc_cells_from_the_newest_configuration_and_the_bound_pods(pg_dsn:
     await store.apply(changes, {}, {("t", 0): 8})
     try:
         assert await store.vc_cells() == [
-            {"vc": "vc-a", "guaranteed_gpus": 8, "guaranteed_used": 2, "guaranteed_free": 6, "opportunistic_used": 0, "waiting_jobs": 0},
-            {"vc": "vc-b", "guaranteed_gpus": 4, "guaranteed_used": 0, "guaranteed_free": 4, "opportunistic_used": 2, "waiting_jobs": 1},
+            {"vc": "vc-a", "guaranteed_gpus": 8, "guaranteed_used": 2, "guaranteed_free": 6, "opportunistic_used": 0, "waiting_jobs": 0,
+             "bad_gpus": 0},
+            {"vc": "vc-b", "guaranteed_gpus": 4, "guaranteed_used": 0, "guaranteed_free": 4, "opportunistic_used": 2, "waiting_jobs": 1,
+             "bad_gpus": 0},
         ]
         await store.apply([VcQuotasChanged(3, {"vc-a": 4}, T0)], {("t", 0): 8}, {("t", 0): 9})
         assert [(r["vc"], r["guaranteed_gpus"]) for r in await store.vc_cells()] == [("vc-a", 4), ("vc-b", 0)]
+    finally:
+        await pool.close()
+
+
+async def test_a_gpus_last_sample_moves_only_forward_and_only_with_metrics(pg_dsn: str) -> None:
+    from datetime import timedelta
+
+    from hivemux.projection import GpuHealthChanged
+    from tests.support.read_model_kit import T0
+
+    pool = await connect(pg_dsn)
+    await migrate(pool)
+    store = ReadModelStore(pool)
+
+    def change(state: str, s: int, metrics: dict[str, float]) -> GpuHealthChanged:
+        at = T0 + timedelta(seconds=s)
+        return GpuHealthChanged("n1/gpu-0", "n1", "A100", state, "metrics" if metrics else "stale", "", metrics, None, at,
+                                at if metrics else None)  # fmt: skip
+
+    try:
+        await store.apply([change("Unhealthy", 10, {"gpu_util": 96.0})], {}, {("t", 0): 1})
+        await store.apply([change("Disabled", 20, {})], {("t", 0): 1}, {("t", 0): 2})  # stale: no sample, the last one stays
+        gpu = await store.gpu("n1/gpu-0")
+        assert gpu is not None and (gpu["health"], gpu["sample_at"], gpu["sample_metrics"]) == ("Disabled", T0 + timedelta(seconds=10),
+                                                                                                 {"gpu_util": 96.0})  # fmt: skip
+        await store.apply([change("Healthy", 5, {"gpu_util": 1.0})], {("t", 0): 2}, {("t", 0): 3})  # an older sample does not win
+        assert (await store.gpu("n1/gpu-0"))["sample_metrics"] == {"gpu_util": 96.0}  # type: ignore[index]
+        await store.apply([change("Healthy", 30, {"gpu_util": 2.0})], {("t", 0): 3}, {("t", 0): 4})
+        assert [g["sample_metrics"] for g in await store.gpus(health="Healthy")] == [{"gpu_util": 2.0}]
     finally:
         await pool.close()

@@ -69,6 +69,10 @@ def job_burst(prefix: str, jobs: int) -> list[list[Event]]:
                 JobLifecycleEvent(**base, occurred_at=tick(5), job_id=job, state=JobState.EVICTED, reason="GPU overlimit"),
                 Fault(**base, occurred_at=tick(6), gpu_id=gpu, node_id=node, kind=list(FaultKind)[0], detail="xid 31", job_id=job),
             ]  # fmt: skip
+            if i == 2:  # a GPU of n0 goes silent: n0 is bad, so are the GPUs the training jobs' pods hold there (vc_cells.bad_gpus)
+                events.append(HealthTransition(**base, occurred_at=tick(7), gpu_id=f"{prefix}-n0/gpu-9", node_id=f"{prefix}-n0",
+                                               gpu_type="A100", from_state=HealthState.HEALTHY, to_state=HealthState.DISABLED,
+                                               reason="no sample for 30 s", cause="stale"))  # fmt: skip
         else:
             pods = [f"{job}/0", f"{job}/1"]
             bound = {"vc": vc, "priority": Priority.GUARANTEED, "cell_type": "DGX2-V100", "reason": "buddy cell allocation"}

@@ -220,13 +220,13 @@ class AllocatorEvents:
                 return [
                     CellBinding(
                         event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="preempted",
-                        priority=priority, pod=pod.name, node_ids=(node,), reason=reason,
+                        priority=priority, pod=pod.name, node_ids=(node,), reason=reason, inputs={"preemptor": by},
                     ),  # fmt: skip
                     ExecutorCommand(
                         event_id=derived_id("evict", key), occurred_at=at, source=self.source, node_id=node,
                         action=CommandAction.EVICT, job_id=d.job_id, reason=reason,
                     ),  # fmt: skip
-                    self._lifecycle(d.job_id, JobState.PREEMPTED, at, cause, reason + "; it waits to resume"),
+                    self._lifecycle(d.job_id, JobState.PREEMPTED, at, cause, reason + "; it waits to resume", {"preemptor": by}),
                 ]
             case JobWaiting(reason=reason):
                 return [self._lifecycle(d.job_id, JobState.WAITING, at, cause, reason)]
@@ -240,10 +240,12 @@ class AllocatorEvents:
                 ]
         raise AssertionError(d)
 
-    def _lifecycle(self, job_id: str, state: JobState, at: datetime, cause: str, reason: str) -> JobLifecycleEvent:
+    def _lifecycle(
+        self, job_id: str, state: JobState, at: datetime, cause: str, reason: str, inputs: dict[str, str] | None = None
+    ) -> JobLifecycleEvent:
         return JobLifecycleEvent(
             event_id=derived_id("lifecycle", job_id, state.value, cause), occurred_at=at, source=self.source,
-            job_id=job_id, state=state, reason=clip_reason(reason),
+            job_id=job_id, state=state, reason=clip_reason(reason), inputs=inputs or {},
         )  # fmt: skip
 
 

@@ -22,6 +22,7 @@ from .jobs import jobs_group
 from . import job_views  # noqa: F401 - registers jobs list/describe/history on jobs_group
 from .projector import projector_group
 from .services import SERVICES
+from .vc_views import vcs as vcs_command
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
@@ -332,6 +333,7 @@ def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[
 
 cli.add_command(jobs_group)
 cli.add_command(gpus_group)
+cli.add_command(vcs_command)
 cli.add_command(projector_group)
 cli.add_command(audit_group)
 

@@ -312,6 +312,18 @@ class HealthState(StrEnum):
     DISABLED = "Disabled"
 
 
+class MetricThreshold(Record):
+    """One offending metric of a metric-driven transition: its value, the comparison that held,
+    the level (``overlimit``, ``unhealthy``, or ``healthy`` for one not below its Healthy
+    threshold) and that threshold. Derived from the transition's metrics and thresholds."""
+
+    metric: Label
+    value: float
+    op: Literal["<", "<=", ">", ">=", "not below"]
+    level: Literal["overlimit", "unhealthy", "healthy"]
+    threshold: float
+
+
 class HealthTransition(Event):
     """A GPU's SysMonitor state changed; carries the metrics that decided it."""
 
@@ -328,6 +340,9 @@ class HealthTransition(Event):
         default="metrics", description="What moved the state: the metric guards, the Overlimit back-off, silence, an operator or a detected fault"
     )
     evicted_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES, description="Offline workloads this transition evicts")
+    thresholds: tuple[MetricThreshold, ...] = Field(
+        default=(), max_length=MAX_ENTRIES, description="Each offending metric with its threshold (metric-driven transitions; derived)"
+    )
 
 
 class FaultKind(StrEnum):

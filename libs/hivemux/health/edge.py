@@ -39,6 +39,7 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.events.base import clip_reason
+from hivemux.events.telemetry import MetricThreshold
 
 from .config import HealthConfig
 from .decisions import Eviction, GpuVerdict, Remedy, SysMonitorState, evictions_of
@@ -215,6 +216,8 @@ class HealthEdge:
                 to_state=t.to_state, reason=clip_reason(t.reason), metrics=t.metrics,
                 online_workload=state.online_workload, sample_event_id=str(origin), cause=t.cause,  # type: ignore[arg-type]
                 evicted_workloads=t.evicted,
+                thresholds=tuple(MetricThreshold(metric=o.metric, value=o.value, op=o.op, level=o.level, threshold=o.threshold)  # type: ignore[arg-type]
+                                 for o in t.offending),
             )
         ]  # fmt: skip
         if t.evicted:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from hivemux.events.telemetry import HealthState
 
 from .config import HealthConfig
-from .thresholds import METRICS, LimitTable, describe
+from .thresholds import METRICS, LimitTable
 
 INIT, HEALTHY, UNHEALTHY, OVERLIMIT, DISABLED = (
     HealthState.INIT,
@@ -92,27 +92,54 @@ def level_of(values: Values, table: LimitTable) -> int:
     return level
 
 
-def explain(values: Values, config: HealthConfig, gpu_type: str, level: int) -> str:
-    """The reason for a metric-driven transition: every offending metric with its threshold."""
+@dataclass(frozen=True, slots=True)
+class Offending:
+    """One offending metric of a judged sample (`events.telemetry.MetricThreshold`)."""
+
+    metric: str
+    value: float
+    op: str  # <, <=, >, >= (see `thresholds.describe`) or "not below" (a Healthy threshold)
+    level: str  # overlimit | unhealthy | healthy
+    threshold: float
+
+    def describe(self) -> str:
+        return f"{self.metric}={self.value:.3f} {self.op} {self.level} {self.threshold:.3f}"
+
+
+def judge(values: Values, config: HealthConfig, gpu_type: str, level: int) -> tuple[Offending, ...]:
+    """The metrics that put a sample at `level`, each with its threshold: for Overlimit those
+    exceeding it, then those reaching Unhealthy; for Unhealthy those reaching it; in the band
+    those not below Healthy; none below Healthy."""
     thresholds = config.thresholds_for(gpu_type)
-    over, unhealthy, band = [], [], []
+    over: list[Offending] = []
+    unhealthy: list[Offending] = []
+    band: list[Offending] = []
     for metric, value in zip(METRICS, values):
         if value is None:
             continue
         limit = thresholds.limit(metric)
         if limit.exceeds_overlimit(value):
-            over.append(describe(metric, value, limit, "overlimit"))
+            over.append(Offending(metric, value, "<" if limit.low_is_bad else ">", "overlimit", limit.overlimit))
         elif limit.reaches_unhealthy(value):
-            unhealthy.append(describe(metric, value, limit, "unhealthy"))
+            unhealthy.append(Offending(metric, value, "<=" if limit.low_is_bad else ">=", "unhealthy", limit.unhealthy))
         elif not limit.below_healthy(value):
-            band.append(f"{metric}={value:.3f} not below healthy {limit.healthy:.3f}")
+            band.append(Offending(metric, value, "not below", "healthy", limit.healthy))
     if level == EXCEEDS_OVERLIMIT:
-        return "; ".join(over + unhealthy)
+        return (*over, *unhealthy)
     if level == REACHES_UNHEALTHY:
-        return "; ".join(unhealthy)
+        return tuple(unhealthy)
     if level == IN_BAND:
-        return "; ".join(band)
-    return "all metrics below their Healthy thresholds"
+        return tuple(band)
+    return ()
+
+
+def explain(values: Values, config: HealthConfig, gpu_type: str, level: int) -> str:
+    """The reason for a metric-driven transition: every offending metric with its threshold."""
+    return reason_of(judge(values, config, gpu_type, level))
+
+
+def reason_of(offending: tuple[Offending, ...]) -> str:
+    return "; ".join(o.describe() for o in offending) if offending else "all metrics below their Healthy thresholds"
 
 
 def metrics_dict(values: Values) -> dict[str, float]:
@@ -131,6 +158,7 @@ class Transition:
     reason: str
     metrics: dict[str, float]
     evicted: tuple[str, ...] = ()  # offline workloads to evict (entering Overlimit/Disabled)
+    offending: tuple[Offending, ...] = ()  # the metrics and thresholds of a metric-driven edge (`judge`)
 
 
 @dataclass(slots=True)
@@ -157,11 +185,18 @@ class SysMonitor:
     revision: int = 0  # bumped at every state record (see `HealthProcessorCore._record`)
 
     # -- the edges --------------------------------------------------------------------------
-    def _move(self, to: HealthState, at: float, cause: str, reason: str, metrics: dict[str, float]) -> Transition:
+    def _move(
+        self, to: HealthState, at: float, cause: str, reason: str, metrics: dict[str, float], offending: tuple[Offending, ...] = ()
+    ) -> Transition:
         evicted = self.offline_workloads if to in (OVERLIMIT, DISABLED) else ()
-        transition = Transition(self.gpu_id, self.state, to, at, cause, reason, metrics, evicted)
+        transition = Transition(self.gpu_id, self.state, to, at, cause, reason, metrics, evicted, offending)
         self.state = to
         return transition
+
+    def _judged(self, to: HealthState, at: float, values: Values, config: HealthConfig, level: int) -> Transition:
+        """A metric-driven edge: the reason names every offending metric, which it also carries."""
+        offending = judge(values, config, self.gpu_type, level)
+        return self._move(to, at, "metrics", reason_of(offending), metrics_dict(values), offending)
 
     def _enter_overlimit(self, at: float, window_s: float, base_period_s: float) -> None:
         self.overlimit_entries = [t for t in self.overlimit_entries if t > at - window_s]
@@ -186,7 +221,7 @@ class SysMonitor:
             if level == EXCEEDS_OVERLIMIT:
                 return [self._edge_up(level, values, at, config)]
             if level == BELOW_HEALTHY:
-                return [self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values))]
+                return [self._judged(HEALTHY, at, values, config, level)]
             return None
         if state is OVERLIMIT:
             return self._observe_overlimit(level, values, at, config)
@@ -221,14 +256,14 @@ class SysMonitor:
         ]  # fmt: skip
         self.below_overlimit_since = None
         if level == BELOW_HEALTHY:
-            out.append(self._move(HEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values)))
+            out.append(self._judged(HEALTHY, at, values, config, level))
         return out
 
     def _edge_up(self, level: int, values: Values, at: float, config: HealthConfig) -> Transition:
         if level == EXCEEDS_OVERLIMIT:
             self._enter_overlimit(at, config.backoff_window_s, config.base_period_s)
-            return self._move(OVERLIMIT, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values))
-        return self._move(UNHEALTHY, at, "metrics", explain(values, config, self.gpu_type, level), metrics_dict(values))
+            return self._judged(OVERLIMIT, at, values, config, level)
+        return self._judged(UNHEALTHY, at, values, config, level)
 
     def disable(self, at: float, cause: str, reason: str) -> Transition | None:
         """Stale or drained (operator or fault rule). A drain of a silent GPU is recorded."""

@@ -169,15 +169,3 @@ def compile_levels(table: LimitTable) -> Callable[[tuple[float | None, ...]], in
 
 # Default board power limits (W) by GPU type, from the vendors' data sheets.
 BOARD_POWER_W: dict[str, float] = {"T4": 70.0, "A10": 150.0, "A30": 165.0, "L4": 72.0, "V100": 300.0, "A100": 400.0, "H100": 700.0}
-
-
-def describe(metric: str, value: float, limit: MetricLimit, level: str) -> str:
-    """``"memory_usage=97.656 > overlimit 97.000"``: one offending metric, for reasons."""
-    threshold = {"overlimit": limit.overlimit, "unhealthy": limit.unhealthy, "healthy": limit.healthy}[level]
-    if level == "overlimit":
-        op = "<" if limit.low_is_bad else ">"
-    elif level == "unhealthy":
-        op = "<=" if limit.low_is_bad else ">="
-    else:
-        op = ">" if limit.low_is_bad else "<"
-    return f"{metric}={value:.3f} {op} {level} {threshold:.3f}"

@@ -14,12 +14,13 @@ A job's explanation:
   reason the job still waits for holds from its "last" time until now;
 - ``queue``: while it waits, its position among the waiting jobs of its VC and kind (`QUEUED_STATES`,
   ranked by `queue_key`: guaranteed before opportunistic, higher HiveD priority value first,
-  then earlier submission), the jobs ahead of it and what it waits for (the latest waiting reason);
+  then earlier submission; `rank_queues`, which `hivemux vcs` lists too), the jobs ahead of it
+  and what it waits for (the latest waiting reason);
 - ``bindings``: the cells (chain, nodes, GPUs) each pod was bound to, released from or refused;
 - ``placements``: offline placements with the predicted normalized throughput, SM share and
   the online neighbour; ``evictions``: the GPU's new state, the metrics, and for each offending
-  metric its value and threshold (parsed from the SysMonitor reason, `offending_metrics`);
-- ``preemptions``: with the preemptor (HiveD names it in the reason: "preempted by X");
+  metric its value, comparison, level and threshold (the transition's ``thresholds`` field);
+- ``preemptions``: with the preemptor (the binding's or lifecycle event's ``preemptor`` input);
 - ``chain``: every decision in order, consecutive repeats collapsed with their count.
 
 Example: a job that waited three times for "no free cell" then was bound gives
@@ -29,7 +30,6 @@ verdict "bound: ...".
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -39,10 +39,6 @@ from ..events.base import reason_substance
 # Job states in which a job waits in its VC's queue (to be placed, bound or resumed).
 QUEUED_STATES: tuple[str, ...] = ("submitted", "waiting", "preempted", "evicted")
 RUNNING_STATES: tuple[str, ...] = ("placed", "bound", "running")
-# "memory_usage=97.656 > overlimit 97.000" / "sm_activity=80.000 not below healthy 70.000"
-_OFFENDING = re.compile(r"(?P<metric>[a-z_]+)=(?P<value>-?[\d.]+) (?P<op>[<>]=?) (?P<level>overlimit|unhealthy|healthy) (?P<threshold>-?[\d.]+)")
-_IN_BAND = re.compile(r"(?P<metric>[a-z_]+)=(?P<value>-?[\d.]+) not below healthy (?P<threshold>-?[\d.]+)")
-_PREEMPTOR = re.compile(r"preempted by (?P<by>[^\s;,]+)")
 
 
 class JobLike(Protocol):
@@ -78,18 +74,54 @@ def queue_key(job: JobLike, since: datetime | None = None) -> tuple[int, int, st
     return (0 if job.priority == "guaranteed" else 1, -(job.priority_value or 0), queued, job.job_id)
 
 
-def offending_metrics(reason: str) -> list[dict[str, Any]]:
-    """The metrics a SysMonitor reason names with their value, comparison and threshold."""
-    found = [{"metric": m["metric"], "value": float(m["value"]), "op": m["op"], "level": m["level"], "threshold": float(m["threshold"])}
-             for m in _OFFENDING.finditer(reason)]  # fmt: skip
-    found += [{"metric": m["metric"], "value": float(m["value"]), "op": "not <", "level": "healthy", "threshold": float(m["threshold"])}
-              for m in _IN_BAND.finditer(reason)]  # fmt: skip
-    return found
+def rank_queues(jobs: Iterable[JobLike], since: Mapping[str, datetime] | None = None) -> dict[tuple[str, str], list[JobLike]]:
+    """The queued jobs (`QUEUED_STATES`) in queue order per (VC, kind): training jobs queue for
+    HiveD's cells, offline jobs for the matcher's GPUs, so they are separate queues. `since`:
+    when each last entered the queue (`queue_key`)."""
+    queues: dict[tuple[str, str], list[JobLike]] = {}
+    for job in {j.job_id: j for j in jobs}.values():
+        if job.state in QUEUED_STATES:
+            queues.setdefault((job.vc or "", job.kind or ""), []).append(job)
+    when = since or {}
+    return {key: sorted(queued, key=lambda q: queue_key(q, when.get(q.job_id))) for key, queued in sorted(queues.items())}
 
 
-def preemptor(reason: str) -> str | None:
-    match = _PREEMPTOR.search(reason)
-    return match["by"] if match else None
+def vc_summary(cells: Sequence[Mapping[str, Any]], queued: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Per VC (rows of the ``vc_cells`` view): guaranteed GPUs, used (guaranteed), opportunistic
+    use, free, bad and how many jobs are in its queue (`QUEUED_STATES`), by VC name."""
+    rows = {c["vc"]: {"vc": c["vc"], "guaranteed": c["guaranteed_gpus"], "used": c["guaranteed_used"],
+                      "opportunistic": c["opportunistic_used"], "free": c["guaranteed_free"], "bad": c["bad_gpus"], "queue": 0}
+            for c in cells}  # fmt: skip
+    for vc, n in queued.items():
+        rows.setdefault(vc, {"vc": vc, "guaranteed": 0, "used": 0, "opportunistic": 0, "free": 0, "bad": 0, "queue": 0})["queue"] = n
+    return [rows[vc] for vc in sorted(rows)]
+
+
+def vc_queues(cells: Sequence[Mapping[str, Any]], queued: Sequence[JobLike], since: Mapping[str, datetime] | None = None) -> list[dict[str, Any]]:
+    """`vc_summary` with each VC's queues in order (`rank_queues`), by kind: each job with its
+    state, priority, when it entered the queue and what it waits for (its last reason)."""
+    when = since or {}
+    ranked = rank_queues(queued, when)
+    counts: dict[str, int] = {}
+    for (vc, _), jobs in ranked.items():
+        counts[vc] = counts.get(vc, 0) + len(jobs)
+    out = []
+    for row in vc_summary(cells, counts):
+        queues = {kind: [{"job_id": q.job_id, "state": q.state, "priority": q.priority, "priority_value": q.priority_value,
+                          "since": _iso(when.get(q.job_id) or q.submitted_at), "reason": q.last_reason} for q in jobs]
+                  for (vc, kind), jobs in ranked.items() if vc == row["vc"]}  # fmt: skip
+        out.append({**row, "queues": queues})
+    return out
+
+
+def last_sample(gpu: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A GPU row's last sample (migration 0006): when and its SysMonitor metrics; None before any."""
+    at = gpu.get("sample_at")
+    return None if at is None else {"at": _iso(at), "metrics": dict(gpu.get("sample_metrics") or {})}
+
+
+def render_sample(sample: Mapping[str, Any] | None) -> str:
+    return "-" if sample is None else f"{sample['at']}  {_inputs(sample['metrics'])}"
 
 
 def dedup_waiting(events: Iterable[EventLike]) -> list[dict[str, Any]]:
@@ -122,8 +154,7 @@ def collapse(events: Iterable[EventLike]) -> list[dict[str, Any]]:
 def _queue(job: JobLike, queue: Sequence[JobLike], waiting_for: str | None, since: Mapping[str, datetime]) -> dict[str, Any] | None:
     if job.state not in QUEUED_STATES:
         return None
-    # Training jobs queue for HiveD's cells, offline jobs for the matcher's GPUs: separate queues.
-    ranked = sorted({q.job_id: q for q in (*queue, job) if q.kind == job.kind}.values(), key=lambda q: queue_key(q, since.get(q.job_id)))
+    ranked = rank_queues([q for q in queue if q.job_id != job.job_id] + [job], since).get((job.vc or "", job.kind or ""), [])
     position = [q.job_id for q in ranked].index(job.job_id)
     return {"vc": job.vc, "position": position + 1, "of": len(ranked), "ahead": [q.job_id for q in ranked[:position]],
             "waiting_for": waiting_for or job.last_reason or None}  # fmt: skip
@@ -143,13 +174,13 @@ def _placement(e: EventLike) -> dict[str, Any]:
 
 def _eviction(e: EventLike) -> dict[str, Any]:
     i = e.inputs
-    metrics = {k: v for k, v in i.items() if k not in ("gpu_id", "from_state", "cause")}
+    metrics = {k: v for k, v in i.items() if k not in ("gpu_id", "from_state", "cause", "thresholds")}
     return {"at": _iso(e.occurred_at), "gpu_id": i.get("gpu_id"), "gpu_state": e.what, "from_state": i.get("from_state"),
-            "cause": i.get("cause"), "metrics": metrics, "offending": offending_metrics(e.reason), "reason": e.reason}  # fmt: skip
+            "cause": i.get("cause"), "metrics": metrics, "offending": list(i.get("thresholds", [])), "reason": e.reason}  # fmt: skip
 
 
 def _preemption(e: EventLike) -> dict[str, Any]:
-    return {"at": _iso(e.occurred_at), "pod": e.inputs.get("pod"), "by": preemptor(e.reason), "source": e.kind, "reason": e.reason}
+    return {"at": _iso(e.occurred_at), "pod": e.inputs.get("pod"), "by": e.inputs.get("preemptor"), "source": e.kind, "reason": e.reason}
 
 
 def explain_job(
@@ -206,6 +237,10 @@ def _verdict(job: JobLike, x: Mapping[str, Any]) -> str:
     return f"not running: {state}" + (f" ({reason})" if reason else "")
 
 
+def _offending(o: Mapping[str, Any]) -> str:
+    return f"{o['metric']}={_num(o['value'])} {o['op']} {o['level']} {_num(o['threshold'])}"
+
+
 def _num(value: Any) -> str:
     return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
 
@@ -238,7 +273,7 @@ def render_job(x: Mapping[str, Any]) -> str:
     if x["evictions"]:
         lines.append("evictions:")
         for e in x["evictions"]:
-            offending = "; ".join(f"{o['metric']}={_num(o['value'])} {o['op']} {o['level']} {_num(o['threshold'])}" for o in e["offending"])
+            offending = "; ".join(_offending(o) for o in e["offending"])
             lines.append(f"  {e['at']}  {e['gpu_id']} {e['from_state']} -> {e['gpu_state']} ({e['cause']}): "
                          f"{offending or e['reason']}  [{_inputs(e['metrics'])}]")  # fmt: skip
     if x["preemptions"]:
@@ -259,7 +294,7 @@ def explain_gpu(gpu: Mapping[str, Any] | None, events: Sequence[EventLike]) -> d
     offending metrics with thresholds, the workloads it evicted; placements on it; faults."""
     now = dict(gpu or {})
     states = [{"at": _iso(e.occurred_at), "from": e.inputs.get("from_state"), "to": e.what, "cause": e.inputs.get("cause"),
-               "reason": e.reason, "metrics": e.inputs.get("metrics", {}), "offending": offending_metrics(e.reason),
+               "reason": e.reason, "metrics": e.inputs.get("metrics", {}), "offending": list(e.inputs.get("thresholds", [])),
                "online_workload": e.inputs.get("online_workload"), "evicted": e.inputs.get("evicted", [])}
               for e in events if e.kind == "health"]  # fmt: skip
     placements = [{**_placement(e), "job_id": e.inputs.get("job_id")} for e in events if e.kind == "placement"]
@@ -271,7 +306,7 @@ def explain_gpu(gpu: Mapping[str, Any] | None, events: Sequence[EventLike]) -> d
         "gpu_id": now.get("gpu_id"), "node_id": now.get("node_id"), "gpu_type": now.get("gpu_type"), "health": now.get("health"),
         "cause": now.get("health_cause"), "reason": now.get("health_reason"), "metrics": now.get("health_metrics") or {},
         "online_workload": now.get("online_workload"), "offline_job": now.get("offline_job"), "sm_share": now.get("sm_share"),
-        "offline_since": _iso(now.get("offline_since")), "changed_at": _iso(now.get("changed_at")),
+        "offline_since": _iso(now.get("offline_since")), "changed_at": _iso(now.get("changed_at")), "last_sample": last_sample(now),
         "transitions": states, "entries_by_state": time_in, "placements": placements, "faults": faults,
     }  # fmt: skip
 
@@ -280,12 +315,14 @@ def render_gpu(x: Mapping[str, Any]) -> str:
     offline = f"{x['offline_job']} ({_num(x['sm_share'])} % SM since {x['offline_since']})" if x["offline_job"] else "-"
     lines = [f"{x['gpu_id']} ({x['gpu_type'] or '-'} on {x['node_id'] or '-'}): {x['health'] or 'unknown'}"
              + (f" ({x['cause']}: {x['reason']})" if x["reason"] else ""),
-             f"  online: {x['online_workload'] or '-'}; offline: {offline}; metrics: {_inputs(x['metrics']) or '-'}"]  # fmt: skip
+             f"  online: {x['online_workload'] or '-'}; offline: {offline}; metrics: {_inputs(x['metrics']) or '-'}",
+             f"  last sample: {render_sample(x.get('last_sample'))}"]  # fmt: skip
     if x["transitions"]:
         lines.append("state history:")
         for s in x["transitions"]:
             evicted = f"; evicted {', '.join(s['evicted'])}" if s["evicted"] else ""
             lines.append(f"  {s['at']}  {s['from'] or '?'} -> {s['to']} ({s['cause']}): {s['reason']}{evicted}  [{_inputs(s['metrics'])}]")
+            lines += [f"      {_offending(o)}" for o in s["offending"]]
     if x["placements"]:
         lines.append("offline jobs:")
         lines += [f"  {p['at']}  {p['action']:<6} {p['job_id']} sm_share={_num(p['sm_share'])} "

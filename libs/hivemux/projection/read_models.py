@@ -15,7 +15,10 @@ projection equal to one rebuilt from the beginning):
 - ``job_events``: every submission, lifecycle change, binding record (refusals included),
   placement decision, eviction by a health transition, fault naming the job, command,
   refusal and priority change, with reason and inputs.
-- ``gpus``: health state, cause, reason and inputs from ``gpu.health``; the offline job and its
+- ``gpus``: health state, cause, reason and inputs from ``gpu.health``, and the last sample (the
+  time and SysMonitor metrics of the latest metric-driven transition: ``gpu.health`` carries the
+  samples that changed a state, so the projector does not fold ``telemetry.gpu`` at 1 Hz per
+  GPU; a GPU's sample is as fresh as its latest transition); the offline job and its
   SM share from ``placements``. Placements are keyed by job, so two jobs placed on one GPU
   may arrive in either order: the later placement by event time wins, and an eviction clears
   the GPU only if it evicts the job shown.
@@ -142,6 +145,10 @@ class GpuHealthChanged:
     metrics: dict[str, float]
     online_workload: str | None
     at: datetime
+    # The GPU's last sample as of this transition: when it was taken (the metric-driven
+    # transition's event time; None for one without metrics, e.g. stale or drained, which
+    # leaves the last sample shown) and its SysMonitor metrics (``metrics``).
+    sample_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -312,16 +319,19 @@ def _placement(event: Placement, at: Position) -> tuple[Change, ...]:
 def _health(event: HealthTransition, at: Position) -> tuple[Change, ...]:
     changed = GpuHealthChanged(
         event.gpu_id, event.node_id, event.gpu_type, event.to_state.value, event.cause, event.reason,
-        dict(event.metrics), event.online_workload, event.occurred_at,
+        dict(event.metrics), event.online_workload, event.occurred_at, event.occurred_at if event.metrics else None,
     )  # fmt: skip
+    thresholds = [t.model_dump() for t in event.thresholds]
     evictions = tuple(
         _row(event, job, at, "eviction", event.to_state.value, event.reason,
-             {**event.metrics, "gpu_id": event.gpu_id, "from_state": event.from_state.value, "cause": event.cause})
+             {**event.metrics, "gpu_id": event.gpu_id, "from_state": event.from_state.value, "cause": event.cause,
+              "thresholds": thresholds})
         for job in event.evicted_workloads
     )  # fmt: skip
     history = GpuEventRow(event.gpu_id, event.event_id, event.occurred_at, at, "health", event.to_state.value, event.reason,
                           {"metrics": dict(event.metrics), "from_state": event.from_state.value, "cause": event.cause,
-                           "online_workload": event.online_workload, "evicted": list(event.evicted_workloads)})  # fmt: skip
+                           "online_workload": event.online_workload, "evicted": list(event.evicted_workloads),
+                           "thresholds": thresholds})  # fmt: skip
     return (changed, history, *evictions)
 
 

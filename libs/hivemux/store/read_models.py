@@ -23,6 +23,7 @@ from typing import Any
 import asyncpg
 
 from ..errors import HivemuxError
+from ..projection.explain import QUEUED_STATES, vc_summary
 from ..projection import (
     FINISHED_STATES,
     Change,
@@ -94,13 +95,19 @@ _STATEMENTS: dict[type, str] = {
     # numerous rows), then moved; a redelivered event (same id) is kept once, at its first position.
     JobEventRow: """
         INSERT INTO job_events SELECT * FROM job_events_in ORDER BY job_id, event_id, topic, partition, "offset" ON CONFLICT (job_id, event_id) DO NOTHING""",
+    # The last sample (migration 0006) moves only with a transition that has metrics, never back.
     GpuHealthChanged: """
-        INSERT INTO gpus (gpu_id, node_id, gpu_type, health, health_cause, health_reason, health_metrics, online_workload, changed_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+        INSERT INTO gpus (gpu_id, node_id, gpu_type, health, health_cause, health_reason, health_metrics, online_workload, changed_at,
+                          sample_at, sample_metrics)
+        VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, CASE WHEN $10::timestamptz IS NULL THEN '{}'::jsonb ELSE $7::jsonb END)
         ON CONFLICT (gpu_id) DO UPDATE SET node_id = EXCLUDED.node_id, gpu_type = EXCLUDED.gpu_type,
             health = EXCLUDED.health, health_cause = EXCLUDED.health_cause, health_reason = EXCLUDED.health_reason,
             health_metrics = EXCLUDED.health_metrics, online_workload = EXCLUDED.online_workload,
-            changed_at = GREATEST(gpus.changed_at, EXCLUDED.changed_at)""",
+            changed_at = GREATEST(gpus.changed_at, EXCLUDED.changed_at),
+            sample_metrics = CASE WHEN $10 IS NOT NULL AND (gpus.sample_at IS NULL OR $10 >= gpus.sample_at)
+                                  THEN EXCLUDED.sample_metrics ELSE gpus.sample_metrics END,
+            sample_at = CASE WHEN $10 IS NOT NULL AND (gpus.sample_at IS NULL OR $10 >= gpus.sample_at)
+                             THEN $10 ELSE gpus.sample_at END""",
     # A placement replaces the shown job only if it is not older; an eviction clears the GPU only
     # if it evicts the job shown (placements of two jobs may be read in either order).
     GpuOfflineChanged: """
@@ -158,7 +165,7 @@ def _args(change: Change) -> tuple[Any, ...]:
                     change.reason, _json(change.inputs))  # fmt: skip
         case GpuHealthChanged():
             return (change.gpu_id, change.node_id, change.gpu_type, change.health, change.cause, change.reason,
-                    _json(change.metrics), change.online_workload, change.at)  # fmt: skip
+                    _json(change.metrics), change.online_workload, change.at, change.sample_at)  # fmt: skip
         case GpuOfflineChanged():
             return change.gpu_id, change.node_id, change.job_id, change.sm_share, change.at, change.placed
         case VcQuotasChanged():
@@ -173,6 +180,10 @@ def _sharing(job_id: str, placed: dict[str, Any]) -> dict[str, Any]:
     online = placed.get("online_workload")
     return {"job_id": job_id, "gpu_id": placed["gpu_id"], "node_id": placed["node_id"], "sm_share": placed["sm_share"],
             "online_workload": str(online) if online else None}  # fmt: skip
+
+
+def _gpu(row: asyncpg.Record) -> dict[str, Any]:
+    return {**dict(row), "health_metrics": json.loads(row["health_metrics"]), "sample_metrics": json.loads(row["sample_metrics"])}
 
 
 @dataclass(frozen=True)
@@ -294,18 +305,34 @@ class ReadModelStore:
     async def queue(self, vc: str, states: Sequence[str]) -> tuple[list[JobRow], dict[str, datetime]]:
         """The jobs of `vc` in one of `states`, and when each last entered the queue (its latest
         resume, preemption or eviction, else its submission); `hivemux.projection.explain` ranks them."""
+        return await self._queued(vc, states)
+
+    async def queues(self, states: Sequence[str]) -> tuple[list[JobRow], dict[str, datetime]]:
+        """Every VC's jobs in one of `states`, and when each last entered the queue (`queue`)."""
+        return await self._queued(None, states)
+
+    async def _queued(self, vc: str | None, states: Sequence[str]) -> tuple[list[JobRow], dict[str, datetime]]:
         rows = await self._pool.fetch(
             f"SELECT {_JOB_COLUMNS}, (SELECT max(e.occurred_at) FROM job_events AS e WHERE e.job_id = jobs.job_id AND e.kind = 'lifecycle' "
-            "AND e.what IN ('resumed', 'preempted', 'evicted')) AS requeued_at FROM jobs WHERE vc = $1 AND state = ANY($2::text[]) ORDER BY job_id",
+            "AND e.what IN ('resumed', 'preempted', 'evicted')) AS requeued_at FROM jobs "
+            "WHERE ($1::text IS NULL OR vc = $1) AND state = ANY($2::text[]) ORDER BY job_id",
             vc, list(states),
         )  # fmt: skip
         since = {r["job_id"]: r["requeued_at"] for r in rows if r["requeued_at"] is not None}
         return [_job({k: v for k, v in r.items() if k != "requeued_at"}) for r in rows], since
 
     async def gpu(self, gpu_id: str) -> dict[str, Any] | None:
-        """The GPU's row (health, cause, reason, metrics, online workload, offline job, SM share)."""
+        """The GPU's row (health, cause, reason, metrics, online workload, offline job, SM share,
+        last sample)."""
         row = await self._pool.fetchrow("SELECT * FROM gpus WHERE gpu_id = $1", gpu_id)
-        return None if row is None else {**dict(row), "health_metrics": json.loads(row["health_metrics"])}
+        return None if row is None else _gpu(row)
+
+    async def gpus(self, *, health: str | None = None, limit: int = 10_000) -> list[dict[str, Any]]:
+        """The GPUs' rows by id (`gpu`), optionally of one health state."""
+        rows = await self._pool.fetch(
+            "SELECT * FROM gpus WHERE ($1::text IS NULL OR health = $1) ORDER BY gpu_id LIMIT $2", health, limit
+        )
+        return [_gpu(r) for r in rows]
 
     async def gpu_history(self, gpu_id: str) -> list[JobEventRecord]:
         """The GPU's health transitions, placements/evictions on it and faults, in order (migration 0004)."""
@@ -317,7 +344,8 @@ class ReadModelStore:
         return [JobEventRecord(**{**dict(r), "inputs": json.loads(r["inputs"])}) for r in rows]
 
     async def vc_cells(self) -> list[dict[str, Any]]:
-        """Per VC: guaranteed GPUs, used, free, opportunistic use, waiting jobs."""
+        """Per VC: guaranteed GPUs, used, free, opportunistic use, waiting jobs, bad GPUs
+        (its bound pods' GPUs on bad nodes, migration 0006)."""
         return [dict(r) for r in await self._pool.fetch("SELECT * FROM vc_cells ORDER BY vc")]
 
     async def status_summary(self) -> dict[str, Any]:
@@ -342,6 +370,9 @@ class ReadModelStore:
                 "SELECT job_id, array_agg(DISTINCT node) AS nodes FROM jobs, jsonb_each(binding) AS b(pod, spec), "
                 f"jsonb_array_elements_text(spec -> 'node_ids') AS node WHERE NOT state = ANY({_NOT_BOUND}) GROUP BY job_id ORDER BY job_id")
             waiting = await conn.fetch("SELECT job_id, last_reason FROM jobs WHERE state = 'waiting' ORDER BY job_id")
+            cells = await conn.fetch("SELECT * FROM vc_cells ORDER BY vc")
+            queued = await conn.fetch(
+                "SELECT vc, count(*) AS n FROM jobs WHERE vc IS NOT NULL AND state = ANY($1::text[]) GROUP BY vc", list(QUEUED_STATES))
         states = {r["state"]: r["n"] for r in by_state}
         shared = {r["job_id"]: _sharing(r["job_id"], json.loads(r["inputs"])) for r in shared_ever}
         bound = {r["job_id"]: sorted(r["nodes"]) for r in bound_ever}
@@ -354,6 +385,7 @@ class ReadModelStore:
             "waiting": [{"job_id": r["job_id"], "reason": r["last_reason"]} for r in waiting],
             "training_bound": [{"job_id": j, "node_ids": n} for j, n in bound.items()],
             "training_bound_now": [{"job_id": r["job_id"], "node_ids": sorted(r["nodes"])} for r in bound_now],
+            "vcs": vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued}),
         }  # fmt: skip
 
     async def table(self, name: str, order_by: str) -> list[dict[str, Any]]:

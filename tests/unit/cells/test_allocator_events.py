@@ -98,6 +98,9 @@ def test_opportunistic_job_is_preempted_for_a_guaranteed_one_and_resumes(kind: s
     (evict,) = [c for c in of(out, ExecutorCommand) if c.action is CommandAction.EVICT]
     assert evict.job_id == "scavenger"
     assert JobState.PREEMPTED in [e.state for e in of(out, JobLifecycleEvent) if e.job_id == "scavenger"]
+    # the preemptor is a field of the decision (jobs explain reads it, never the reason text)
+    assert [b.inputs for b in of(out, CellBinding) if b.state == "preempted"] == [{"preemptor": "urgent"}]
+    assert [e.inputs for e in of(out, JobLifecycleEvent) if e.state is JobState.PREEMPTED] == [{"preemptor": "urgent"}]
     resumed = s.on_lifecycle(ended("urgent"), replaying=False)
     assert ("scavenger", "bound") in [(b.job_id, b.state) for b in of(resumed, CellBinding)]
 

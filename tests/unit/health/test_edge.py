@@ -85,6 +85,11 @@ def test_entering_overlimit_evicts_every_offline_workload_on_the_gpu() -> None:
     out = c.on_batch(batch(sample(1, memory_used_mib=15300.0, offline_workloads=("job-a", "job-b"))))
     [transition] = of_type(out, HealthTransition)
     assert transition.to_state is HealthState.OVERLIMIT and transition.evicted_workloads == ("job-a", "job-b")
+    # the offending metric with its threshold is a field, the same one the reason names
+    [offending] = transition.thresholds
+    assert (offending.metric, offending.op, offending.level) == ("memory_usage", ">", "overlimit")
+    assert offending.value == transition.metrics["memory_usage"] and offending.value > offending.threshold
+    assert f"memory_usage={offending.value:.3f} > overlimit {offending.threshold:.3f}" in transition.reason
     commands = of_type(out, ExecutorCommand)
     assert [(c.action, c.job_id, c.node_id, c.gpu_ids) for c in commands] == [
         (CommandAction.EVICT, "job-a", "node-00", ("node-00/gpu-0",)),

@@ -11,7 +11,9 @@ from hivemux.health.sysmonitor import (
     EXCEEDS_OVERLIMIT,
     IN_BAND,
     REACHES_UNHEALTHY,
+    Offending,
     SysMonitor,
+    judge,
     level_of,
     values_of,
 )
@@ -90,6 +92,17 @@ def test_healthy_straight_to_overlimit_and_unhealthy_to_overlimit_evict() -> Non
     [t2] = other.observe(OVER, 2.0, CONFIG) or []
     assert (t2.from_state, t2.to_state, t2.evicted) == (U, O, ("job-a",))
     assert t.metrics["memory_usage"] == pytest.approx(100 * 15300 / 15360)
+
+
+def test_a_metric_driven_edge_carries_each_offending_metric_with_its_threshold() -> None:
+    monitor = healthy_monitor()
+    [t] = monitor.observe(vals(gpu_util=96.0, mem=15300.0), 1.0, CONFIG) or []
+    assert [(o.metric, o.op, o.level) for o in t.offending] == [("memory_usage", ">", "overlimit"), ("gpu_util", ">=", "unhealthy")]
+    assert t.reason == "; ".join(o.describe() for o in t.offending)  # the reason is written from them
+    assert t.offending[1] == Offending("gpu_util", 96.0, ">=", "unhealthy", 95.0)
+    assert [(o.metric, o.op, o.level, o.threshold) for o in judge(BAND, CONFIG, "T4", IN_BAND)] == [("gpu_util", "not below", "healthy", 92.0)]
+    assert judge(CALM, CONFIG, "T4", BELOW_HEALTHY) == ()
+    assert monitor.disable(2.0, "stale", "silent").offending == ()  # type: ignore[union-attr]
 
 
 def test_overlimit_leaves_through_unhealthy_after_the_base_period() -> None:

@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from hivemux.projection.explain import explain_gpu, explain_job, offending_metrics, queue_key, render_gpu, render_job
+from hivemux.projection.explain import (
+    explain_gpu,
+    explain_job,
+    queue_key,
+    rank_queues,
+    render_gpu,
+    render_job,
+    vc_queues,
+    vc_summary,
+)
 from hivemux.store.read_models import JobEventRecord, JobRow
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -30,6 +39,9 @@ def ev(s: int, kind: str, what: str, reason: str = "", **inputs: Any) -> JobEven
 PLACE = {"gpu_id": "n1/gpu-0", "node_id": "n1", "sm_share": 40.0, "predicted_normalized_throughput": 0.62,
          "predicted_online_slowdown": 0.04, "online_workload": "bert", "policy": "matching"}  # fmt: skip
 OVER = "sm_activity=97.000 > overlimit 90.000; memory_usage=97.656 >= unhealthy 95.000"
+# What the transition carries as a field (HealthTransition.thresholds): the reason is not parsed.
+OVER_THRESHOLDS = [{"metric": "sm_activity", "value": 97.0, "op": ">", "level": "overlimit", "threshold": 90.0},
+                   {"metric": "memory_usage", "value": 97.656, "op": ">=", "level": "unhealthy", "threshold": 95.0}]  # fmt: skip
 
 
 def test_a_waiting_job_dedups_reasons_and_knows_its_place_in_the_queue() -> None:
@@ -73,7 +85,8 @@ def test_a_placed_offline_job_shows_throughput_sm_share_and_neighbour() -> None:
 def test_an_evicted_job_shows_the_gpu_state_metric_value_and_threshold() -> None:
     me = job("o2", "evicted", kind="offline", reason="GPU overlimit; the job waits for the next round")
     events = [ev(2, "placement", "place", "best pair", **PLACE),
-              ev(5, "eviction", "Overlimit", OVER, gpu_id="n1/gpu-0", from_state="Healthy", cause="metrics", sm_activity=97.0),
+              ev(5, "eviction", "Overlimit", OVER, gpu_id="n1/gpu-0", from_state="Healthy", cause="metrics", sm_activity=97.0,
+                 thresholds=OVER_THRESHOLDS),
               ev(5, "placement", "evict", "GPU overlimit", **PLACE)]  # fmt: skip
     x = explain_job(me, events, [me])
     (e,) = x["evictions"]
@@ -87,9 +100,9 @@ def test_a_preempted_training_gang_names_the_preemptor_and_its_cells() -> None:
     pod = {"cell_type": "DGX2-V100-NODE", "node_ids": ["n1"], "gpu_ids": ["n1/gpu-0", "n1/gpu-1"], "priority": "opportunistic"}
     me = job("g1", "preempted", priority="opportunistic", value=-1, reason="preempted by prod-7; it waits to resume")
     events = [ev(1, "binding", "bound", "bound to n1", pod="g1/0", **pod), ev(1, "binding", "bound", "bound to n2", pod="g1/1", **pod),
-              ev(9, "binding", "preempted", "preempted by prod-7", pod="g1/0", node_ids=["n1"]),
-              ev(9, "binding", "preempted", "preempted by prod-7", pod="g1/1", node_ids=["n2"]),
-              ev(9, "lifecycle", "preempted", "preempted by prod-7; it waits to resume")]  # fmt: skip
+              ev(9, "binding", "preempted", "preempted by prod-7", pod="g1/0", node_ids=["n1"], preemptor="prod-7"),
+              ev(9, "binding", "preempted", "preempted by prod-7", pod="g1/1", node_ids=["n2"], preemptor="prod-7"),
+              ev(9, "lifecycle", "preempted", "preempted by prod-7; it waits to resume", preemptor="prod-7")]  # fmt: skip
     x = explain_job(me, events, [me, job("g0", "waiting")])
     assert [(p["pod"], p["by"]) for p in x["preemptions"]] == [("g1/0", "prod-7"), ("g1/1", "prod-7")]
     assert [(b["what"], b["chain"]) for b in x["bindings"]][:2] == [("bound", "DGX2-V100-NODE")] * 2
@@ -112,11 +125,13 @@ def test_queue_key_orders_guaranteed_then_priority_then_submission() -> None:
 def test_a_gpu_history_with_causes() -> None:
     gpu = {"gpu_id": "n1/gpu-0", "node_id": "n1", "gpu_type": "A100", "health": "Overlimit", "health_cause": "metrics",
            "health_reason": OVER, "health_metrics": {"sm_activity": 97.0}, "online_workload": "bert", "offline_job": None,
-           "sm_share": None, "offline_since": None, "changed_at": at(5)}  # fmt: skip
+           "sm_share": None, "offline_since": None, "changed_at": at(5), "sample_at": at(5),
+           "sample_metrics": {"sm_activity": 97.0, "memory_usage": 97.656}}  # fmt: skip
     events = [ev(0, "health", "Healthy", "initialization finished: first sample", metrics={"sm_activity": 10.0}, from_state="Init",
                  cause="metrics", evicted=[]),
               ev(2, "placement", "place", "best pair", job_id="o2", **PLACE),
-              ev(5, "health", "Overlimit", OVER, metrics={"sm_activity": 97.0}, from_state="Healthy", cause="metrics", evicted=["o2"]),
+              ev(5, "health", "Overlimit", OVER, metrics={"sm_activity": 97.0}, from_state="Healthy", cause="metrics", evicted=["o2"],
+                 thresholds=OVER_THRESHOLDS),
               ev(6, "fault", "xid", "xid 79", xid=79, job_id=None, remediation="drain")]  # fmt: skip
     x = explain_gpu(gpu, events)
     assert [(t["from"], t["to"], t["cause"]) for t in x["transitions"]] == [("Init", "Healthy", "metrics"), ("Healthy", "Overlimit", "metrics")]
@@ -124,11 +139,37 @@ def test_a_gpu_history_with_causes() -> None:
     assert x["placements"][0]["job_id"] == "o2" and x["faults"][0]["remediation"] == "drain"
     text = render_gpu(x)
     assert "Healthy -> Overlimit (metrics)" in text and "evicted o2" in text and "xid" in text
+    assert x["last_sample"] == {"at": at(5).isoformat(), "metrics": {"sm_activity": 97.0, "memory_usage": 97.656}}
+    assert "last sample: " + at(5).isoformat() + "  memory_usage=97.7 sm_activity=97" in text
+    assert "memory_usage=97.7 >= unhealthy 95" in text  # the offending metrics under the transition, from the field
+    assert explain_gpu({"gpu_id": "g"}, [])["last_sample"] is None
 
 
-def test_offending_metrics_reads_the_in_band_form() -> None:
-    assert offending_metrics("sm_activity=80.000 not below healthy 70.000") == [
-        {"metric": "sm_activity", "value": 80.0, "op": "not <", "level": "healthy", "threshold": 70.0}]
+def test_reasons_are_not_parsed_for_thresholds_or_the_preemptor() -> None:
+    """An event without the fields (recorded before they existed) names no threshold or preemptor,
+    whatever its reason says."""
+    me = job("g1", "preempted", reason="preempted by prod-7")
+    x = explain_job(me, [ev(9, "binding", "preempted", "preempted by prod-7", pod="g1/0"),
+                         ev(9, "eviction", "Overlimit", OVER, gpu_id="n1/gpu-0", from_state="Healthy", cause="metrics")])  # fmt: skip
+    assert x["preemptions"][0]["by"] is None and x["evictions"][0]["offending"] == []
+
+
+def test_vc_queues_in_queue_order_per_kind_with_the_vc_cells() -> None:
+    queued = [job("b", "waiting", submitted=5), job("a", "waiting", priority="opportunistic", value=-1),
+              job("c", "preempted", value=5, submitted=9), job("o", "waiting", kind="offline", priority="opportunistic", value=-1),
+              job("x", "running"), job("z", "waiting", vc="vc-b", submitted=1), job("r", "waiting", submitted=0)]  # fmt: skip
+    assert {k: [j.job_id for j in v] for k, v in rank_queues(queued, {"r": at(8)}).items()} == {
+        ("vc-a", "offline"): ["o"], ("vc-a", "training"): ["c", "b", "r", "a"], ("vc-b", "training"): ["z"]}
+    cells = [{"vc": "vc-a", "guaranteed_gpus": 8, "guaranteed_used": 2, "guaranteed_free": 6, "opportunistic_used": 1,
+              "waiting_jobs": 3, "bad_gpus": 2}]  # fmt: skip
+    (a, b) = vc_queues(cells, queued, {"r": at(8)})
+    assert {k: v for k, v in a.items() if k != "queues"} == {"vc": "vc-a", "guaranteed": 8, "used": 2, "opportunistic": 1, "free": 6,
+                                                            "bad": 2, "queue": 5}  # fmt: skip
+    assert [q["job_id"] for q in a["queues"]["training"]] == ["c", "b", "r", "a"] and a["queues"]["training"][2]["since"] == at(8).isoformat()
+    assert (b["vc"], b["guaranteed"], b["queue"]) == ("vc-b", 0, 1)
+    assert vc_summary(cells, {"vc-a": 5})[0]["queue"] == 5
+    # the explainer's position is the same rule: r (requeued at 8) is third of vc-a's training queue
+    assert explain_job(queued[-1], [], queued, {"r": at(8)})["queue"]["position"] == 3
 
 
 def test_a_requeued_job_ranks_by_when_it_entered_the_queue_again() -> None:

@@ -23,6 +23,7 @@ from hivemux.events import (
 )
 from hivemux.events.commands import JobAction, JobCommand, JobCommandRefused
 from hivemux.events.clock import ClockTick
+from hivemux.events.telemetry import MetricThreshold
 from hivemux.projection import (
     FaultRow,
     GpuEventRow,
@@ -107,6 +108,23 @@ def test_health_transition_changes_the_gpu_and_records_evictions_per_job() -> No
     assert isinstance(history, GpuEventRow) and (history.what, history.inputs["from_state"], history.inputs["evicted"]) == (
         "Overlimit", "Healthy", ["j2", "j3"])
     assert [(e.job_id, e.kind, e.inputs["sm_activity"]) for e in evictions] == [("j2", "eviction", 97.0), ("j3", "eviction", 97.0)]
+    assert gpu.sample_at == event.occurred_at  # a transition with metrics is the GPU's last sample
+
+
+def test_the_thresholds_of_a_transition_go_to_the_gpu_history_and_the_evictions() -> None:
+    threshold = MetricThreshold(metric="sm_activity", value=97.0, op=">", level="overlimit", threshold=90.0)
+    event = HealthTransition(**BASE, gpu_id="n1/gpu-0", node_id="n1", gpu_type="A100", from_state=HealthState.HEALTHY,
+                             to_state=HealthState.OVERLIMIT, reason="sm_activity=97.000 > overlimit 90.000",
+                             metrics={"sm_activity": 97.0}, evicted_workloads=("j2",), thresholds=(threshold,))  # fmt: skip
+    _, history, eviction = project(event, POS)
+    assert history.inputs["thresholds"] == eviction.inputs["thresholds"] == [threshold.model_dump()]
+
+
+def test_a_transition_without_metrics_leaves_the_last_sample() -> None:
+    event = HealthTransition(**BASE, gpu_id="n1/gpu-0", node_id="n1", gpu_type="A100", from_state=HealthState.HEALTHY,
+                             to_state=HealthState.DISABLED, reason="no sample for 30 s", cause="stale")  # fmt: skip
+    gpu, _ = project(event, POS)
+    assert isinstance(gpu, GpuHealthChanged) and gpu.sample_at is None and gpu.metrics == {}
 
 
 def test_fault_is_a_row_and_a_job_event_when_it_names_the_job() -> None:
