@@ -13,12 +13,16 @@ import tempfile
 import time
 from pathlib import Path
 
+import asyncpg
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from hivemux.bus import ensure_topics
 from hivemux.bus.replay import assign_from_beginning, drain
 from hivemux.cli.history import History
 from hivemux.infra import EmbeddedInfra
+from hivemux.store.archive import ArchiveMismatch
+from hivemux.store.migrate import migrate
 from tests.support.buskit import unique_topic
 
 GROUP = "archive-test-group"
@@ -95,6 +99,25 @@ async def _committed(
         await consumer.stop()
 
 
+async def _projector_ahead_by(dsn: str, topic: str, extra: int) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await migrate(conn)
+        end = await conn.fetchval("SELECT next_offset FROM bus_archive.positions WHERE topic = $1 AND partition = 0", topic)
+        await conn.execute("INSERT INTO projector_offsets VALUES ($1, 0, $2)", topic, end + extra)
+        return await conn.fetchval("SELECT count(*) FROM projector_offsets")
+    finally:
+        await conn.close()
+
+
+async def _projector_positions(dsn: str) -> int:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval("SELECT count(*) FROM projector_offsets")
+    finally:
+        await conn.close()
+
+
 def _wait(check, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout_s
     while not check():
@@ -156,8 +179,34 @@ def test_a_killed_broker_and_a_restarted_infra_get_every_record_back(
         history = History(
             bootstrap, again.endpoints.postgres_dsn, topics=names, say=lines.append
         )
+        # the projector had read 5 records of names[1] the archive never got (lost with a broker)
+        ahead = asyncio.run(_projector_ahead_by(again.endpoints.postgres_dsn, names[1], 5))
         assert history.restore().records == 450
         assert asyncio.run(_read(bootstrap, names)) == after_more
+        assert history.restores[-1].projector_ahead == {f"{names[1]}/0": 5}
+        assert asyncio.run(_projector_positions(again.endpoints.postgres_dsn)) == 0 < ahead
+        assert "history: read models emptied; the projector folds them again from the restored log" in lines
+
+    # a client that writes into the empty broker before it is restored would shift the offsets:
+    # the restore refuses (`up` then kills that broker and starts it again)
+    with EmbeddedInfra(data_dir=data_dir) as third:
+        bootstrap = third.endpoints.bootstrap_servers
+        asyncio.run(ensure_topics(bootstrap, topics))
+        asyncio.run(_produce(bootstrap, names[1:], 1, 999))
+        history = History(bootstrap, third.endpoints.postgres_dsn, topics=names, say=lines.append)
+        with pytest.raises(ArchiveMismatch, match="holds 1 records on the broker"):
+            history.restore()
+
+        def again() -> None:  # what `up` does: that broker killed, started again empty
+            third.servers["tansu"].process.kill()
+            third.servers["tansu"].process.wait()
+            third.restart("tansu")
+            asyncio.run(ensure_topics(bootstrap, topics))
+
+        history.after_broker_restart(again=again)
+        assert asyncio.run(_read(bootstrap, names)) == after_more
+        history.stop(drain=True)
+    assert any("a client wrote into the broker before it was restored; starting it again empty" in line for line in lines)
     shutil.rmtree(data_dir.parent, ignore_errors=True)
     assert any(
         line.startswith("history: restored 400 records of ") for line in lines

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..store.archive import ArchiveStats, RestoreReport, archive, restore, wait_archived
+from ..store.archive import ArchiveMismatch, ArchiveStats, RestoreReport, archive, restore, wait_archived
 from ..topics import ALL_TOPICS
 
 log = logging.getLogger("hivemux.up.history")
@@ -54,9 +54,15 @@ class History:
         self.error: BaseException | None = None
 
     def restore(self) -> RestoreReport:
+        """Refill the broker (no service runs). When the projector had projected records the
+        archive lacks (lost with the broker), the read models are emptied so the projector,
+        started next, folds them again from the restored log (what `projector rebuild` does)."""
         report = asyncio.run(restore(self.bootstrap_servers, self.dsn))
         self.restores.append(report)
         self._say(f"history: {report.line()}")
+        if report.projector_ahead:
+            asyncio.run(_reset_read_models(self.dsn))
+            self._say("history: read models emptied; the projector folds them again from the restored log")
         return report
 
     def start(self) -> None:
@@ -146,8 +152,22 @@ class History:
             f"history: the broker died; archiver stopped and {len(running)} services stopped until it is restored"
         )
 
-    def after_broker_restart(self) -> None:
-        self.restore()
+    def after_broker_restart(self, again: Callable[[], None] | None = None, attempts: int = 5) -> None:
+        """Restore the restarted broker, then archive again. A client may write into the empty
+        broker before its partition is restored (services are stopped, a user's `jobs submit` is
+        not): the restore refuses (`ArchiveMismatch`) and, given `again` (kill the broker, start
+        it empty, create the topics), is tried again up to `attempts` times; what that client
+        wrote is lost with that broker, unarchived, which `jobs submit` notices and publishes
+        again."""
+        for attempt in range(1, attempts + 1):
+            try:
+                self.restore()
+                break
+            except ArchiveMismatch as error:
+                if again is None or attempt == attempts:
+                    raise
+                self._say(f"history: {error}: a client wrote into the broker before it was restored; starting it again empty")
+                again()
         self.start()
         self._say(
             "history: archiver running again; the supervisor starts the services, which rebuild from the restored log"
@@ -170,6 +190,18 @@ class History:
             if self.error is None
             else f"{type(self.error).__name__}: {self.error}",
         }
+
+
+async def _reset_read_models(dsn: str) -> None:
+    import asyncpg
+
+    from ..store.read_models import ReadModelStore
+
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=1)
+    try:
+        await ReadModelStore(pool).reset()
+    finally:
+        await pool.close()
 
 
 def render_history(history: dict[str, Any]) -> str:

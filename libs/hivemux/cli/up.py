@@ -238,7 +238,13 @@ def supervise(children: list[Child], infra: EmbeddedInfra, options: UpOptions, h
                 # a restarted broker comes back without topics: create them before services reconnect
                 asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
                 if history is not None:
-                    history.after_broker_restart()
+                    history.after_broker_restart(again=empty_broker_again)
+
+            def empty_broker_again() -> None:  # a client wrote into it before it was restored
+                infra.servers["tansu"].process.kill()
+                infra.servers["tansu"].process.wait()
+                infra.restart("tansu")
+                asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
 
             if history is not None:
                 before = lambda: history.before_broker_restart(children)  # noqa: E731

@@ -277,6 +277,7 @@ async def restore(
         }
         ends = await _broker_ends(bootstrap_servers, {t for t, _ in positions})
         await producer.start()
+        sent: list[tuple[str, int, int, asyncio.Future[object]]] = []
         for (topic, partition), end in sorted(positions.items()):
             have = ends.get((topic, partition), 0)
             if have == end:
@@ -285,11 +286,14 @@ async def restore(
                 raise ArchiveMismatch(
                     f"{topic}[{partition}] holds {have} records on the broker, {end} in the archive"
                 )
-            report.records += await _restore_partition(
-                conn, producer, topic, partition, end, chunk
-            )
+            sent += await _restore_partition(conn, producer, topic, partition, end, chunk)
             report.partitions += 1
-        await producer.flush()
+        # every partition's records are in flight together; each must land at its own offset
+        for topic, partition, offset, future in sent:
+            metadata = await future
+            if metadata.offset != offset:  # type: ignore[attr-defined]
+                raise ArchiveMismatch(f"{topic}[{partition}]: record {offset} restored at offset {metadata.offset}")  # type: ignore[attr-defined]
+        report.records = len(sent)
         report.groups = await _restore_group_offsets(conn, bootstrap_servers, positions)
         report.projector_ahead = await _projector_ahead(conn, positions)
     finally:
@@ -306,8 +310,9 @@ async def _restore_partition(
     partition: int,
     end: int,
     chunk: int,
-) -> int:
-    sent: list[tuple[int, asyncio.Future[object]]] = []
+) -> list[tuple[str, int, int, asyncio.Future[object]]]:
+    """Send the archived records of one partition in offset order (not awaited)."""
+    sent: list[tuple[str, int, int, asyncio.Future[object]]] = []
     async with conn.transaction():
         cursor = conn.cursor(
             'SELECT "offset", key, value, timestamp_ms, header_keys, header_values FROM bus_archive.records '
@@ -323,19 +328,13 @@ async def _restore_partition(
             headers = list(zip(row["header_keys"], row["header_values"], strict=True))
             future = await producer.send(topic, row["value"], key=row["key"], partition=partition,
                                          timestamp_ms=row["timestamp_ms"], headers=headers or None)  # fmt: skip
-            sent.append((expected, future))
+            sent.append((topic, partition, expected, future))
             expected += 1
     if expected != end:
         raise ArchiveMismatch(
             f"{topic}[{partition}]: the archive holds {expected} records, its position says {end}"
         )
-    for offset, future in sent:
-        metadata = await future
-        if metadata.offset != offset:  # type: ignore[attr-defined]
-            raise ArchiveMismatch(
-                f"{topic}[{partition}]: record {offset} restored at offset {metadata.offset}"
-            )  # type: ignore[attr-defined]
-    return len(sent)
+    return sent
 
 
 async def _broker_ends(
