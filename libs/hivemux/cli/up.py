@@ -66,7 +66,9 @@ class UpOptions:
     services: tuple[str, ...] = tuple(SERVICES)
     standbys: tuple[str, ...] = ()  # of `services`: run a second instance that stands by (`hivemux up`: SINGLE_ACTIVE)
     extra_env: dict[str, str] = field(default_factory=dict)
-    ready_timeout_s: float = 60.0
+    # Twelve processes start at once, four of them importing torch: on a loaded 2-core host that
+    # took more than 60 s (tests/e2e/test_up.py at load 14-31).
+    ready_timeout_s: float = 120.0
     restart_policy: RestartPolicy = RestartPolicy()
 
 
