@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from .event_time import EventTimeBounds
+
 
 class BusSettings(BaseSettings):
     # populate_by_name: the audit replay rebuilds settings from their recorded field names.
@@ -36,8 +38,14 @@ class BusSettings(BaseSettings):
     # refuses sessions under its group.min.session.timeout.ms (6000 by default).
     leader_session_timeout_ms: int = Field(default=6000, ge=1000, validation_alias="HIVEMUX_LEADER_SESSION_TIMEOUT_MS")
     leader_heartbeat_interval_ms: int = Field(default=500, ge=100, validation_alias="HIVEMUX_LEADER_HEARTBEAT_INTERVAL_MS")
-    # A consumed record dated further ahead of the local clock is refused (it would move event time).
+    # Event times a consumer accepts (`event_time`): at most this far ahead of the local clock,
+    # and, for a record consumed live, at most this far behind it (30 days).
     max_future_skew_s: float = Field(default=300.0, gt=0, validation_alias="HIVEMUX_MAX_FUTURE_SKEW_S")
+    max_past_age_s: float = Field(default=30 * 86400.0, gt=0, validation_alias="HIVEMUX_MAX_PAST_AGE_S")
+
+    @property
+    def event_time_bounds(self) -> EventTimeBounds:
+        return EventTimeBounds(self.max_future_skew_s, self.max_past_age_s)
 
 
 class ServiceSettings(BusSettings):

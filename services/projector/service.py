@@ -54,7 +54,7 @@ def build(settings: ProjectorSettings) -> Service:
         pool: asyncpg.Pool = running["pool"]  # type: ignore[assignment]
         work = run_projector(
             settings.kafka_bootstrap_servers, pool, stop=stop, max_records=settings.max_batch, observe=_observe,
-            max_future_skew_s=settings.max_future_skew_s,
+            event_time=settings.event_time_bounds,
         )  # fmt: skip
         task = asyncio.create_task(work, name="projector")
         task.add_done_callback(lambda _: service.stop())  # a failed projector stops the process

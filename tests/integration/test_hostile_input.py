@@ -290,8 +290,8 @@ def hostile(topic: str, kind: str, draw: Callable[[st.SearchStrategy[Any]], Any]
         return Hostile(topic, kind, wrong, json.dumps(body).encode(), True)
     if kind == "dated_2100":
         return Hostile(topic, kind, key, json.dumps(dict(body, occurred_at="2100-01-01T00:00:00+00:00")).encode(), True)
-    if kind == "dated_1970":  # the far past moves no clock forward: accepted or refused, harmlessly
-        return Hostile(topic, kind, key, json.dumps(dict(body, occurred_at="1970-01-01T00:00:01+00:00")).encode(), False)
+    if kind == "dated_1970":  # before 2000: refused (`hivemux.event_time`)
+        return Hostile(topic, kind, key, json.dumps(dict(body, occurred_at="1970-01-01T00:00:01+00:00")).encode(), True)
     if kind == "oversized":
         size = draw(st.integers(min_value=300_000, max_value=NEAR_LIMIT))
         text = json.dumps(body)

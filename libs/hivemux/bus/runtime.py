@@ -469,7 +469,8 @@ class Service:
         outputs = await self._wait_out(
             f"handling {record.topic}[{record.partition}]@{record.offset}",
             lambda: handle_record(
-                self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying, admit=self._admit
+                self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying,
+                admit=self.admission(live=not replaying),
             ),
         )
         if self.journal is not None:
@@ -479,15 +480,11 @@ class Service:
                 self.journal.consumed(loop, replaying, record.topic, record.partition, record.offset)
         return outputs or []
 
-    def _admit(self, event: Event) -> str | None:
-        """Event time from the far future would move this service's clock (rounds, sweeps,
-        SysMonitor) past every honest record: such a record is refused, against the local clock
-        (the refusal is journaled, so a replay skips the same records)."""
-        ahead = (event.occurred_at - datetime.now(UTC)).total_seconds()
-        if ahead > self.settings.max_future_skew_s:
-            return (f"dated {event.occurred_at.isoformat()}, {ahead:.0f} s ahead of this consumer's clock "
-                    f"(at most {self.settings.max_future_skew_s:.0f} s): it would move event time")  # fmt: skip
-        return None
+    def admission(self, *, live: bool) -> Callable[[Event], str | None]:
+        """The event-time check of this service's records (`hivemux.event_time`), against the local
+        clock; its refusals are journaled, so a replay skips the same records."""
+        bounds = self.settings.event_time_bounds
+        return lambda event: bounds.refusal(event.occurred_at, datetime.now(UTC), live=live)
 
     async def _dead_letter(
         self, topic: Topic, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str

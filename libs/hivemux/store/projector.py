@@ -5,8 +5,9 @@ holding the rows and the offsets (exactly-once; see `store.read_models`).
 A record that does not decode is skipped with a counter and a log line and its offset is
 consumed like any other: the topic's dead-letter belongs to its producer, and a projector that
 stopped on it would stop every read model. So is a record the services' runtime refuses too
-(`bus.runtime`): one whose key is not its event's, or dated more than `max_future_skew_s` ahead
-of this clock, so the read models do not show what no decider acted on.
+(`bus.runtime`): one whose key is not its event's, or whose event time `hivemux.event_time`
+refuses (from the far future, or before 2000), so the read models do not show what no decider
+acted on. History is history: old records are kept whatever their age.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from aiokafka import ConsumerRecord
 from ..bus.codec import decode_key, decode_value
 from ..bus.tracking import Position, consume_tracked
 from ..errors import InvalidEvent
+from ..event_time import EventTimeBounds
 from ..projection import PROJECTED_TOPICS, Change
 from ..projection import Position as RecordPosition
 from ..projection import project
@@ -55,7 +57,7 @@ async def run_projector(
     stats: ProjectorStats | None = None,
     max_records: int = 5000,
     observe: Callable[[int, int], None] | None = None,
-    max_future_skew_s: float | None = None,
+    event_time: EventTimeBounds | None = None,
 ) -> ProjectorStats:
     """Fold the projected topics into the read models from the stored offsets on; `observe`
     is told (records, undecodable) after each committed batch (the service's metrics)."""
@@ -72,8 +74,9 @@ async def run_projector(
                 event = decode_value(topic, record.value)
                 if decode_key(record.key) != topic.key_of(event):
                     raise InvalidEvent(f"key {decode_key(record.key)!r} is not the event's {topic.key_field} {topic.key_of(event)!r}")
-                if max_future_skew_s is not None and (event.occurred_at - datetime.now(UTC)).total_seconds() > max_future_skew_s:
-                    raise InvalidEvent(f"dated {event.occurred_at.isoformat()}, ahead of this clock by more than {max_future_skew_s:.0f} s")
+                refusal = event_time.refusal(event.occurred_at, datetime.now(UTC), live=False) if event_time else None
+                if refusal is not None:
+                    raise InvalidEvent(refusal)
             except InvalidEvent as error:
                 undecodable += 1
                 log.warning("skipped undecodable record %s/%s@%s: %s", record.topic, record.partition, record.offset, error)
