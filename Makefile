@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/hivemux up --duration $(DEMO_SECONDS) --summary $(VENV)/demo-summary.json
+	$(BIN)/hivemux up --fresh --duration $(DEMO_SECONDS) --summary $(VENV)/demo-summary.json
 
 test: install
 	$(BIN)/python -m pytest -q

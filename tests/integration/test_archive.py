@@ -9,6 +9,7 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from hivemux.cli.history import History
 from hivemux.infra import EmbeddedInfra
 from hivemux.store.archive import ArchiveMismatch
 from hivemux.store.migrate import migrate
+from hivemux.topics import JOBS_SUBMITTED
 from tests.support.buskit import unique_topic
 
 GROUP = "archive-test-group"
@@ -211,3 +213,34 @@ def test_a_killed_broker_and_a_restarted_infra_get_every_record_back(
     assert any(
         line.startswith("history: restored 400 records of ") for line in lines
     ), lines
+
+
+async def test_jobs_submit_acknowledges_once_the_archive_holds_the_job(infra, pg_dsn: str, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`jobs submit` with HIVEMUX_POSTGRES_DSN waits for the archive (the session's broker and a
+    database of this test's own, archived by a `History` as `hivemux up` runs it)."""
+    job_id = f"archived-{time.monotonic_ns()}"
+    jobs = tmp_path / "job.yaml"
+    jobs.write_text(f"{{job_id: {job_id}, vc: vc-a, kind: offline, workload: {{model: resnet50, batch_size: 32, iterations: 10}}}}\n")
+    await ensure_topics(infra.bootstrap_servers, [JOBS_SUBMITTED])
+    history = History(infra.bootstrap_servers, pg_dsn, topics=[JOBS_SUBMITTED.name], say=lambda line: None)
+    history.start()
+    try:
+        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": infra.bootstrap_servers, "HIVEMUX_POSTGRES_DSN": pg_dsn}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "hivemux.cli.main", "jobs", "submit", str(jobs),
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        output = (await asyncio.wait_for(process.communicate(), timeout=120))[0].decode()
+        assert process.returncode == 0, (output, history.error, history.stats)
+        assert f"submitted {job_id}" in output
+        conn = await asyncpg.connect(pg_dsn)
+        try:  # it returned after the archive had it
+            held = await conn.fetchval(
+                "SELECT count(*) FROM bus_archive.records WHERE topic = 'jobs.submitted' AND position($1::bytea in value) > 0",
+                job_id.encode(),
+            )
+        finally:
+            await conn.close()
+        assert held == 1
+    finally:
+        history.stop()

@@ -49,13 +49,14 @@ def service(name: str) -> None:
 @click.option("--jobs", "jobs_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
               help="Job list to replay once the services are up (default: the bundled demo jobs).")
 @click.option("--workdir", type=click.Path(path_type=Path, file_okay=False), default=Path(".hivemux"),
-              help="Where service logs go.")
-def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None, workdir: Path) -> None:
+              help="Where service logs and the embedded servers' data go; `up` started again on it resumes its history.")
+@click.option("--fresh", is_flag=True, help="Forget the history kept in the work directory (empty topics and database).")
+def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None, workdir: Path, fresh: bool) -> None:
     """Embedded infrastructure + every service as its own process + simulated fleet + a job replay."""
     from .services import SINGLE_ACTIVE
     from .up import UpOptions, run_up
 
-    summary = run_up(UpOptions(duration=duration, jobs_path=jobs_path, workdir=workdir, standbys=SINGLE_ACTIVE))
+    summary = run_up(UpOptions(duration=duration, jobs_path=jobs_path, workdir=workdir, standbys=SINGLE_ACTIVE, fresh=fresh))
     if summary_path is not None:
         summary_path.parent.mkdir(parents=True, exist_ok=True)
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")

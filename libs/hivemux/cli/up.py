@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -70,6 +71,7 @@ class UpOptions:
     # took more than 60 s (tests/e2e/test_up.py at load 14-31).
     ready_timeout_s: float = 120.0
     restart_policy: RestartPolicy = RestartPolicy()
+    fresh: bool = False  # forget the history kept in `<workdir>/infra` (start with empty topics and database)
 
 
 @dataclass
@@ -283,7 +285,10 @@ def render_restarts(supervision: dict[str, Any]) -> str:
 def run_up(options: UpOptions) -> dict[str, Any]:
     # The embedded servers keep their data in the work directory: PostgreSQL's survives `up`, and
     # the broker's topics (memory only) are archived into it and restored (cli/history.py).
-    with embedded_infra(InfraSettings(), data_dir=options.workdir.resolve() / "infra") as infra:
+    data_dir = options.workdir.resolve() / "infra"
+    if options.fresh and data_dir.exists():
+        shutil.rmtree(data_dir)
+    with embedded_infra(InfraSettings(), data_dir=data_dir) as infra:
         endpoints = infra.endpoints
         print(f"KAFKA_BOOTSTRAP_SERVERS={endpoints.bootstrap_servers}", flush=True)
         print(f"HIVEMUX_POSTGRES_DSN={endpoints.postgres_dsn}", flush=True)
