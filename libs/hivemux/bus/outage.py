@@ -26,5 +26,8 @@ def is_outage(error: BaseException) -> bool:
     connection_errors = (
         asyncpg.PostgresConnectionError,  # includes CannotConnectNowError, TooManyConnectionsError
         asyncpg.exceptions.ConnectionDoesNotExistError,  # the connection closed under the query
+        # A server killed mid-protocol leaves the client's state machine lost ("cannot switch
+        # to state 11"): the connection is gone, not the record bad (seen killing PostgreSQL).
+        asyncpg.exceptions.InternalClientError,
     )
     return isinstance(error, connection_errors)
