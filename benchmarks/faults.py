@@ -1,0 +1,549 @@
+"""Fault injection (issue 16 figures), printed by `make bench`.
+
+Every service of `hivemux up` (cli/services.py SERVICES; the cell allocator and the matcher with
+their standby, as `up` runs them) runs as its own process (cli/up.py `start_services`) on an
+embedded broker and PostgreSQL of this run's own. The broker is started without a schema
+registry, as a Kafka without one is, so every hostile byte reaches the consumers. A stream of
+small jobs (offline and training, `--jobs`) is submitted throughout; then:
+
+1. kills: each service in turn is SIGKILLed (for the allocator and the matcher, the active
+   instance: its standby takes over) and started again at once with up's own `Child.restart`
+   (same command, environment, port and log). Measured per service, from the SIGKILL: time to
+   /healthz 200 of the restarted process, and time to the service's next decision or output:
+   deciders (allocator, matcher, health processor, predictor) -> the first `audit.journal`
+   record with emitted ids from an incarnation other than the killed one; ingester, profiler,
+   executor, job controller -> the first record they publish (the controller is sent a cancel
+   right after the kill); projector -> the first job submitted after the kill in its read model.
+   For the allocator and the matcher that time is the standby takeover time. Right after each
+   kill an offline and a training job are submitted (part of the stream) so every service has
+   something to act on;
+2. bad inputs: a fixed set of records thrown raw at every topic a service consumes (garbage
+   bytes, a wrong schema, an absurd value, a wrong key, an event id reused with another body,
+   dated 2100, a 900 KB record). A bad record counts as dead-lettered when every service that
+   consumes its topic (subscription or fold) put it on the topic's `.dlq` (the dead letter names
+   the consumer group, topic, partition and offset); silently accepted otherwise. A topic read
+   only by the projector (gpu.faults) or a pinned agent: the record must not reach the read
+   model (checked by event id) and counts as skipped. Crashes = service processes that exited
+   on their own (not killed here);
+3. records lost: every submitted job must reach a lifecycle state, binding or placement and the
+   projector's `jobs` table; then the services are stopped and `hivemux audit replay` is run
+   over the whole log (its summary line is printed);
+4. lifecycle records per hour at 5,000 waiting jobs: benchmarks/lifecycle.py's `simulate` (the
+   real deciding cores over simulated event time) imported and run for a reduced window
+   (`--lifecycle-hours`, default 0.1 h after its warm-up), scaled to an hour.
+
+    .venv/bin/python benchmarks/faults.py [--jobs 300] [--lifecycle-hours 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import typing
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "tests"), str(HERE.parent / "tests" / "integration")]
+
+import asyncpg  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
+from support.standby_kit import one_active, instance_roles  # noqa: E402
+from test_hostile_input import ABSURD, as_json, key_of, template, with_path  # noqa: E402
+
+from hivemux.bus import Publisher, ensure_topics  # noqa: E402
+from hivemux.bus.codec import encode_key  # noqa: E402
+from hivemux.cli.services import SERVICES, SINGLE_ACTIVE  # noqa: E402
+from hivemux.cli.up import DEMO_ENV, EMBEDDED_ENV, Child, UpOptions, start_services, stop_services, wait_ready  # noqa: E402
+from hivemux.events import JobAction, JobCommand, JobKind, JobSubmission, Priority, WorkloadSpec  # noqa: E402
+from hivemux.infra import EmbeddedInfra  # noqa: E402
+from hivemux.settings import ServiceSettings  # noqa: E402
+from hivemux.topics import ALL_TOPICS, AUDIT_JOURNAL, CELL_BINDINGS, JOBS_LIFECYCLE, PLACEMENTS  # noqa: E402
+
+HIVEMUX = [sys.executable, "-m", "hivemux.cli.main"]
+# Event-time pacing of the e2e audit test: every decider decides within seconds.
+PACE = {
+    "HIVEMUX_MATCHER_INTERVAL_S": "2",
+    "HIVEMUX_INGESTER_INTERVAL_S": "0.5",
+    "HIVEMUX_INGESTER_TIME_SCALE": "120",
+    "HIVEMUX_INGESTER_START_HOUR": "19",
+    "HIVEMUX_EXECUTOR_REPORT_INTERVAL_S": "0.5",
+    "HIVEMUX_ALLOCATOR_RETRY_INTERVAL_S": "2",
+    "HIVEMUX_PREDICTOR_TICK_S": "1",
+    "HIVEMUX_PREDICTOR_RETRAIN_AFTER": "10",
+    "HIVEMUX_PREDICTOR_EPOCHS": "5",
+    "HIVEMUX_PREDICTOR_BOOTSTRAP_PAIRS": "40",
+}
+DECIDERS = ("cell-allocator", "matcher", "health-processor", "predictor")
+NEXT_TIMEOUT_S = 120.0  # from the SIGKILL; a loaded machine starts a Python service in tens of seconds
+OVERSIZED = 900_000
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def ms() -> float:
+    return time.time() * 1000
+
+
+# -- what the log says, followed from the beginning by one consumer ---------------------------------
+@dataclass
+class Tail:
+    """Follows every topic (and its dead letters and the audit journal) from the beginning."""
+
+    bootstrap: str
+    outputs: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # source -> record timestamps (ms)
+    journals: list[tuple[float, str, str, uuid.UUID, int]] = field(default_factory=list)  # (ts, source, service, incarnation, emitted)
+    letters: set[tuple[str, str, int, int]] = field(default_factory=set)  # (consumer group, original topic, partition, offset)
+    letters_per_topic: Counter[str] = field(default_factory=Counter)
+    jobs_decided: set[str] = field(default_factory=set)  # jobs with a lifecycle, binding or placement record
+
+    async def run(self, stop: asyncio.Event) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=100,
+                                    max_partition_fetch_bytes=2 * 1024 * 1024)  # fmt: skip
+        await consumer.start()
+        try:
+            topics = [*ALL_TOPICS, AUDIT_JOURNAL] if AUDIT_JOURNAL not in ALL_TOPICS else list(ALL_TOPICS)
+            consumer.assign([TopicPartition(t.name, p) for t in topics for p in range(t.partitions)])
+            await consumer.seek_to_beginning()
+            while not stop.is_set():
+                batch = await consumer.getmany(timeout_ms=200, max_records=5000)
+                for tp, records in batch.items():
+                    for record in records:
+                        self._see(tp.topic, record.timestamp, record.value)
+        finally:
+            await consumer.stop()
+
+    def _see(self, topic: str, stamp: float, value: bytes | None) -> None:
+        try:
+            body = json.loads(value or b"")
+            if not isinstance(body, dict):
+                return
+        except (ValueError, RecursionError):
+            return
+        source = str(body.get("source", ""))
+        if topic.endswith(".dlq"):
+            self.letters.add((body.get("consumer_group"), body.get("original_topic"), body.get("partition"), body.get("offset")))
+            self.letters_per_topic[str(body.get("original_topic"))] += 1
+            return
+        if topic == AUDIT_JOURNAL.name:
+            if "incarnation" in body:
+                self.journals.append((stamp, source, str(body.get("service")), uuid.UUID(body["incarnation"]), len(body.get("emitted") or ())))
+            return
+        self.outputs[source].append(stamp)
+        if topic in (JOBS_LIFECYCLE.name, CELL_BINDINGS.name, PLACEMENTS.name) and isinstance(body.get("job_id"), str):
+            self.jobs_decided.add(body["job_id"])
+
+    def incarnations(self, source: str) -> set[uuid.UUID]:
+        return {j[3] for j in list(self.journals) if j[1] == source}
+
+    def next_decision(self, service: str, after_ms: float, not_of: set[uuid.UUID]) -> float | None:
+        stamps = [j[0] for j in list(self.journals) if j[2] == service and j[4] > 0 and j[0] > after_ms and j[3] not in not_of]
+        return min(stamps) if stamps else None
+
+    def next_output(self, source: str, after_ms: float) -> float | None:
+        stamps = [s for s in list(self.outputs.get(source, ())) if s > after_ms]
+        return min(stamps) if stamps else None
+
+
+# -- the job stream -----------------------------------------------------------------------------------
+def job(n: int, tag: str) -> JobSubmission:
+    if n % 2 == 0:
+        return JobSubmission(occurred_at=now(), source="faults-bench", job_id=f"faults-{tag}-{n:04d}-offline", vc=("vc-a", "vc-b", "vc-c")[n % 3],
+                             kind=JobKind.OFFLINE, workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=200))  # fmt: skip
+    return JobSubmission(occurred_at=now(), source="faults-bench", job_id=f"faults-{tag}-{n:04d}-train", vc="vc-b", kind=JobKind.TRAINING, pods=1,
+                         gpus_per_pod=1, priority=Priority.OPPORTUNISTIC, priority_value=-1,
+                         workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=20))  # fmt: skip
+
+
+@dataclass
+class Stream:
+    bootstrap: str
+    submitted: list[tuple[float, str]] = field(default_factory=list)  # (ms, job id)
+
+    async def submit(self, jobs: list[JobSubmission], every_s: float = 0.0) -> None:
+        async with Publisher(self.bootstrap, source="faults-bench") as publisher:
+            for j in jobs:
+                await publisher.publish(j)
+                self.submitted.append((ms(), j.job_id))
+                if every_s:
+                    await asyncio.sleep(every_s)
+
+
+# -- kills ---------------------------------------------------------------------------------------------
+@dataclass
+class Kill:
+    service: str
+    unit: str
+    ready_s: float | None = None
+    next_s: float | None = None
+    what: str = ""
+    took_over: str = ""
+    killed_at: float = 0.0  # ms
+
+
+async def wait_for(check, timeout_s: float):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        result = await check()
+        if result is not None:
+            return result
+        await asyncio.sleep(0.2)
+    return None
+
+
+async def in_read_model(dsn: str, job_id: str) -> bool:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return bool(await connection.fetchval("select count(*) from jobs where job_id = $1", job_id))
+    finally:
+        await connection.close()
+
+
+async def kill_one(service: str, children: list[Child], tail: Tail, stream: Stream, env: dict[str, str]) -> Kill:
+    mine = [c for c in children if c.command == service]
+    victim, took_over = mine[0], ""
+    if service in SINGLE_ACTIVE:
+        roles = await wait_for(lambda: _settled(children, service), 60)
+        if roles:
+            active = one_active(roles, service)
+            victim = next(c for c in mine if c.name == active)
+            took_over = next(c.name for c in mine if c is not victim)
+    source = f"{service}/{victim.env['HIVEMUX_INSTANCE']}"
+    old = tail.incarnations(source)
+    killed_at = ms()
+    victim.process.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(victim.process.wait, 10)
+    result = Kill(service, victim.name, took_over=took_over, killed_at=killed_at)
+    restarted = asyncio.create_task(asyncio.to_thread(_restart, victim))
+    probes = [job(2 * len(stream.submitted), "probe"), job(2 * len(stream.submitted) + 1, "probe")]  # an offline and a training job
+    await stream.submit(probes)
+    if service == "job-controller":  # it acts on commands only: one right after the kill
+        target = stream.submitted[-1][1]
+        async with Publisher(tail.bootstrap, source="faults-bench") as publisher:
+            await publisher.publish(JobCommand(occurred_at=now(), source="faults-bench", command_id=f"faults-cancel-{uuid.uuid4().hex[:8]}",
+                                               principal="faults-bench", job_id=target, action=JobAction.CANCEL))  # fmt: skip
+    if service in DECIDERS:
+        result.what = "journaled decision" + (" (standby)" if took_over else " (restarted)")
+        stamp = await wait_for(lambda: _async(tail.next_decision(service, killed_at, old)), NEXT_TIMEOUT_S)
+    elif service == "projector":
+        result.what = "job in read model"
+
+        async def projected() -> float | None:
+            return ms() if await in_read_model(env["HIVEMUX_POSTGRES_DSN"], probes[0].job_id) else None
+
+        stamp = await wait_for(projected, NEXT_TIMEOUT_S)
+    else:
+        result.what = "published record"
+        stamp = await wait_for(lambda: _async(tail.next_output(source, killed_at)), NEXT_TIMEOUT_S)
+    result.next_s = None if stamp is None else round((stamp - killed_at) / 1000, 2)
+    ready_at = await restarted
+    result.ready_s = None if ready_at is None else round((ready_at - killed_at) / 1000, 2)
+    return result
+
+
+async def _async(value):  # type: ignore[no-untyped-def]
+    return value
+
+
+async def _settled(children: list[Child], service: str) -> dict[str, dict[str, str]] | None:
+    roles = await instance_roles(children)
+    return roles if one_active(roles, service) else None
+
+
+def _restart(child: Child) -> float | None:
+    child.restart()
+    try:
+        wait_ready([child], timeout_s=NEXT_TIMEOUT_S + 60)
+    except RuntimeError:
+        return None
+    return ms()
+
+
+# -- bad inputs ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Bad:
+    topic: str
+    kind: str
+    key: bytes | None
+    value: bytes
+    before: bytes | None = None  # the duplicate's original (valid)
+
+
+def bad_records(topic: str) -> list[Bad]:
+    """The fixed set for `topic`, each made from a fresh valid record (an event id of its own)."""
+
+    def fresh() -> tuple[bytes, dict[str, Any]]:
+        event = template(topic)
+        return encode_key(key_of(topic, event)), as_json(event)
+
+    path, absurd = ABSURD[topic][0]
+    (k1, _), (k2, b2), (_, b3), (k4, b4), (k5, b5), (k6, b6) = (fresh() for _ in range(6))
+    return [
+        Bad(topic, "garbage", k1, b"\x00\xff\xfe not json \x13" * 20),
+        Bad(topic, "wrong schema", k1, json.dumps({"hello": "world", "n": [1, 2, {"x": None}]}).encode()),
+        Bad(topic, "absurd value", k2, json.dumps(with_path(b2, path, absurd)).encode()),
+        Bad(topic, "wrong key", encode_key("someone-else"), json.dumps(b3).encode()),
+        Bad(topic, "id reused", k4, json.dumps(dict(b4, source="faults-again")).encode(), before=json.dumps(b4).encode()),
+        Bad(topic, "dated 2100", k5, json.dumps(dict(b5, occurred_at="2100-01-01T00:00:00+00:00")).encode()),
+        Bad(topic, "oversized", k6, json.dumps(dict(b6, source="s" * OVERSIZED)).encode()),
+    ]
+
+
+def consumers(bootstrap: str, dsn: str) -> dict[str, set[str]]:
+    """topic -> consumer groups of the services that subscribe to or fold it (each service
+    built in process from its module's `build`, not run)."""
+
+    async def build_all() -> dict[str, set[str]]:
+        out: dict[str, set[str]] = defaultdict(set)
+        for name, module_name in SERVICES.items():
+            module = importlib.import_module(module_name)
+            settings_class = typing.get_type_hints(module.build)["settings"]
+            assert issubclass(settings_class, ServiceSettings)
+            service = module.build(settings_class(kafka_bootstrap_servers=bootstrap, postgres_dsn=dsn))
+            for topic in (*service.subscriptions, *service.folds):
+                out[topic].add(service.group_id)
+        return out
+
+    return asyncio.run(build_all())
+
+
+@dataclass
+class BadTally:
+    tried: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0  # on a topic only the projector (or a pinned agent) reads: checked not projected
+    silently_accepted: int = 0
+    crashes: int = 0
+    missing: list[str] = field(default_factory=list)
+    per_topic: dict[str, str] = field(default_factory=dict)
+
+
+async def throw_bad(bootstrap: str, dsn: str, tail: Tail, expected: dict[str, set[str]], children: list[Child], thrown: set[str]) -> BadTally:
+    """Throw the fixed set at every consumed topic; `thrown` gets where each record landed."""
+    consumed = sorted(set(ABSURD))
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, max_request_size=1_048_576, linger_ms=0)
+    await producer.start()
+    sent: list[tuple[Bad, int, int]] = []
+    try:
+        for topic in consumed:
+            for bad in bad_records(topic):
+                if bad.before is not None:
+                    first = await producer.send_and_wait(topic, bad.before, key=bad.key)
+                    thrown.add(f"{topic}[{first.partition}]@{first.offset}")
+                meta = await producer.send_and_wait(topic, bad.value, key=bad.key)
+                sent.append((bad, meta.partition, meta.offset))
+                thrown.add(f"{topic}[{meta.partition}]@{meta.offset}")
+    finally:
+        await producer.stop()
+
+    def wanted(bad: Bad, partition: int, offset: int) -> set[tuple[str, str, int, int]]:
+        return {(group, bad.topic, partition, offset) for group in expected.get(bad.topic, ())}
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and any(not wanted(*s) <= tail.letters for s in sent):
+        await asyncio.sleep(0.5)
+    tally = BadTally()
+    for bad, partition, offset in sent:
+        tally.tried += 1
+        want = wanted(bad, partition, offset)
+        if not want:
+            event_id = json.loads(bad.before or bad.value).get("event_id") if bad.kind != "garbage" and bad.kind != "wrong schema" else None
+            if bad.kind != "id reused" and event_id and await _fault_projected(dsn, str(event_id)):
+                tally.silently_accepted += 1
+                tally.missing.append(f"{bad.kind} on {bad.topic}: projected")
+            else:
+                tally.skipped += 1
+        elif want <= tail.letters:
+            tally.dead_lettered += 1
+        else:
+            tally.silently_accepted += 1
+            tally.missing.append(f"{bad.kind} on {bad.topic}: not dead-lettered by {sorted(g for g, *_ in want - tail.letters)}")
+    for topic in consumed:
+        n = sum(1 for b, *_ in sent if b.topic == topic)
+        readers = len(expected.get(topic, ()))
+        tally.per_topic[topic] = f"{n} thrown, {readers} consumer group(s), {tail.letters_per_topic[topic]} dead letters"
+    tally.crashes = sum(1 for c in children if c.process.poll() is not None)
+    return tally
+
+
+async def _fault_projected(dsn: str, event_id: str) -> bool:
+    connection = await asyncpg.connect(dsn)
+    try:
+        return bool(await connection.fetchval("select count(*) from faults where event_id::text = $1", event_id))
+    finally:
+        await connection.close()
+
+
+# -- the run ---------------------------------------------------------------------------------------------
+async def scenario(bootstrap: str, dsn: str, children: list[Child], env: dict[str, str], jobs: int, expected: dict[str, set[str]]) -> dict[str, Any]:
+    tail, stream, stop = Tail(bootstrap), Stream(bootstrap), asyncio.Event()
+    following = asyncio.create_task(tail.run(stop))
+    after = 20
+    during = jobs - after - 2 * len(SERVICES)  # and two probe jobs right after each kill
+    feeding = asyncio.create_task(stream.submit([job(n, "during") for n in range(during)], every_s=0.6))
+    out: dict[str, Any] = {"kills": [], "exited": []}
+    try:
+        for name in DECIDERS:  # each decider has decided once before the kills start
+            await wait_for(lambda name=name: _async(tail.next_decision(name, 0, set())), 120)
+        for service in SERVICES:
+            kill = await kill_one(service, children, tail, stream, env)
+            out["kills"].append(kill)
+            print(f"  killed {kill.unit}: ready {kill.ready_s} s, next {kill.what} {kill.next_s} s", flush=True)
+            for c in children:  # anything else that died on its own is a crash: count it, start it again
+                if c.process.poll() is not None:
+                    out["exited"].append(f"{c.name}: {c.process.returncode}")
+                    await asyncio.to_thread(_restart, c)
+        out["thrown"] = set()
+        out["bad"] = await throw_bad(bootstrap, dsn, tail, expected, children, out["thrown"])
+        print(f"  bad inputs: {out['bad'].tried} thrown", flush=True)
+        await feeding
+        await stream.submit([job(n, "after") for n in range(after)], every_s=0.1)
+        ids = [j for _, j in stream.submitted]
+
+        async def all_there() -> bool | None:
+            connection = await asyncpg.connect(dsn)
+            try:
+                projected = {r["job_id"] for r in await connection.fetch("select job_id from jobs where job_id like 'faults-%'")}
+            finally:
+                await connection.close()
+            out["undecided"] = sorted(set(ids) - tail.jobs_decided)
+            out["unprojected"] = sorted(set(ids) - projected)
+            return True if not out["undecided"] and not out["unprojected"] else None
+
+        await wait_for(all_there, 90)
+        out["submitted"], out["stream"] = len(ids), list(stream.submitted)
+        out["exited"] += [f"{c.name}: {c.process.returncode}" for c in children if c.process.poll() is not None]
+    finally:
+        if not feeding.done():
+            feeding.cancel()
+        stop.set()
+        await following
+    return out
+
+
+def replay(env: dict[str, str], thrown: set[str]) -> dict[str, Any]:
+    """`hivemux audit replay --json` over the whole log. The hostile records thrown at topics the
+    deciders publish are decisions no service made: the replay reports each as such (that is its
+    job, as for a forged placement); they are counted apart from any other divergence."""
+    began = time.monotonic()
+    try:
+        done = subprocess.run([*HIVEMUX, "audit", "replay", "--json"], env=env, capture_output=True, text=True, timeout=400)
+    except subprocess.TimeoutExpired:
+        return {"line": "timed out after 400 s"}
+    try:
+        report = json.loads(done.stdout)
+    except ValueError:
+        return {"line": f"exit {done.returncode}: {(done.stdout + done.stderr).strip()[-300:]}"}
+    divergences = report.get("divergences", [])
+    forged = [d for d in divergences if d.get("kind") == "no decision made it" and d.get("where") in thrown]
+    other = [d for d in divergences if d not in forged]
+    line = (f"{report['decisions']} decisions identical; {len(forged)} thrown records on decision topics reported as made by no "
+            f"service; {len(other)} other divergences ({time.monotonic() - began:.0f} s)")  # fmt: skip
+    for d in other[:5]:
+        line += f"\n    {d.get('kind')} at {d.get('where')}"
+    return {"line": line, "decisions": report["decisions"], "forged_flagged": len(forged), "other_divergences": len(other),
+            "services": {name: t.get("decisions") for name, t in report.get("services", {}).items()}}  # fmt: skip
+
+
+def lifecycle_rate(hours: float) -> dict[str, float]:
+    import lifecycle
+
+    run, seconds = lifecycle.simulate(2500, 2500, hours, 16)
+    per_hour = sum(run.lifecycle.values()) / hours
+    return {"jobs": 5000, "hours_simulated": hours, "per_hour": round(per_hour, 1), "per_job_per_hour": round(per_hour / 5000, 4),
+            "after_restart_10_min": run.after_restart, "seconds": round(seconds, 1)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--lifecycle-hours", type=float, default=0.1)
+    args = parser.parse_args()
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as no_schemas:
+        infra = EmbeddedInfra(schemas_dir=Path(no_schemas))  # no schema registry: every byte reaches the consumers
+        try:
+            endpoints = infra.start()
+            bootstrap, dsn = endpoints.bootstrap_servers, endpoints.postgres_dsn
+            asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
+            expected = consumers(bootstrap, dsn)
+            env = {**DEMO_ENV, **EMBEDDED_ENV, **os.environ, **PACE, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "HIVEMUX_POSTGRES_DSN": dsn}
+            children = start_services(UpOptions(workdir=Path(workdir), services=tuple(SERVICES), standbys=SINGLE_ACTIVE), env)
+            try:
+                wait_ready(children, timeout_s=180)
+                print(f"{len(children)} service processes ready after {time.monotonic() - began:.0f} s", flush=True)
+                out = asyncio.run(scenario(bootstrap, dsn, children, env, args.jobs, expected))
+            finally:
+                stop_services(children)
+            audit = replay(env, out["thrown"])
+        finally:
+            infra.stop()
+    system_s = time.monotonic() - began
+    life = lifecycle_rate(args.lifecycle_hours)
+    report(out, audit, life, system_s, args)
+
+
+def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], system_s: float, args: argparse.Namespace) -> None:
+    kills: list[Kill] = out["kills"]
+    bad: BadTally = out["bad"]
+    survived = sum(1 for k in kills if k.next_s is not None)
+    lost = len(set(out["undecided"]) | set(out["unprojected"]))
+    standby = {k.service: k.next_s for k in kills if k.took_over}
+    print(f"\nfault injection: {len(kills)} SIGKILLs under a {out['submitted']}-job stream, os.cpu_count()={os.cpu_count()}, {system_s:.0f} s")
+    print(f"{'service':<19} {'killed':<17} {'/healthz 200 s':>14} {'next s':>7}  next what")
+    for k in kills:
+        nxt = "none" if k.next_s is None else f"{k.next_s:.2f}"
+        ready = "none" if k.ready_s is None else f"{k.ready_s:.2f}"
+        print(f"{k.service:<19} {k.unit:<17} {ready:>14} {nxt:>7}  {k.what}{' by ' + k.took_over if k.took_over else ''}")
+    print(f"{'figure':<44} value")
+    print(f"{'kills survived':<44} {survived}/{len(kills)}")
+    print(f"{'records lost (jobs, must be 0)':<44} {lost} of {out['submitted']} (undecided {len(out['undecided'])}, "
+          f"not in read model {len(out['unprojected'])})")  # fmt: skip
+    submitted_at = dict((j, t) for t, j in out["stream"])
+    for job_id in sorted(set(out["undecided"]) | set(out["unprojected"]))[:10]:
+        before = [k for k in kills if k.killed_at <= submitted_at[job_id]]
+        when = f"submitted {(submitted_at[job_id] - before[-1].killed_at) / 1000:.1f} s after the SIGKILL of {before[-1].unit}" if before else ""
+        print(f"    {job_id}: {'no lifecycle/binding/placement' if job_id in out['undecided'] else ''}"
+              f"{' not in the read model' if job_id in out['unprojected'] else ''}; {when}")  # fmt: skip
+    print(f"{'bad inputs tried':<44} {bad.tried} on {len(bad.per_topic)} topics")
+    print(f"{'  dead-lettered by every consumer':<44} {bad.dead_lettered}")
+    print(f"{'  skipped by a sole reader, not projected':<44} {bad.skipped}")
+    print(f"{'  crashes (must be 0)':<44} {bad.crashes}")
+    print(f"{'  silently accepted (must be 0)':<44} {bad.silently_accepted}")
+    for line in bad.missing[:10]:
+        print(f"    {line}")
+    print(f"{'processes that exited on their own':<44} {len(out['exited'])} {out['exited'] or ''}")
+    print(f"{'SIGKILL -> next decision s (max)':<44} {max((k.next_s for k in kills if k.next_s is not None), default=float('nan')):.2f}")
+    print(f"{'standby takeover s':<44} " + ", ".join(f"{s} {v}" for s, v in standby.items()))
+    print(f"{'lifecycle records / h at 5,000 waiting jobs':<44} {life['per_hour']:,.1f} ({life['per_job_per_hour']} per job; "
+          f"benchmarks/lifecycle.py simulate, {life['hours_simulated']} h simulated, scaled)")  # fmt: skip
+    print(f"{'audit replay (whole log)':<44} {audit['line']}")
+    for topic, line in bad.per_topic.items():
+        print(f"  {topic:<22} {line}")
+    print(json.dumps({
+        "benchmark": "faults", "jobs": out["submitted"], "kills": len(kills), "kills_survived": survived, "records_lost": lost,
+        "bad_tried": bad.tried, "bad_dead_lettered": bad.dead_lettered, "bad_skipped_sole_reader": bad.skipped, "crashes": bad.crashes,
+        "silently_accepted": bad.silently_accepted, "exited_on_their_own": len(out["exited"]),
+        "kill_to_next_s": {k.service: k.next_s for k in kills}, "kill_to_ready_s": {k.service: k.ready_s for k in kills},
+        "standby_takeover_s": standby, "lifecycle_per_hour_5000_waiting": life["per_hour"],
+        "audit_replay": {k: v for k, v in audit.items() if k != "line"} or audit["line"], "lost_jobs": sorted(set(out["undecided"]) | set(out["unprojected"])),
+        "seconds": round(system_s, 1),
+    }))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
