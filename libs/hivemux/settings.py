@@ -38,14 +38,12 @@ class BusSettings(BaseSettings):
     # refuses sessions under its group.min.session.timeout.ms (6000 by default).
     leader_session_timeout_ms: int = Field(default=6000, ge=1000, validation_alias="HIVEMUX_LEADER_SESSION_TIMEOUT_MS")
     leader_heartbeat_interval_ms: int = Field(default=500, ge=100, validation_alias="HIVEMUX_LEADER_HEARTBEAT_INTERVAL_MS")
-    # Event times a consumer accepts (`event_time`): at most this far ahead of the local clock,
-    # and, for a record consumed live, at most this far behind it (30 days).
+    # Event times a consumer accepts (`event_time`): at most this far ahead of the local clock.
     max_future_skew_s: float = Field(default=300.0, gt=0, validation_alias="HIVEMUX_MAX_FUTURE_SKEW_S")
-    max_past_age_s: float = Field(default=30 * 86400.0, gt=0, validation_alias="HIVEMUX_MAX_PAST_AGE_S")
 
     @property
     def event_time_bounds(self) -> EventTimeBounds:
-        return EventTimeBounds(self.max_future_skew_s, self.max_past_age_s)
+        return EventTimeBounds(self.max_future_skew_s)
 
 
 class ServiceSettings(BusSettings):

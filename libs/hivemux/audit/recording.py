@@ -149,7 +149,7 @@ class Recorder:
 
         outputs = await handle_record(
             service.name, sub.topic, sub.handler, sub.dedupe, record, consumer.seen, dead_letter,  # type: ignore[arg-type]
-            replaying=replaying, admit=service.admission(live=not replaying),
+            replaying=replaying, admit=service.admission(),
         )  # fmt: skip
         if service.journal is not None:
             if outputs is None:  # refused before any handler saw it

@@ -470,7 +470,7 @@ class Service:
             f"handling {record.topic}[{record.partition}]@{record.offset}",
             lambda: handle_record(
                 self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying,
-                admit=self.admission(live=not replaying),
+                admit=self.admission(),
             ),
         )
         if self.journal is not None:
@@ -480,11 +480,11 @@ class Service:
                 self.journal.consumed(loop, replaying, record.topic, record.partition, record.offset)
         return outputs or []
 
-    def admission(self, *, live: bool) -> Callable[[Event], str | None]:
+    def admission(self) -> Callable[[Event], str | None]:
         """The event-time check of this service's records (`hivemux.event_time`), against the local
         clock; its refusals are journaled, so a replay skips the same records."""
         bounds = self.settings.event_time_bounds
-        return lambda event: bounds.refusal(event.occurred_at, datetime.now(UTC), live=live)
+        return lambda event: bounds.refusal(event.occurred_at, datetime.now(UTC))
 
     async def _dead_letter(
         self, topic: Topic, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str

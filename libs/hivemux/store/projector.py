@@ -7,7 +7,7 @@ consumed like any other: the topic's dead-letter belongs to its producer, and a 
 stopped on it would stop every read model. So is a record the services' runtime refuses too
 (`bus.runtime`): one whose key is not its event's, or whose event time `hivemux.event_time`
 refuses (from the far future, or before 2000), so the read models do not show what no decider
-acted on. History is history: old records are kept whatever their age.
+acted on.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ async def run_projector(
                 event = decode_value(topic, record.value)
                 if decode_key(record.key) != topic.key_of(event):
                     raise InvalidEvent(f"key {decode_key(record.key)!r} is not the event's {topic.key_field} {topic.key_of(event)!r}")
-                refusal = event_time.refusal(event.occurred_at, datetime.now(UTC), live=False) if event_time else None
+                refusal = event_time.refusal(event.occurred_at, datetime.now(UTC)) if event_time else None
                 if refusal is not None:
                     raise InvalidEvent(refusal)
             except InvalidEvent as error:
