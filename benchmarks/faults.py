@@ -14,7 +14,11 @@ small jobs (offline and training, `--jobs`) is submitted throughout; then:
    record with emitted ids from an incarnation other than the killed one; ingester, profiler,
    executor, job controller -> the first record they publish (the controller is sent a cancel
    right after the kill); projector -> the first job submitted after the kill in its read model.
-   For the allocator and the matcher that time is the standby takeover time. Right after each
+   For the allocator and the matcher that time is the standby takeover time; beside it, for the
+   deciders, the first record any of their instances published after the kill (leadership
+   records aside: LeaderElected is not a decision), and for the allocator and the matcher the
+   time to the standby's LeaderElected (it decides from then on, when there is something to
+   decide). Right after each
    kill an offline and a training job are submitted (part of the stream) so every service has
    something to act on;
 2. bad inputs: a fixed set of records thrown raw at every topic a service consumes (garbage
@@ -70,7 +74,7 @@ from hivemux.cli.up import DEMO_ENV, EMBEDDED_ENV, Child, UpOptions, start_servi
 from hivemux.events import JobAction, JobCommand, JobKind, JobSubmission, Priority, WorkloadSpec  # noqa: E402
 from hivemux.infra import EmbeddedInfra  # noqa: E402
 from hivemux.settings import ServiceSettings  # noqa: E402
-from hivemux.topics import ALL_TOPICS, AUDIT_JOURNAL, CELL_BINDINGS, JOBS_LIFECYCLE, PLACEMENTS  # noqa: E402
+from hivemux.topics import ALL_TOPICS, AUDIT_JOURNAL, CELL_BINDINGS, JOBS_LIFECYCLE, LEADERSHIP, PLACEMENTS  # noqa: E402
 
 HIVEMUX = [sys.executable, "-m", "hivemux.cli.main"]
 # Event-time pacing of the e2e audit test: every decider decides within seconds.
@@ -110,6 +114,7 @@ class Tail:
     letters: set[tuple[str, str, int, int]] = field(default_factory=set)  # (consumer group, original topic, partition, offset)
     letters_per_topic: Counter[str] = field(default_factory=Counter)
     jobs_decided: set[str] = field(default_factory=set)  # jobs with a lifecycle, binding or placement record
+    elected: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))  # source -> leadership record timestamps
 
     async def run(self, stop: asyncio.Event) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None, enable_auto_commit=False, fetch_max_wait_ms=100,
@@ -143,7 +148,10 @@ class Tail:
             if "incarnation" in body:
                 self.journals.append((stamp, source, str(body.get("service")), uuid.UUID(body["incarnation"]), len(body.get("emitted") or ())))
             return
-        self.outputs[source].append(stamp)
+        if topic == LEADERSHIP.name:
+            self.elected[source].append(stamp)
+        else:
+            self.outputs[source].append(stamp)
         if topic in (JOBS_LIFECYCLE.name, CELL_BINDINGS.name, PLACEMENTS.name) and isinstance(body.get("job_id"), str):
             self.jobs_decided.add(body["job_id"])
 
@@ -155,7 +163,10 @@ class Tail:
         return min(stamps) if stamps else None
 
     def next_output(self, source: str, after_ms: float) -> float | None:
-        stamps = [s for s in list(self.outputs.get(source, ())) if s > after_ms]
+        """The first record `source` (or, given a bare service name, any of its instances) published
+        after `after_ms`, leadership records aside."""
+        sources = [source] if "/" in source else [s for s in list(self.outputs) if s.startswith(source + "/")]
+        stamps = [s for name in sources for s in list(self.outputs.get(name, ())) if s > after_ms]
         return min(stamps) if stamps else None
 
 
@@ -193,6 +204,13 @@ class Kill:
     what: str = ""
     took_over: str = ""
     killed_at: float = 0.0  # ms
+    published_s: float | None = None  # deciders: the first record any instance published after the kill
+    elected_s: float | None = None  # single-active deciders: the standby's LeaderElected after the kill
+    standby_source: str = ""
+
+    def elected(self, tail: Tail) -> None:
+        stamps = [t for t in list(tail.elected.get(self.standby_source, ())) if t > self.killed_at]
+        self.elected_s = round((min(stamps) - self.killed_at) / 1000, 2) if stamps else None
 
 
 async def wait_for(check, timeout_s: float):  # type: ignore[no-untyped-def]
@@ -250,6 +268,11 @@ async def kill_one(service: str, children: list[Child], tail: Tail, stream: Stre
         result.what = "published record"
         stamp = await wait_for(lambda: _async(tail.next_output(source, killed_at)), NEXT_TIMEOUT_S)
     result.next_s = None if stamp is None else round((stamp - killed_at) / 1000, 2)
+    if took_over:
+        result.standby_source = f"{service}/{next(c for c in mine if c.name == took_over).env['HIVEMUX_INSTANCE']}"
+    if service in DECIDERS:
+        published = tail.next_output(service, killed_at)
+        result.published_s = None if published is None else round((published - killed_at) / 1000, 2)
     ready_at = await restarted
     result.ready_s = None if ready_at is None else round((ready_at - killed_at) / 1000, 2)
     return result
@@ -426,6 +449,9 @@ async def scenario(bootstrap: str, dsn: str, children: list[Child], env: dict[st
 
         await wait_for(all_there, 90)
         out["submitted"], out["stream"] = len(ids), list(stream.submitted)
+        for kill in out["kills"]:
+            if kill.standby_source:
+                kill.elected(tail)
         out["exited"] += [f"{c.name}: {c.process.returncode}" for c in children if c.process.poll() is not None]
     finally:
         if not feeding.done():
@@ -502,13 +528,14 @@ def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], s
     bad: BadTally = out["bad"]
     survived = sum(1 for k in kills if k.next_s is not None)
     lost = len(set(out["undecided"]) | set(out["unprojected"]))
-    standby = {k.service: k.next_s for k in kills if k.took_over}
+    standby = {k.service: {"elected_s": k.elected_s, "first_decision_s": k.next_s} for k in kills if k.took_over}
     print(f"\nfault injection: {len(kills)} SIGKILLs under a {out['submitted']}-job stream, os.cpu_count()={os.cpu_count()}, {system_s:.0f} s")
-    print(f"{'service':<19} {'killed':<17} {'/healthz 200 s':>14} {'next s':>7}  next what")
+    print(f"{'service':<19} {'killed':<17} {'/healthz 200 s':>14} {'next s':>7} {'any record s':>12}  next what")
     for k in kills:
         nxt = "none" if k.next_s is None else f"{k.next_s:.2f}"
         ready = "none" if k.ready_s is None else f"{k.ready_s:.2f}"
-        print(f"{k.service:<19} {k.unit:<17} {ready:>14} {nxt:>7}  {k.what}{' by ' + k.took_over if k.took_over else ''}")
+        published = "" if k.published_s is None else f"{k.published_s:.2f}"
+        print(f"{k.service:<19} {k.unit:<17} {ready:>14} {nxt:>7} {published:>12}  {k.what}{' by ' + k.took_over if k.took_over else ''}")
     print(f"{'figure':<44} value")
     print(f"{'kills survived':<44} {survived}/{len(kills)}")
     print(f"{'records lost (jobs, must be 0)':<44} {lost} of {out['submitted']} (undecided {len(out['undecided'])}, "
@@ -528,7 +555,8 @@ def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], s
         print(f"    {line}")
     print(f"{'processes that exited on their own':<44} {len(out['exited'])} {out['exited'] or ''}")
     print(f"{'SIGKILL -> next decision s (max)':<44} {max((k.next_s for k in kills if k.next_s is not None), default=float('nan')):.2f}")
-    print(f"{'standby takeover s':<44} " + ", ".join(f"{s} {v}" for s, v in standby.items()))
+    print(f"{'standby takeover: LeaderElected / 1st decision s':<44} "
+          + ", ".join(f"{s} {v['elected_s']} / {v['first_decision_s']}" for s, v in standby.items()))  # fmt: skip
     print(f"{'lifecycle records / h at 5,000 waiting jobs':<44} {life['per_hour']:,.1f} ({life['per_job_per_hour']} per job; "
           f"benchmarks/lifecycle.py simulate, {life['hours_simulated']} h simulated, scaled)")  # fmt: skip
     print(f"{'audit replay (whole log)':<44} {audit['line']}")
@@ -538,7 +566,7 @@ def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], s
         "benchmark": "faults", "jobs": out["submitted"], "kills": len(kills), "kills_survived": survived, "records_lost": lost,
         "bad_tried": bad.tried, "bad_dead_lettered": bad.dead_lettered, "bad_skipped_sole_reader": bad.skipped, "crashes": bad.crashes,
         "silently_accepted": bad.silently_accepted, "exited_on_their_own": len(out["exited"]),
-        "kill_to_next_s": {k.service: k.next_s for k in kills}, "kill_to_ready_s": {k.service: k.ready_s for k in kills},
+        "kill_to_next_s": {k.service: k.next_s for k in kills}, "kill_to_any_record_s": {k.service: k.published_s for k in kills if k.service in DECIDERS}, "kill_to_ready_s": {k.service: k.ready_s for k in kills},
         "standby_takeover_s": standby, "lifecycle_per_hour_5000_waiting": life["per_hour"],
         "audit_replay": {k: v for k, v in audit.items() if k != "line"} or audit["line"], "lost_jobs": sorted(set(out["undecided"]) | set(out["unprojected"])),
         "seconds": round(system_s, 1),
