@@ -163,6 +163,11 @@ class CellAllocator:
             self.jobs.set_node_bad(node)
         return self._allocation(decisions, at, cause)
 
+    def folding(self, replaying: bool) -> None:
+        """Records handled while catching up (or on standby) are folded, never decided on: no
+        job is tried until records are handled live (`JobAllocator.deciding`)."""
+        self.jobs.deciding = not replaying
+
     def saw(self, at: datetime) -> None:
         """Time passed without a decision (a clock tick replayed after a restart)."""
         self._saw(at)

@@ -88,6 +88,7 @@ class AllocatorEvents:
         self.stopped_on_command: set[str] = set()  # jobs cancelled or suspended: their workloads were stopped
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
+        self.core.folding(replaying)
         if job.kind is not JobKind.TRAINING:
             return []
         self.submissions[job.job_id] = job
@@ -98,6 +99,7 @@ class AllocatorEvents:
 
     def on_binding(self, binding: CellBinding, *, replaying: bool) -> None:
         """Crash recovery: restore the bindings published before a restart."""
+        self.core.folding(replaying)
         if not replaying or binding.pod is None:
             return
         if binding.state == "bound" and binding.pod_spec and binding.bind_info:
@@ -108,6 +110,7 @@ class AllocatorEvents:
 
     def on_config(self, change: CellConfig, *, replaying: bool) -> list[Event]:
         """A newer cell configuration: reconfigure without losing placements (HiveD §4)."""
+        self.core.folding(replaying)
         try:
             allocation = self.core.reconfigure(change.version, change.config, at=change.occurred_at, cause=str(change.event_id))
         except ConfigurationError as error:
@@ -115,6 +118,7 @@ class AllocatorEvents:
         return [] if replaying else self.events(allocation)
 
     def on_lifecycle(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
+        self.core.folding(replaying)
         job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
         told = change.state is JobState.WAITING and change.source.split("/")[0] == self.source.split("/")[0]
         self.core.heard(job_id, change.reason if told else None)  # what a restarted allocator told before
@@ -138,6 +142,7 @@ class AllocatorEvents:
 
     def on_priority(self, change: JobPriorityChanged, *, replaying: bool) -> list[Event]:
         """A user changed a training job's HiveD priority (job controller)."""
+        self.core.folding(replaying)
         allocation = self.core.reprioritize(change.job_id, change.priority_value, at=change.occurred_at, cause=str(change.event_id))
         return [] if replaying else self.events(allocation)
 
@@ -153,6 +158,7 @@ class AllocatorEvents:
         ]
 
     def on_health(self, transition: HealthTransition, *, replaying: bool) -> list[Event]:
+        self.core.folding(replaying)
         allocation = self.core.gpu_health(
             transition.node_id, transition.gpu_id, disabled=transition.to_state is HealthState.DISABLED,
             at=transition.occurred_at, cause=str(transition.event_id),
@@ -162,12 +168,14 @@ class AllocatorEvents:
     def on_tick(self, tick: ClockTick, *, replaying: bool) -> list[Event]:
         """A clock tick: the retry pass when one is due (`CellAllocator.tick`). A replayed tick
         only moves time: the bindings its pass made are restored from the binding log."""
+        self.core.folding(replaying)
         if replaying:
             self.core.saw(tick.occurred_at)
             return []
         return self.events(self.core.tick(tick.occurred_at))
 
     def retry(self) -> list[Event]:
+        self.core.folding(False)  # a pass asked for live
         return self.events(self.core.retry())
 
     # -- decisions to events --------------------------------------------------------------------

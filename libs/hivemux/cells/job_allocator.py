@@ -136,6 +136,10 @@ class JobAllocator:
     ended: set[str] = field(default_factory=set)
     suspended: set[str] = field(default_factory=set)
     early_priorities: dict[str, int] = field(default_factory=dict)  # changed before the submission was folded
+    # False while folding the log (catching up, or a standby): records change the state but no
+    # job is tried. A pass tried then would bind jobs in this state only (its outputs are
+    # dropped), and a standby taking over would believe them bound (found by benchmarks/faults.py).
+    deciding: bool = True
 
     def submit(self, job: TrainingJob) -> list[Decision]:
         if job.job_id in self.jobs or job.job_id in self.ended:
@@ -170,6 +174,8 @@ class JobAllocator:
 
     def retry_waiting(self) -> list[Decision]:
         """Guaranteed jobs in arrival order, then opportunistic ones most under-served VC first."""
+        if not self.deciding:
+            return []
         order = list(self.waiting)
         usage = self._opportunistic_usage()
         guaranteed = [j for j in order if self.jobs[j].priority >= 0]
@@ -275,7 +281,7 @@ class JobAllocator:
         if job_id not in self.jobs:
             return []  # not one of the allocator's jobs (an offline job)
         self.waiting[job_id] = ""
-        return self._try(self.jobs[job_id])
+        return self._try(self.jobs[job_id]) if self.deciding else []
 
     def reprioritize(self, job_id: str, priority: int) -> list[Decision]:
         """A new HiveD priority (see the module docstring)."""
@@ -292,7 +298,7 @@ class JobAllocator:
             return []  # holding cells (or suspended): the new priority counts from its next scheduling
         self._drop_reservation(job_id)
         self.waiting[job_id] = ""
-        return self._try(job)
+        return self._try(job) if self.deciding else []
 
     def _drop_reservation(self, job_id: str) -> None:
         """Delete the job's unbound pods from the scheduler: a preempting group's reserved

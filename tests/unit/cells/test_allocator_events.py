@@ -219,3 +219,26 @@ def test_a_node_healthy_again_binds_the_job_waiting_for_it(kind: str) -> None:
     assert s.on_health(health("gpu-0", HealthState.HEALTHY, 3), replaying=False) == []  # gpu-1 still Disabled
     back = s.on_health(health("gpu-1", HealthState.HEALTHY, 4), replaying=False)
     assert [(b.job_id, b.node_ids, b.occurred_at) for b in of(back, CellBinding)] == [("second", ("node-02",), at(4))]
+
+
+@pytest.mark.parametrize("kind", SCHEDULERS)
+def test_a_standby_folding_the_log_binds_nothing_until_it_decides_live(kind: str) -> None:
+    """Cells freed while folding (a standby, or catching up) try no job: a pass made then would
+    bind in this allocator's state alone (its outputs are dropped), and after a takeover the job
+    would wait forever believed bound. The next live pass binds it, and publishes the binding."""
+    from hivemux.events import ClockTick
+
+    s = shell(kind)
+
+    def health(gpu: str, state: HealthState, seconds: float) -> HealthTransition:
+        return HealthTransition(occurred_at=at(seconds), source="health-processor/0", gpu_id=f"node-02/{gpu}", node_id="node-02",
+                                gpu_type="T4", from_state=HealthState.HEALTHY, to_state=state, reason="test")  # fmt: skip
+
+    s.on_health(health("gpu-0", HealthState.DISABLED, 0), replaying=False)
+    s.on_submission(training("first"), replaying=False)  # node-03
+    assert of(s.on_submission(training("second", seconds=2), replaying=False), CellBinding) == []  # waits for node-02
+    assert s.on_health(health("gpu-0", HealthState.HEALTHY, 3), replaying=True) == []  # folded by a standby
+    assert "second" not in s.core.jobs.placed and "second" in s.core.jobs.waiting
+    tick = ClockTick(occurred_at=at(60), source="cell-allocator/test", ticker="cell-allocator/test")
+    bound = of(s.on_tick(tick, replaying=False), CellBinding)
+    assert [(b.job_id, b.node_ids) for b in bound] == [("second", ("node-02",))]
