@@ -17,8 +17,9 @@ small jobs (offline and training, `--jobs`) is submitted throughout; then:
    For the allocator and the matcher that time is the standby takeover time; beside it, for the
    deciders, the first record any of their instances published after the kill (leadership
    records aside: LeaderElected is not a decision), and for the allocator and the matcher the
-   time to the standby's LeaderElected (it decides from then on, when there is something to
-   decide). Right after each
+   time to the first LeaderElected after the kill and who published it (the standby, or the
+   killed instance's new process when it rejoined the leadership group before the dead member's
+   session expired). Right after each
    kill an offline and a training job are submitted (part of the stream) so every service has
    something to act on;
 2. bad inputs: a fixed set of records thrown raw at every topic a service consumes (garbage
@@ -206,11 +207,15 @@ class Kill:
     killed_at: float = 0.0  # ms
     published_s: float | None = None  # deciders: the first record any instance published after the kill
     elected_s: float | None = None  # single-active deciders: the standby's LeaderElected after the kill
-    standby_source: str = ""
 
     def elected(self, tail: Tail) -> None:
-        stamps = [t for t in list(tail.elected.get(self.standby_source, ())) if t > self.killed_at]
-        self.elected_s = round((min(stamps) - self.killed_at) / 1000, 2) if stamps else None
+        """The first LeaderElected of any instance after the kill: the standby's, or the killed
+        instance's restarted process when it rejoined first (it was restarted at once)."""
+        stamps = sorted((t, source) for source, times in list(tail.elected.items()) if source.startswith(self.service + "/")
+                        for t in times if t > self.killed_at)  # fmt: skip
+        if stamps:
+            self.elected_s = round((stamps[0][0] - self.killed_at) / 1000, 2)
+            self.took_over = stamps[0][1]
 
 
 async def wait_for(check, timeout_s: float):  # type: ignore[no-untyped-def]
@@ -255,7 +260,7 @@ async def kill_one(service: str, children: list[Child], tail: Tail, stream: Stre
             await publisher.publish(JobCommand(occurred_at=now(), source="faults-bench", command_id=f"faults-cancel-{uuid.uuid4().hex[:8]}",
                                                principal="faults-bench", job_id=target, action=JobAction.CANCEL))  # fmt: skip
     if service in DECIDERS:
-        result.what = "journaled decision" + (" (standby)" if took_over else " (restarted)")
+        result.what = "journaled decision" + (" (new active)" if took_over else " (restarted)")
         stamp = await wait_for(lambda: _async(tail.next_decision(service, killed_at, old)), NEXT_TIMEOUT_S)
     elif service == "projector":
         result.what = "job in read model"
@@ -268,8 +273,6 @@ async def kill_one(service: str, children: list[Child], tail: Tail, stream: Stre
         result.what = "published record"
         stamp = await wait_for(lambda: _async(tail.next_output(source, killed_at)), NEXT_TIMEOUT_S)
     result.next_s = None if stamp is None else round((stamp - killed_at) / 1000, 2)
-    if took_over:
-        result.standby_source = f"{service}/{next(c for c in mine if c.name == took_over).env['HIVEMUX_INSTANCE']}"
     if service in DECIDERS:
         published = tail.next_output(service, killed_at)
         result.published_s = None if published is None else round((published - killed_at) / 1000, 2)
@@ -450,7 +453,7 @@ async def scenario(bootstrap: str, dsn: str, children: list[Child], env: dict[st
         await wait_for(all_there, 90)
         out["submitted"], out["stream"] = len(ids), list(stream.submitted)
         for kill in out["kills"]:
-            if kill.standby_source:
+            if kill.took_over:
                 kill.elected(tail)
         out["exited"] += [f"{c.name}: {c.process.returncode}" for c in children if c.process.poll() is not None]
     finally:
@@ -535,7 +538,7 @@ def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], s
         nxt = "none" if k.next_s is None else f"{k.next_s:.2f}"
         ready = "none" if k.ready_s is None else f"{k.ready_s:.2f}"
         published = "" if k.published_s is None else f"{k.published_s:.2f}"
-        print(f"{k.service:<19} {k.unit:<17} {ready:>14} {nxt:>7} {published:>12}  {k.what}{' by ' + k.took_over if k.took_over else ''}")
+        print(f"{k.service:<19} {k.unit:<17} {ready:>14} {nxt:>7} {published:>12}  {k.what}{', LeaderElected by ' + k.took_over if k.took_over else ''}")
     print(f"{'figure':<44} value")
     print(f"{'kills survived':<44} {survived}/{len(kills)}")
     print(f"{'records lost (jobs, must be 0)':<44} {lost} of {out['submitted']} (undecided {len(out['undecided'])}, "
