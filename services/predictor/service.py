@@ -25,7 +25,7 @@ from hivemux.bus import RecordContext, Service
 from hivemux.events import ClockTick, Event, PredictorModel, Profile, SharingObservation
 from hivemux.observability import serve
 from hivemux.prediction.predictor import PredictorCore
-from hivemux.prediction.predictor_events import FIELDS, PredictorEvents
+from hivemux.prediction.predictor_events import PredictorEvents
 from hivemux.prediction.retraining import RetrainPolicy
 from hivemux.prediction.speed_predictor import TrainingAborted, TrainingSettings
 from hivemux.settings import ServiceSettings
@@ -58,6 +58,7 @@ class Predictor:
         self.store: ModelStore | None = None
         self.pool: asyncpg.Pool | None = None
         self.ready = False  # ticks are published once the stored versions are restored
+        self._unmirrored: list[ModelRecord] = []  # decided, not yet copied to PostgreSQL
         self._abort = threading.Event()  # asks a training thread to stop (service shutting down)
 
     async def start(self) -> None:
@@ -116,14 +117,12 @@ class Predictor:
             HELDOUT.labels(model.gpu_type, str(model.published).lower()).set(candidate.report.heldout.throughput_mape)
             if not model.published:
                 log.info("model v%d for %s not published: %s", model.version, model.gpu_type, candidate.reason)
-        for event in events:
-            await self._record(event)
-        return events
-
-    async def _record(self, event: PredictorModel) -> None:
         if self.store is not None:
-            fields = {f: getattr(event, f) for f in (*FIELDS, "event_id", "occurred_at")}
-            await self.store.record(ModelRecord(**{**fields, "parameters": dict(event.parameters)}))
+            # A database outage must not fail the tick that decided (its retry would decide
+            # nothing: the core moved on): what is not copied yet waits for the next tick.
+            self._unmirrored += [ModelRecord.of(e) for e in events if isinstance(e, PredictorModel)]
+            await self.store.mirror(self._unmirrored)
+        return events
 
 
 def build(settings: PredictorSettings) -> Service:

@@ -10,11 +10,17 @@ over a fresh broker republishes the newest published version and the refused one
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, fields
 from datetime import datetime
 from uuid import UUID
 
 import asyncpg
+
+from ..bus.outage import is_outage
+from ..events import PredictorModel
+
+log = logging.getLogger("hivemux.store.models")
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,10 @@ class ModelRecord:
     published: bool
     event_id: UUID
     occurred_at: datetime
+
+    @classmethod
+    def of(cls, event: PredictorModel) -> "ModelRecord":
+        return cls(**{f.name: getattr(event, f.name) for f in fields(cls)} | {"parameters": dict(event.parameters)})
 
 
 _COLUMNS = tuple(f.name for f in fields(ModelRecord))
@@ -49,6 +59,19 @@ class ModelStore:
         values = [json.dumps(model.parameters, sort_keys=True) if name == "parameters" else getattr(model, name) for name in _COLUMNS]
         status: str = await self._pool.execute(_INSERT, *values)
         return status == "INSERT 0 1"
+
+    async def mirror(self, pending: list[ModelRecord]) -> None:
+        """Record `pending` in order, removing each once written; a database outage leaves the
+        rest for the next call instead of failing the caller (whose decisions are on the log)."""
+        while pending:
+            try:
+                await self.record(pending[0])
+            except Exception as error:
+                if not is_outage(error):
+                    raise
+                log.warning("%d model versions not yet mirrored to PostgreSQL: %s", len(pending), error)
+                return
+            pending.pop(0)
 
     async def latest_published(self, gpu_type: str) -> ModelRecord | None:
         row = await self._pool.fetchrow(
