@@ -166,6 +166,7 @@ class Service:
     _fold_seen: SeenEvents = field(default_factory=SeenEvents)
     journal: Journal | None = None
     outage: str | None = None  # what the service is waiting for, while a dependency is down
+    _admit: Callable[[Event], str | None] | None = None
     decides: tuple[Topic, ...] = ()
     owns: tuple[Topic, ...] = ()
     _handling: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -466,13 +467,18 @@ class Service:
             return result
 
     async def _handle(self, sub: _Subscription, record: ConsumerRecord, seen: SeenEvents, loop: Loop, *, replaying: bool) -> list[Event]:
-        outputs = await self._wait_out(
-            f"handling {record.topic}[{record.partition}]@{record.offset}",
-            lambda: handle_record(
-                self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying,
-                admit=self.admission(),
-            ),
-        )
+        def attempt() -> Awaitable[list[Event] | None]:
+            return handle_record(
+                self.name, sub.topic, sub.handler, sub.dedupe, record, seen, self._dead_letter, replaying=replaying, admit=self.admission()
+            )
+
+        try:
+            outputs = await attempt()
+        except Exception as error:
+            if not is_outage(error) or self._stop.is_set():
+                raise
+            # The per-record path formats no description until a record meets an outage.
+            outputs = await self._wait_out(f"handling {record.topic}[{record.partition}]@{record.offset}", attempt)
         if self.journal is not None:
             if outputs is None:  # refused before any handler saw it: the replay must not feed it
                 self.journal.rejected(record.topic, record.partition, record.offset)
@@ -483,8 +489,10 @@ class Service:
     def admission(self) -> Callable[[Event], str | None]:
         """The event-time check of this service's records (`hivemux.event_time`), against the local
         clock; its refusals are journaled, so a replay skips the same records."""
-        bounds = self.settings.event_time_bounds
-        return lambda event: bounds.refusal(event.occurred_at, datetime.now(UTC))
+        if self._admit is None:  # built once: it is asked for on every record
+            bounds = self.settings.event_time_bounds
+            self._admit = lambda event: bounds.refusal(event.occurred_at, datetime.now(UTC))
+        return self._admit
 
     async def _dead_letter(
         self, topic: Topic, record: ConsumerRecord, key: str | None, reason: str, error_type: str, stage: str
