@@ -59,6 +59,7 @@ class JobSubmission(Event):
     )
     workload: WorkloadSpec
     estimates: ResourceEstimates = Field(default_factory=ResourceEstimates)
+    principal: Name | None = Field(default=None, description="Who asked (the API's token principal, tenant:token-id); None: a tool or a record from before issue 17")
 
     @model_validator(mode="after")
     def _offline_is_single_gpu(self) -> "JobSubmission":

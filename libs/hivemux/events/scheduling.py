@@ -84,6 +84,7 @@ class CellConfig(Event):
     cluster: Name = "default"
     version: int = Field(ge=1, le=MAX_VERSION, description="Increases with every change; older versions are ignored")
     config: dict[Label, Any] = Field(max_length=64, description="HiveD's top-level sections")
+    principal: Name | None = Field(default=None, description="Who asked (the API's token principal, tenant:token-id); None: a tool or a record from before issue 17")
 
     @model_validator(mode="after")
     def _names_cells_and_vcs(self) -> "CellConfig":

@@ -382,6 +382,7 @@ class DeviceControl(Event):
     node_id: Name
     action: Literal["drain", "undrain"]
     reason: Reason = ""
+    principal: Name | None = Field(default=None, description="Who asked (the API's token principal, tenant:token-id); None: a tool or a record from before issue 17")
 
 
 class NodePressure(Event):

@@ -272,7 +272,8 @@ def _submission(event: JobSubmission, at: Position) -> tuple[Change, ...]:
     return (
         JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.priority_value, event.pods, gpus, event.occurred_at),
         _row(event, event.job_id, at, "submitted", "submitted", "", {"vc": event.vc, "kind": event.kind.value,
-             "priority": event.priority.value, "pods": event.pods, "gpus": gpus, "model": event.workload.model}),
+             "priority": event.priority.value, "pods": event.pods, "gpus": gpus, "model": event.workload.model}
+             | ({"principal": event.principal} if event.principal else {})),
     )  # fmt: skip
 
 
