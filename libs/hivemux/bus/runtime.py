@@ -66,6 +66,7 @@ from ..settings import ServiceSettings
 from ..topics import ALL_TOPICS, Topic
 from . import metrics
 from .admin import ensure_topics
+from .authorization import Authorization
 from .codec import decode_key, decode_value, partition_for_key
 from .journal import Journal, Loop
 from .leadership import Leadership
@@ -166,7 +167,7 @@ class Service:
     _fold_seen: SeenEvents = field(default_factory=SeenEvents)
     journal: Journal | None = None
     outage: str | None = None  # what the service is waiting for, while a dependency is down
-    _admit: Callable[[Event], str | None] | None = None
+    _admit: Callable[[str, Event], str | None] | None = None
     decides: tuple[Topic, ...] = ()
     owns: tuple[Topic, ...] = ()
     _handling: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -486,12 +487,19 @@ class Service:
                 self.journal.consumed(loop, replaying, record.topic, record.partition, record.offset)
         return outputs or []
 
-    def admission(self) -> Callable[[Event], str | None]:
-        """The event-time check of this service's records (`hivemux.event_time`), against the local
-        clock; its refusals are journaled, so a replay skips the same records."""
+    def admission(self) -> Callable[[str, Event], str | None]:
+        """The checks of this service's records before any handler sees them: who may write the
+        topic (`bus.authorization`, cached per topic and source) and the event time
+        (`hivemux.event_time`, against the local clock); refusals are journaled, so a replay
+        skips the same records."""
         if self._admit is None:  # built once: it is asked for on every record
             bounds = self.settings.event_time_bounds
-            self._admit = lambda event: bounds.refusal(event.occurred_at, datetime.now(UTC))
+            writers = Authorization().refusal
+
+            def admit(topic: str, event: Event) -> str | None:
+                return writers(topic, event) or bounds.refusal(event.occurred_at, datetime.now(UTC))
+
+            self._admit = admit
         return self._admit
 
     async def _dead_letter(
@@ -538,7 +546,7 @@ async def handle_record(
     dead_letter: DeadLetterSink,
     *,
     replaying: bool,
-    admit: Callable[[Event], str | None] | None = None,
+    admit: Callable[[str, Event], str | None] | None = None,
 ) -> list[Event] | None:
     """Decode, check, dedupe and handle one record; what it returns is what to publish, None if
     `admit` refused the record (dead-lettered, no handler saw it). The runtime and the audit
@@ -556,7 +564,7 @@ async def handle_record(
         reason = f"{topic.name}: key {key!r} does not match the event's {topic.key_field} {expected!r}"
         await dead_letter(topic, record, key, reason, "WrongKey", "decode")
         return []
-    refusal = admit(event) if admit is not None else None
+    refusal = admit(topic.name, event) if admit is not None else None
     if refusal is not None:
         await dead_letter(topic, record, key, f"{topic.name}: {refusal}", "Refused", "admit")
         return None

@@ -194,6 +194,11 @@ class SimulatedExecutor:
         return out
 
     # -- records ----------------------------------------------------------------------------------
+    def agent(self, node_id: str) -> str:
+        """The source of a node's reports and observations: the fleet plays each node's agent,
+        ``executor/<node>`` (`bus.authorization`: an executor reports for its own node only)."""
+        return f"{self.source.partition('/')[0]}/{node_id}"
+
     def _observation(self, command: ExecutorCommand, progress: Progress, start: datetime, end: datetime) -> SharingObservation:
         assert command.workload is not None and command.sm_share is not None
         gpu_id = command.gpu_ids[0]
@@ -207,7 +212,7 @@ class SimulatedExecutor:
         return SharingObservation(
             event_id=derived_id("observation", command.event_id, end.isoformat()),
             occurred_at=end,
-            source=self.source,
+            source=self.agent(command.node_id),
             gpu_id=gpu_id,
             node_id=command.node_id,
             gpu_type=gpu_type,
@@ -229,7 +234,7 @@ class SimulatedExecutor:
         return ExecutorReport(
             event_id=derived_id("report", command.event_id, state.value, at.isoformat()),
             occurred_at=at,
-            source=self.source,
+            source=self.agent(command.node_id),
             node_id=command.node_id,
             job_id=command.job_id,
             command_id=str(command.event_id),
