@@ -27,7 +27,7 @@ from pathlib import Path
 from hivemux import gpu_ids
 
 from hivemux.workloads.progress import CHECKPOINT_DIR_ENV, PROGRESS_FILE_ENV
-from hivemux.xcuda import ControlBlock, LaunchControl, StateFile, preload_env
+from hivemux.xcuda import ControlBlock, LaunchControl, StateFile, preload_env, remove_files, secure_directory
 
 MIB = 1 << 20
 
@@ -57,12 +57,18 @@ class WorkloadFiles:
         return self.root / "log"
 
     @property
+    def xcuda_dir(self) -> Path:
+        """Where this workload's xCUDA files are: ``<work_root>/.node/<name>``, the agent's
+        directory about it, writable by nobody else (`hivemux.xcuda.secure_directory` checks)."""
+        return self.root.parent / ".node" / self.root.name
+
+    @property
     def control(self) -> Path:
-        return self.root / "xcuda.control"
+        return self.xcuda_dir / "xcuda.control"
 
     @property
     def state(self) -> Path:
-        return self.root / "xcuda.state"
+        return self.xcuda_dir / "xcuda.state"
 
     def create(self) -> WorkloadFiles:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
@@ -77,10 +83,16 @@ def train_argv(model: str, batch_size: int, iterations: int, command: Sequence[s
             "--iterations", str(iterations), "--checkpoint-every", str(checkpoint_every), *extra]
 
 
-def create_xcuda_files(files: WorkloadFiles, *, mem_quota_bytes: int, launch: LaunchControl) -> tuple[ControlBlock, StateFile]:
+def create_xcuda_files(files: WorkloadFiles, *, mem_quota_bytes: int, launch: LaunchControl,
+                       owner: tuple[int, int] | None = None) -> tuple[ControlBlock, StateFile]:
+    """The control block (the agent's, 0644) and the state file (``owner``'s, 0600) of a new run,
+    in the agent's own directory (`hivemux.xcuda.secure_directory`): a previous run's files are
+    unlinked (never followed), then both are created with ``O_EXCL | O_NOFOLLOW``."""
+    secure_directory(files.root.parent, files.xcuda_dir.parent.name, files.xcuda_dir.name)
+    remove_files(files.xcuda_dir, files.control.name, files.state.name)
     control = ControlBlock.create(files.control, mem_quota_bytes=mem_quota_bytes)
     control.set_launch_control(launch)
-    state = StateFile.create(files.state)
+    state = StateFile.create(files.state, owner=owner)
     return control, state
 
 

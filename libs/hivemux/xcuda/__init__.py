@@ -8,7 +8,16 @@ module, compiled by the C side and parsed here (:mod:`hivemux.xcuda.layout`).
 
 from __future__ import annotations
 
-from hivemux.xcuda.files import ControlBlock, LaunchControl, LayoutMismatch, ProcessUsage, StateFile
+from hivemux.xcuda.files import (
+    ControlBlock,
+    LaunchControl,
+    LayoutMismatch,
+    ProcessUsage,
+    StateFile,
+    UnsafePath,
+    remove_files,
+    secure_directory,
+)
 from hivemux.xcuda.layout import Layout, layout
 from hivemux.xcuda.library import NATIVE_DIR, build, library_path, preload_env
 
@@ -23,8 +32,11 @@ __all__ = [
     "LayoutMismatch",
     "ProcessUsage",
     "StateFile",
+    "UnsafePath",
     "build",
     "layout",
     "library_path",
     "preload_env",
+    "remove_files",
+    "secure_directory",
 ]

@@ -1,19 +1,32 @@
 """The executor's side of xCUDA's two shared files (MuxFlow section 4.2).
 
-``ControlBlock`` is node-owned: the executor creates it (mode 0644, so the workload can only
-read it) and writes the memory quota, the launch-control parameters of eq. 1-2 and the PID
-controller, each new (U_SM, C_SM) sample, and the freeze flag. Parameter updates are guarded
-by a seqlock (``seq`` odd while writing), so xCUDA never reads half an update.
+``ControlBlock`` is node-owned: the executor creates it (mode 0644, owned by the executor, so
+the workload can only read it) and writes the memory quota, the launch-control parameters of
+eq. 1-2 and the PID controller, each new (U_SM, C_SM) sample, and the freeze flag. Parameter
+updates are guarded by a seqlock (``seq`` odd while writing), so xCUDA never reads half an
+update.
 
 ``StateFile`` is shared read-write by the workload's processes: per-process memory use, the
 freeze marks and what each process's controller did. The executor creates it (xCUDA
-initializes the robust lock inside on first use) and reads it to report usage and to know a
-freeze was applied. ``notify()`` wakes every process's xCUDA helper thread at once (a futex
-wake on ``event_seq``) instead of waiting for its next poll.
+initializes the robust lock inside on first use), hands it to the workload's uid (``owner``,
+mode 0600) and reads it to report usage and to know a freeze was applied. It reads it with
+``pread``, never through a mapping, so a workload that truncates the file cannot bring the
+executor down with SIGBUS. What the workload writes there is its own account: the executor's
+enforcement does not trust it (`hivemux.executor.memory_guard` checks NVML's per-process
+usage). ``notify()`` wakes every process's xCUDA helper thread at once (a futex wake on
+``event_seq``) instead of waiting for its next poll.
+
+Both files are created only in a directory that belongs to the executor and that nobody else
+can write (``secure_directory``; a workload cannot swap or plant entries there), with
+``O_CREAT | O_EXCL | O_NOFOLLOW`` relative to that directory's descriptor: an existing entry
+— a symlink planted to make the executor overwrite or re-mode another file — is refused
+(`UnsafePath`), never followed.
 
 Worked example::
 
-    cb = ControlBlock.create(path, mem_quota_bytes=8 << 30)
+    d = secure_directory(work_root, ".xcuda", job)      # root-owned 0755, checked
+    cb = ControlBlock.create(d / "xcuda.control", mem_quota_bytes=8 << 30)
+    st = StateFile.create(d / "xcuda.state", owner=(uid, gid))
     cb.set_launch_control(t_sm=1200, c_h=1590, a_l=1.0, a_h=0.2, kp=2000, ki=20000, kd=0, target=0.8)
     cb.sample(u_sm=0.55, c_sm=1410)      # each GPU monitor sample
     cb.set_flags(freeze=True)            # SysMonitor says Overlimit: hold all launches
@@ -22,8 +35,10 @@ Worked example::
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,18 +50,104 @@ class LayoutMismatch(ValueError):
     """The file was written with another layout version (or is not an xCUDA file)."""
 
 
-def _open_map(path: Path, size: int, *, create: bool, mode: int) -> mmap.mmap:
-    flags = os.O_RDWR | (os.O_CREAT if create else 0)
-    fd = os.open(path, flags, mode)
+class UnsafePath(PermissionError):
+    """A path the executor refuses to create a shared file at (symlink, foreign or writable directory)."""
+
+
+def _check_directory(fd: int, where: str | os.PathLike) -> None:
+    st = os.fstat(fd)
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePath(f"{where}: not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafePath(f"{where}: owned by uid {st.st_uid}, not by the executor (uid {os.geteuid()})")
+    if st.st_mode & 0o022:
+        raise UnsafePath(f"{where}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+
+
+def _check_name(name: str) -> None:
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise UnsafePath(f"{name!r} is not a plain file name")
+
+
+def secure_directory(base: str | os.PathLike, *names: str) -> Path:
+    """``base/names...``, each level created if missing (mode 0755), and every level — ``base``
+    included — checked through its descriptor: a directory (no symlink), owned by this process's
+    uid and writable by nobody else. Raises `UnsafePath` otherwise."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    path = Path(base)
     try:
-        if create:
-            os.ftruncate(fd, size)
-            os.fchmod(fd, mode)
-        elif os.fstat(fd).st_size < size:
-            raise LayoutMismatch(f"{path}: smaller than {size} bytes")
-        return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        _check_directory(fd, path)
+        for name in names:
+            _check_name(name)
+            path = path / name
+            try:
+                os.mkdir(name, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except (NotADirectoryError, OSError) as error:
+                if isinstance(error, NotADirectoryError) or error.errno == errno.ELOOP:
+                    raise UnsafePath(f"{path}: not a directory (a symlink?)") from error
+                raise
+            os.close(fd)
+            fd = child
+            _check_directory(fd, path)
+        return path
     finally:
         os.close(fd)
+
+
+def _create(path: Path, size: int, mode: int, owner: tuple[int, int] | None) -> int:
+    """A new file of ``size`` zero bytes at ``path`` in a `secure_directory`; its descriptor."""
+    _check_name(path.name)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _check_directory(dfd, path.parent)
+        try:
+            fd = os.open(path.name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dfd)
+        except FileExistsError as error:
+            raise UnsafePath(f"{path}: already exists (a stale file or a planted link); not reused") from error
+    finally:
+        os.close(dfd)
+    try:
+        os.ftruncate(fd, size)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        os.fchmod(fd, mode)  # on the new file itself: never on what a path points to
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_existing(path: Path, size: int) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size < size:
+        os.close(fd)
+        raise LayoutMismatch(f"{path}: not a regular file of at least {size} bytes")
+    return fd
+
+
+def _map(fd: int, size: int) -> mmap.mmap:
+    return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+
+
+def remove_files(directory: str | os.PathLike, *names: str) -> None:
+    """Unlink ``names`` in a `secure_directory` (a previous run's files) without following links."""
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        _check_directory(dfd, directory)
+        for name in names:
+            _check_name(name)
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(dfd)
 
 
 def _check_header(mm: mmap.mmap, lay: Layout, fields, magic: int, path: Path) -> None:
@@ -101,8 +202,11 @@ class ControlBlock:
     def create(cls, path: str | os.PathLike, *, mem_quota_bytes: int = 0) -> ControlBlock:
         lay = layout()
         path = Path(path)
-        mm = _open_map(path, lay.constants["CONTROL_SIZE"], create=True, mode=0o644)
-        mm[:] = bytes(len(mm))
+        fd = _create(path, lay.constants["CONTROL_SIZE"], 0o644, None)
+        try:
+            mm = _map(fd, lay.constants["CONTROL_SIZE"])
+        finally:
+            os.close(fd)
         cb = cls(path, mm)
         f = cb._f
         pack_into(mm, 0, f["layout_version"], lay.version)
@@ -115,7 +219,13 @@ class ControlBlock:
     def open(cls, path: str | os.PathLike) -> ControlBlock:
         lay = layout()
         path = Path(path)
-        mm = _open_map(path, lay.constants["CONTROL_SIZE"], create=False, mode=0o644)
+        fd = _open_existing(path, lay.constants["CONTROL_SIZE"])
+        try:
+            if os.fstat(fd).st_uid != os.geteuid():
+                raise UnsafePath(f"{path}: a control block must belong to the executor")
+            mm = _map(fd, lay.constants["CONTROL_SIZE"])
+        finally:
+            os.close(fd)
         _check_header(mm, lay, lay.control, lay.constants["CONTROL_MAGIC"], path)
         return cls(path, mm)
 
@@ -192,10 +302,14 @@ class ProcessUsage:
 
 
 class StateFile:
-    """The workload's shared state: per-process usage and freeze marks."""
+    """The workload's shared state: per-process usage and freeze marks.
 
-    def __init__(self, path: Path, mm: mmap.mmap) -> None:
+    The executor reads it with ``pread`` (a truncated file reads as empty, never SIGBUS) and
+    maps it only for the futex address of ``notify``."""
+
+    def __init__(self, path: Path, fd: int, mm: mmap.mmap) -> None:
         self.path = path
+        self._fd = fd
         self._mm = mm
         lay = layout()
         self._f = lay.state
@@ -203,37 +317,56 @@ class StateFile:
         self._c = lay.constants
 
     @classmethod
-    def create(cls, path: str | os.PathLike, *, mode: int = 0o666) -> StateFile:
+    def create(cls, path: str | os.PathLike, *, owner: tuple[int, int] | None = None, mode: int = 0o600) -> StateFile:
+        """A new state file in a `secure_directory`; ``owner`` ``(uid, gid)``: the workload's, so
+        its processes (and only they) can write their accounting."""
         lay = layout()
         path = Path(path)
-        mm = _open_map(path, lay.constants["STATE_SIZE"], create=True, mode=mode)
-        mm[:] = bytes(len(mm))
-        sf = cls(path, mm)
-        pack_into(mm, 0, sf._f["layout_version"], lay.version)
-        pack_into(mm, 0, sf._f["size"], lay.constants["STATE_SIZE"])
-        pack_into(mm, 0, sf._f["max_slots"], lay.constants["MAX_SLOTS"])
-        pack_into(mm, 0, sf._f["magic"], lay.constants["STATE_MAGIC"])
-        return sf
+        size = lay.constants["STATE_SIZE"]
+        fd = _create(path, size, mode, owner)
+        header = bytearray(lay.constants["STATE_HEADER_SIZE"])
+        f = lay.state
+        pack_into(header, 0, f["layout_version"], lay.version)
+        pack_into(header, 0, f["size"], size)
+        pack_into(header, 0, f["max_slots"], lay.constants["MAX_SLOTS"])
+        pack_into(header, 0, f["magic"], lay.constants["STATE_MAGIC"])
+        os.pwrite(fd, bytes(header), 0)
+        return cls(path, fd, _map(fd, size))
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> StateFile:
         lay = layout()
         path = Path(path)
-        mm = _open_map(path, lay.constants["STATE_SIZE"], create=False, mode=0o666)
-        _check_header(mm, lay, lay.state, lay.constants["STATE_MAGIC"], path)
-        return cls(path, mm)
+        size = lay.constants["STATE_SIZE"]
+        fd = _open_existing(path, size)
+        try:
+            data = os.pread(fd, lay.constants["STATE_HEADER_SIZE"], 0)
+            _check_header(data, lay, lay.state, lay.constants["STATE_MAGIC"], path)
+            mm = _map(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(path, fd, mm)
 
     def close(self) -> None:
         self._mm.close()
+        os.close(self._fd)
+
+    def _read(self) -> bytes:
+        size = self._c["STATE_SIZE"]
+        data = os.pread(self._fd, size, 0)
+        return data + bytes(size - len(data))  # what a workload truncated reads as zeros
 
     def header(self) -> dict[str, int]:
-        return {n: unpack_from(self._mm, 0, f) for n, f in self._f.items() if f.code is not None}
+        data = self._read()
+        return {n: unpack_from(data, 0, f) for n, f in self._f.items() if f.code is not None}
 
     def processes(self) -> list[ProcessUsage]:
         out = []
+        data = self._read()
         for i in range(self._c["MAX_SLOTS"]):
             base = self._c["STATE_HEADER_SIZE"] + i * self._c["SLOT_SIZE"]
-            v = {n: unpack_from(self._mm, base, f) for n, f in self._slot.items()}
+            v = {n: unpack_from(data, base, f) for n, f in self._slot.items()}
             if v["pid"] != 0:
                 out.append(ProcessUsage(
                     slot=i, pid=v["pid"], used_bytes=v["used_bytes"], freezing=bool(v["freezing"]),
@@ -257,7 +390,7 @@ class StateFile:
 
     def notify(self) -> None:
         """Wake every xCUDA helper thread of the workload now (after a control-block write)."""
-        off = self._f["event_seq"].offset
-        seq = unpack_from(self._mm, 0, self._f["event_seq"])
-        pack_into(self._mm, 0, self._f["event_seq"], (seq + 1) & 0xFFFFFFFF)
-        _futex_wake(self._mm, off)
+        field = self._f["event_seq"]
+        seq = unpack_from(self._read(), 0, field)
+        os.pwrite(self._fd, ((seq + 1) & 0xFFFFFFFF).to_bytes(4, "little"), field.offset)
+        _futex_wake(self._mm, field.offset)  # beyond a truncated file's end: EFAULT, not SIGBUS

@@ -174,6 +174,7 @@ static void helper_tick(void) {
         clear |= GATE_THROTTLE;
     }
     publish_gate(set, clear);
+    xcuda_state_repair(); /* a slot zeroed or rewritten by the workload's code is restored */
     if (me)
         STORE_RELAXED(&me->frozen, (atomic_load(&g_xcuda_gate) & (GATE_FREEZE_EXEC | GATE_FREEZE_PEER |
                                                                    GATE_FREEZE_SIGNAL)) != 0);

@@ -16,7 +16,15 @@
  *     memory.
  * The first process to attach initializes the mutex, under flock(2) (released by the kernel
  * if that process dies). A reservation checks and adds under the lock; a release subtracts
- * from the process's own slot with an atomic operation and needs no lock.
+ * with an atomic operation and needs no lock.
+ *
+ * The state file is writable by the workload's own code, so what it says is an account, not
+ * a proof. Each process keeps its own usage in process memory (g_my_used) and counts that,
+ * not its slot, against the quota; the slot is a mirror for the other processes and the
+ * executor, rewritten on every change and repaired by the helper thread (xcuda_state_repair)
+ * when something else wrote it: zeroing the file does not let a process allocate more. The
+ * node's real enforcement reads NVML's per-process usage (hivemux.executor.memory_guard),
+ * which no workload can forge.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +41,7 @@
 #include "xcuda_internal.h"
 
 static int g_slot = -1;
+static _Atomic uint64_t g_my_used; /* this process's usage: the truth its slot mirrors */
 
 static pthread_mutex_t *state_mutex(void) { return (pthread_mutex_t *)(void *)&g_xcuda_state->lock; }
 
@@ -171,12 +180,23 @@ xcuda_slot *xcuda_my_slot(void) {
 }
 
 uint64_t xcuda_state_used_total(void) {
-    uint64_t total = 0;
+    uint64_t total = atomic_load_explicit(&g_my_used, memory_order_relaxed);
     for (int i = 0; i < XCUDA_MAX_SLOTS; i++) {
         xcuda_slot *s = xcuda_slot_at(g_xcuda_state, i);
-        if (LOAD_ACQUIRE(&s->pid) != 0) total += LOAD_RELAXED(&s->used_bytes);
+        if (i != g_slot && LOAD_ACQUIRE(&s->pid) != 0) total += LOAD_RELAXED(&s->used_bytes);
     }
     return total;
+}
+
+void xcuda_state_repair(void) {
+    xcuda_slot *me = xcuda_my_slot();
+    if (!me || LOAD_ACQUIRE(&me->pid) != (int32_t)getpid()) return; /* not (or no longer) ours */
+    uint64_t mine = atomic_load_explicit(&g_my_used, memory_order_relaxed);
+    if (LOAD_RELAXED(&me->used_bytes) != mine) {
+        xcuda_log("slot %d said %llu bytes, this process holds %llu: rewritten", g_slot,
+                  (unsigned long long)LOAD_RELAXED(&me->used_bytes), (unsigned long long)mine);
+        STORE_RELAXED(&me->used_bytes, mine);
+    }
 }
 
 int xcuda_state_reserve(uint64_t bytes, uint64_t quota) {
@@ -193,7 +213,7 @@ int xcuda_state_reserve(uint64_t bytes, uint64_t quota) {
             ok = used + bytes <= quota && used + bytes >= used;
         }
     }
-    if (ok) __atomic_fetch_add(&me->used_bytes, bytes, __ATOMIC_RELAXED);
+    if (ok) STORE_RELAXED(&me->used_bytes, atomic_fetch_add_explicit(&g_my_used, bytes, memory_order_relaxed) + bytes);
     state_unlock();
     return ok ? 0 : -1;
 }
@@ -201,10 +221,11 @@ int xcuda_state_reserve(uint64_t bytes, uint64_t quota) {
 void xcuda_state_release(uint64_t bytes) {
     xcuda_slot *me = xcuda_my_slot();
     if (!me || bytes == 0) return;
-    uint64_t cur = LOAD_RELAXED(&me->used_bytes), next;
+    uint64_t cur = atomic_load_explicit(&g_my_used, memory_order_relaxed), next;
     do {
         next = cur > bytes ? cur - bytes : 0;
-    } while (!__atomic_compare_exchange_n(&me->used_bytes, &cur, next, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    } while (!atomic_compare_exchange_weak_explicit(&g_my_used, &cur, next, memory_order_relaxed, memory_order_relaxed));
+    STORE_RELAXED(&me->used_bytes, next); /* a concurrent change is mirrored by the next repair */
 }
 
 void xcuda_state_reclaim(void) {
@@ -220,4 +241,7 @@ void xcuda_state_detach_slot(void) {
     g_slot = -1;
 }
 
-void xcuda_state_after_fork_child(void) { g_slot = -1; }
+void xcuda_state_after_fork_child(void) {
+    g_slot = -1;
+    atomic_store_explicit(&g_my_used, 0, memory_order_relaxed); /* the parent's memory stays the parent's */
+}

@@ -86,7 +86,8 @@ uint64_t xcuda_quota_bytes(void);        /* 0 = none */
 int xcuda_state_attach(const char *path); /* 0 ok */
 int xcuda_state_reserve(uint64_t bytes, uint64_t quota); /* 0 ok, -1 over quota */
 void xcuda_state_release(uint64_t bytes);
-uint64_t xcuda_state_used_total(void);   /* all live processes of the workload */
+uint64_t xcuda_state_used_total(void);   /* all live processes of the workload (this one: its own tally) */
+void xcuda_state_repair(void);           /* rewrite this process's slot from its own tally */
 xcuda_slot *xcuda_my_slot(void);         /* NULL without a state file */
 int xcuda_slot_alive(xcuda_slot *s);
 void xcuda_state_detach_slot(void);

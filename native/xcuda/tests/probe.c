@@ -22,6 +22,10 @@
  *   sleep:MS | waitfile:PATH | touch:PATH
  *   fork                             the child runs the remaining commands and exits, then
  *                                    the parent (having waited for it) runs them too
+ *   zerostate                        what a hostile workload tries: zero used_bytes of every slot
+ *                                    of $XCUDA_STATE (rc = errno of open, 0 when written)
+ *   writecontrol:QUOTA               the same with $XCUDA_CONTROL: set mem_quota_bytes to QUOTA
+ *                                    (0 = none); rc = errno of open, 0 when written
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -37,6 +41,12 @@
 #include <unistd.h>
 
 #include "probe_api.h"
+#include "xcuda_layout.h"
+
+#define PROBE_OFFSET(type, name, offset, doc) probe_off_##name = offset,
+enum { XCUDA_SLOT_FIELDS(PROBE_OFFSET) };
+#define PROBE_CTL_OFFSET(type, name, offset, doc) probe_ctl_##name = offset,
+enum { XCUDA_CONTROL_FIELDS(PROBE_CTL_OFFSET) };
 
 static probe_api api;
 static int cuda_version = 12080;
@@ -325,6 +335,25 @@ static void run(const char *cmd) {
     } else if (strcmp(buf, "touch") == 0) {
         int fd = open(arg1, O_CREAT | O_WRONLY, 0644);
         if (fd >= 0) close(fd);
+    } else if (strcmp(buf, "zerostate") == 0) {
+        const char *path = getenv("XCUDA_STATE");
+        int fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+        int err = fd < 0 ? errno : 0;
+        for (int i = 0; fd >= 0 && i < XCUDA_MAX_SLOTS; i++) {
+            uint64_t zero = 0;
+            off_t at = XCUDA_STATE_HEADER_SIZE + (off_t)i * XCUDA_SLOT_SIZE + probe_off_used_bytes;
+            if (pwrite(fd, &zero, sizeof zero, at) != (ssize_t)sizeof zero) err = errno;
+        }
+        if (fd >= 0) close(fd);
+        printf("zerostate rc=%d\n", err);
+    } else if (strcmp(buf, "writecontrol") == 0) {
+        const char *path = getenv("XCUDA_CONTROL");
+        int fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+        int err = fd < 0 ? errno : 0;
+        uint64_t quota = strtoull(arg1, NULL, 0);
+        if (fd >= 0 && pwrite(fd, &quota, sizeof quota, probe_ctl_mem_quota_bytes) != (ssize_t)sizeof quota) err = errno;
+        if (fd >= 0) close(fd);
+        printf("writecontrol rc=%d\n", err);
     } else {
         printf("unknown %s\n", cmd);
     }
