@@ -43,6 +43,7 @@ def backend(settings: ExecutorSettings) -> NodeBackend:
     source = f"{NAME}/{settings.instance}"
     if settings.backend == "simulated":
         return SimulatedExecutor(source=source, default_gpu_type=settings.default_gpu_type)
+    source = f"{NAME}/{settings.node_id}"  # a node's agent speaks for its node (bus.authorization)
     if settings.xcuda:
         from hivemux.xcuda import library_path
 

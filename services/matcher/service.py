@@ -28,6 +28,7 @@ from hivemux.events import (
     PredictorModel,
     Profile,
 )
+from hivemux.events.versions import LatestVersions
 from hivemux.matching.efficiency import EfficiencyReport
 from hivemux.matching.matcher import MatcherCore
 from hivemux.matching.policy import MatchingPolicy
@@ -78,6 +79,7 @@ class Matcher:
         )
         interval = timedelta(seconds=settings.interval_s)
         self.core = MatcherCore(policy, interval=interval, placement=settings.policy, source=f"{NAME}/{settings.instance}")
+        self.model_versions = LatestVersions()
 
     def on_submission(self, job: JobSubmission, _: RecordContext) -> None:
         self.core.on_submission(job)
@@ -86,6 +88,7 @@ class Matcher:
         self.core.on_profile(profile)
 
     def on_model(self, model: PredictorModel, _: RecordContext) -> None:
+        self.model_versions.admit(model.gpu_type, model.version)  # a version that jumps is refused
         self.core.on_model(model)
 
     def on_placement(self, placement: Placement, _: RecordContext) -> None:

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 def job(job_id: str, vc: str, pods: int, *, opportunistic: bool = False) -> JobSubmission:
     return JobSubmission(
-        occurred_at=datetime.now(UTC), source="test", job_id=job_id, vc=vc, kind=JobKind.TRAINING, pods=pods, gpus_per_pod=4,
+        occurred_at=datetime.now(UTC), source="cli", job_id=job_id, vc=vc, kind=JobKind.TRAINING, pods=pods, gpus_per_pod=4,
         priority=Priority.OPPORTUNISTIC if opportunistic else Priority.GUARANTEED, priority_value=-1 if opportunistic else 10,
         workload=WorkloadSpec(model="bert", batch_size=32, iterations=1000),
     )  # fmt: skip
@@ -75,7 +75,7 @@ async def test_sigkilled_allocator_rebuilds_the_same_state(infra: Endpoints) -> 
         await publisher.publish(small, scavenger)
         await eventually(lambda: _bound(infra, {small.job_id, scavenger.job_id}), timeout_s=30)
         await publisher.publish(big)  # vc-a holds one node of two: big waits
-        await publisher.publish(JobLifecycleEvent(occurred_at=datetime.now(UTC), source="test", job_id=small.job_id, state=JobState.COMPLETED))
+        await publisher.publish(JobLifecycleEvent(occurred_at=datetime.now(UTC), source="executor/test", job_id=small.job_id, state=JobState.COMPLETED))
         await eventually(lambda: _bound(infra, {big.job_id}), timeout_s=30)  # ... then preempts the scavenger
 
     before = await snapshot(first_port)

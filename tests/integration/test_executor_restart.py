@@ -108,7 +108,7 @@ def now() -> datetime:
 # -- simulated backend + matcher ------------------------------------------------------------------
 def sample(node: str, gpu: int) -> GpuTelemetrySample:
     return GpuTelemetrySample(
-        occurred_at=now(), source="ingester/test", gpu_id=f"{node}/gpu-{gpu}", node_id=node, gpu_type="T4", gpu_util=40.0,
+        occurred_at=now(), source="telemetry-ingester/test", gpu_id=f"{node}/gpu-{gpu}", node_id=node, gpu_type="T4", gpu_util=40.0,
         sm_activity=30.0, memory_used_mib=3000.0, memory_total_mib=15360.0, sm_clock_mhz=1590.0, max_sm_clock_mhz=1590.0,
         power_w=40.0, temperature_c=50.0, online_workload="svc",
     )  # fmt: skip
@@ -116,7 +116,7 @@ def sample(node: str, gpu: int) -> GpuTelemetrySample:
 
 async def feed_telemetry(publisher: Publisher, node: str) -> None:
     while True:
-        await publisher.publish(GpuTelemetryBatch.from_samples([sample(node, 0), sample(node, 1)], source="ingester/test"))
+        await publisher.publish(GpuTelemetryBatch.from_samples([sample(node, 0), sample(node, 1)], source="telemetry-ingester/test"))
         await asyncio.sleep(0.5)
 
 
@@ -148,7 +148,7 @@ async def test_a_killed_simulated_executor_re_adopts_or_its_placements_expire_an
             executor.start()
             for gpu in sorted(gpus):
                 await publisher.publish(HealthTransition(
-                    occurred_at=now(), source="health/test", gpu_id=gpu, node_id=node, gpu_type="T4",
+                    occurred_at=now(), source="health-processor/test", gpu_id=gpu, node_id=node, gpu_type="T4",
                     from_state=HealthState.INIT, to_state=HealthState.HEALTHY, reason="test"))  # fmt: skip
             model = default_analytic_model("T4")
             await publisher.publish(PredictorModel(occurred_at=now(), source="predictor/test", gpu_type="T4", version=1,

@@ -55,7 +55,7 @@ async def start_processor(infra: Endpoints, group: str, instance: str, config: P
 def node_batch(node: str, **hot: object) -> GpuTelemetryBatch:
     now = datetime.now(UTC)
     calm: dict[str, object] = dict(
-        occurred_at=now, source="test", node_id=node, gpu_type="T4", gpu_util=40.0, sm_activity=30.0,
+        occurred_at=now, source="telemetry-ingester/test", node_id=node, gpu_type="T4", gpu_util=40.0, sm_activity=30.0,
         memory_used_mib=4000.0, memory_total_mib=15360.0, sm_clock_mhz=1590.0, max_sm_clock_mhz=1590.0,
         power_w=40.0, temperature_c=50.0,
     )  # fmt: skip
@@ -63,7 +63,7 @@ def node_batch(node: str, **hot: object) -> GpuTelemetryBatch:
         GpuTelemetrySample(**{**calm, "gpu_id": f"{node}/gpu-{i}", **(hot if i == 0 else {})})  # type: ignore[arg-type]
         for i in range(2)
     )
-    return GpuTelemetryBatch.from_samples(samples, source="test")
+    return GpuTelemetryBatch.from_samples(samples, source="telemetry-ingester/test")
 
 
 async def transitions(infra: Endpoints, prefix: str) -> list[HealthTransition]:

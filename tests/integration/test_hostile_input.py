@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from hivemux.bus import Publisher, Service
+from hivemux.bus.authorization import PER_NODE, WRITERS
 from hivemux.bus.codec import encode_key
 from hivemux.events import (
     CellBinding,
@@ -141,7 +142,14 @@ def template(topic: str) -> Event:
             online_slowdown=0.1, window_start=at - timedelta(seconds=5), window_end=at,
         ),  # fmt: skip
     }
-    return make[topic]()
+    event = make[topic]()
+    return event.model_copy(update={"source": writer_of(topic, node)})
+
+
+def writer_of(topic: str, node: str) -> str:
+    """A source that may write `topic` (`bus.authorization`): hostile content, not a forged writer."""
+    principal = sorted(WRITERS[topic])[0]
+    return f"{principal}/{node}" if (topic, principal) in PER_NODE else f"{principal}/hostile"
 
 
 # Values a real producer can never send, per topic (dotted path -> value): each must be refused.
@@ -283,7 +291,7 @@ def hostile(topic: str, kind: str, draw: Callable[[st.SearchStrategy[Any]], Any]
         # Deeper than any recursion limit (hypothesis raises the limit while it runs a test).
         return Hostile(topic, kind, nested(draw(st.sampled_from([100_000, 20_000]))).encode(), json.dumps(body).encode(), True)
     if kind == "duplicate":
-        changed = dict(body, source="hostile-again")
+        changed = dict(body, source=body["source"] + "-again")  # same writer, another body: a conflict
         return Hostile(topic, kind, key, json.dumps(changed).encode(), True, before=((key, json.dumps(body).encode()),))
     if kind == "wrong_key":
         wrong = draw(st.sampled_from([encode_key("someone-else"), b"not json", b"", encode_key("")]))
@@ -552,26 +560,26 @@ def test_every_service_still_acts_on_good_records(cluster: Cluster) -> None:
 async def _good_records_are_acted_on(cluster: Cluster) -> None:
     n = uid()
     offline = JobSubmission(
-        occurred_at=now(), source="test", job_id=f"good-offline-{n}", vc="vc-a", kind=JobKind.OFFLINE,
+        occurred_at=now(), source="cli", job_id=f"good-offline-{n}", vc="vc-a", kind=JobKind.OFFLINE,
         workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=100_000),
     )  # fmt: skip
     training = JobSubmission(
-        occurred_at=now(), source="test", job_id=f"good-train-{n}", vc="vc-a", kind=JobKind.TRAINING, gpus_per_pod=1,
+        occurred_at=now(), source="cli", job_id=f"good-train-{n}", vc="vc-a", kind=JobKind.TRAINING, gpus_per_pod=1,
         priority=Priority.GUARANTEED, priority_value=10, workload=WorkloadSpec(model="bert", batch_size=8, iterations=1_000_000),
     )  # fmt: skip
     node, gpu = f"good-node-{n}", f"good-node-{n}/gpu-0"
     batch = GpuTelemetryBatch(
-        occurred_at=now(), source="test", node_id=node, gpu_type="T4", gpu_util=(5.0,), memory_used_mib=(100.0,),
+        occurred_at=now(), source="telemetry-ingester/test", node_id=node, gpu_type="T4", gpu_util=(5.0,), memory_used_mib=(100.0,),
         memory_total_mib=15360.0, sm_clock_mhz=(1000.0,), max_sm_clock_mhz=1590.0,
     )  # fmt: skip
     start = ExecutorCommand(
-        occurred_at=now(), source="test", node_id="node-00", action=CommandAction.START_OFFLINE, job_id=f"good-exec-{n}",
+        occurred_at=now(), source="matcher/test", node_id="node-00", action=CommandAction.START_OFFLINE, job_id=f"good-exec-{n}",
         gpu_ids=("node-00/gpu-0",), sm_share=20.0, workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=100_000),
     )  # fmt: skip
     # Observations of the profiled job: more than the bootstrap model was fitted on, so one is due.
     observations = [
         SharingObservation(
-            occurred_at=now(), source="test", gpu_id="node-00/gpu-1", node_id="node-00", gpu_type="T4", offline_job_id=offline.job_id,
+            occurred_at=now(), source="executor/node-00", gpu_id="node-00/gpu-1", node_id="node-00", gpu_type="T4", offline_job_id=offline.job_id,
             sm_share=40.0 + i, normalized_throughput=0.7, online_slowdown=0.05, window_start=now() - timedelta(seconds=5), window_end=now(),
         )
         for i in range(12)
@@ -579,7 +587,7 @@ async def _good_records_are_acted_on(cluster: Cluster) -> None:
     observation = observations[0]
     async with Publisher(cluster.bootstrap, source="test") as publisher:
         await publisher.publish_all([offline, training, batch, start, *observations])
-        cancel = JobCommand(occurred_at=now(), source="test", command_id=f"good-{n}", principal="tester",
+        cancel = JobCommand(occurred_at=now(), source="cli", command_id=f"good-{n}", principal="tester",
                             job_id=training.job_id, action=JobAction.CANCEL)  # fmt: skip
         await asyncio.sleep(2.0)  # the controller folds the submission before it is told to cancel it
         await publisher.publish(cancel)

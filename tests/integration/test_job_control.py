@@ -65,7 +65,7 @@ async def test_cancel_suspend_resume_through_the_cli(infra: Endpoints) -> None:
         await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 60)
         job_id = f"train-{uuid.uuid4().hex[:8]}"
         job = JobSubmission(
-            occurred_at=datetime.now(UTC), source="test", job_id=job_id, vc="vc-b", kind=JobKind.TRAINING,
+            occurred_at=datetime.now(UTC), source="cli", job_id=job_id, vc="vc-b", kind=JobKind.TRAINING,
             gpus_per_pod=1, priority=Priority.OPPORTUNISTIC, priority_value=-1,
             workload=WorkloadSpec(model="bert", batch_size=8, iterations=1_000_000),
         )  # fmt: skip
@@ -97,7 +97,7 @@ async def test_cancel_suspend_resume_through_the_cli(infra: Endpoints) -> None:
         code, out = await cli(infra, "priority", job_id, "10")
         assert code == 1 and "it is opportunistic; guaranteed is another class of VC vc-b's capacity" in out, out
         guaranteed = JobSubmission(
-            occurred_at=datetime.now(UTC), source="test", job_id=f"{job_id}-g", vc="vc-a", kind=JobKind.TRAINING,
+            occurred_at=datetime.now(UTC), source="cli", job_id=f"{job_id}-g", vc="vc-a", kind=JobKind.TRAINING,
             gpus_per_pod=1, priority=Priority.GUARANTEED, priority_value=10,
             workload=WorkloadSpec(model="bert", batch_size=8, iterations=1_000_000),
         )  # fmt: skip

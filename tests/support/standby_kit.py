@@ -51,7 +51,8 @@ PACE = {
     "HIVEMUX_MATCHER_EXECUTOR_SILENCE_S": "3600",  # no executor here: no expiry during the test
 }
 NODES = ("node-00", "node-01")  # the demo cluster's inference nodes (4 T4 each)
-SOURCE = "standby-kit"  # what these inputs say they come from
+SOURCE = "standby-kit"  # the publishing clients; each record names the writer it plays (bus.authorization)
+TELEMETRY = "telemetry-ingester/standby-kit"
 WORKLOAD = WorkloadSpec(model="resnet50", batch_size=32, iterations=100)
 TAKEOVER_BOUND_S = 10.0
 
@@ -61,15 +62,15 @@ def now() -> datetime:
 
 
 def training(job_id: str) -> JobSubmission:
-    return JobSubmission(occurred_at=now(), source=SOURCE, job_id=job_id, vc="vc-a", kind=JobKind.TRAINING, pods=1,
+    return JobSubmission(occurred_at=now(), source="cli", job_id=job_id, vc="vc-a", kind=JobKind.TRAINING, pods=1,
                          gpus_per_pod=1, priority=Priority.GUARANTEED, priority_value=100, workload=WORKLOAD)  # fmt: skip
 
 
 def offline(job_id: str) -> list[Event]:
     at = now()
     return [
-        JobSubmission(occurred_at=at, source=SOURCE, job_id=job_id, vc="vc-a", kind=JobKind.OFFLINE, workload=WORKLOAD),
-        Profile(occurred_at=at, source=SOURCE, job_id=job_id, signature="0123456789abcdef", gpu_type="T4", method="simulated",
+        JobSubmission(occurred_at=at, source="cli", job_id=job_id, vc="vc-a", kind=JobKind.OFFLINE, workload=WORKLOAD),
+        Profile(occurred_at=at, source="profiler/standby-kit", job_id=job_id, signature="0123456789abcdef", gpu_type="T4", method="simulated",
                 iteration_time_ms=300.0, gpu_util=30.0, sm_activity=20.0, sm_occupancy=10.0, memory_peak_mib=2000.0,
                 persistent_memory_mib=300.0),
     ]  # fmt: skip
@@ -81,10 +82,10 @@ def gpus() -> list[tuple[str, str]]:
 
 def setting() -> list[Event]:
     at = now()
-    model = PredictorModel(occurred_at=at, source=SOURCE, gpu_type="T4", version=1, kind="analytic",
+    model = PredictorModel(occurred_at=at, source="predictor/standby-kit", gpu_type="T4", version=1, kind="analytic",
                            parameters={"contention": 0.3, "interference": 0.7})  # fmt: skip
     healthy = [
-        HealthTransition(occurred_at=at, source=SOURCE, gpu_id=gpu, node_id=node, gpu_type="T4", from_state=HealthState.INIT,
+        HealthTransition(occurred_at=at, source="health-processor/standby-kit", gpu_id=gpu, node_id=node, gpu_type="T4", from_state=HealthState.INIT,
                          to_state=HealthState.HEALTHY, reason="below every threshold")  # fmt: skip
         for node, gpu in gpus()
     ]
@@ -96,13 +97,13 @@ def telemetry() -> list[Event]:
     return [
         GpuTelemetryBatch.from_samples(
             tuple(
-                GpuTelemetrySample(occurred_at=at, source=SOURCE, gpu_id=gpu, node_id=node, gpu_type="T4", gpu_util=40.0,
+                GpuTelemetrySample(occurred_at=at, source=TELEMETRY, gpu_id=gpu, node_id=node, gpu_type="T4", gpu_util=40.0,
                                    sm_activity=30.0, memory_used_mib=4000.0, memory_total_mib=15360.0, sm_clock_mhz=1590.0,
                                    max_sm_clock_mhz=1590.0, power_w=40.0, temperature_c=50.0, online_workload="infer-bert-00")  # fmt: skip
                 for n, gpu in gpus()
                 if n == node
             ),
-            source=SOURCE,
+            source=TELEMETRY,
         )
         for node in NODES
     ]

@@ -135,9 +135,8 @@ def readme_table() -> str:
     """The README's table: each principal and the topics it may write (`tests/unit/bus`)."""
     rows = ["| principal | may write |", "|---|---|"]
     for principal in principals():
-        written = ", ".join(f"`{name}`" for name in topics_of(principal))
-        nodes = " (its own node's records only)" if any(p == principal for _, p in PER_NODE) else ""
-        rows.append(f"| `{principal}` | {written}{nodes} |")
+        written = ", ".join(f"`{name}`" + (" (its own node's)" if (name, principal) in PER_NODE else "") for name in topics_of(principal))
+        rows.append(f"| `{principal}` | {written} |")
     rows.append(f"| {DEAD_LETTER_WRITERS} | the `.dlq` topic of each topic it consumes |")
     return "\n".join(rows)
 
@@ -160,8 +159,33 @@ def kafka_acls(principal_prefix: str = "User:") -> list[str]:
     for user in sorted(writes):
         for name in dict.fromkeys(writes[user]):
             lines.append(f"{add} {principal_prefix}{user} --operation Write --topic {name}")
-    for user in SERVICES:
+    for user in (*SERVICES, CLI):  # the CLI reads what it waits for (`jobs submit --wait`, `cells status`)
         lines.append(f"{add} {principal_prefix}{user} --operation Read --operation Describe --topic '*' --group '*'")
+    for user in SERVICES:
         for topic in t.TOPICS:
             lines.append(f"{add} {principal_prefix}{user} --operation Write --topic {topic.dead_letter.name}")
     return lines
+
+
+ACL_SCRIPT_HEAD = """#!/bin/sh
+# Kafka ACLs for hivemux, one Kafka user per service (SASL): each may write only the topics
+# `hivemux.bus.authorization.WRITERS` gives it, every dead-letter topic, and read everything.
+# Generated: python -m hivemux.bus.authorization acls > deploy/kafka-acls.sh (a unit test checks it).
+# KAFKA: the bootstrap servers; ADMIN_CONFIG: a client properties file with an admin's credentials.
+# The broker must deny by default (allow.everyone.if.no.acl.found=false) and the services run
+# with HIVEMUX_CREATE_TOPICS=false (an admin creates the topics `hivemux topics` lists), or give
+# each user Create on the cluster.
+set -eu
+: "${KAFKA:?set KAFKA to the bootstrap servers}"
+: "${ADMIN_CONFIG:?set ADMIN_CONFIG to an admin client properties file}"
+"""
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] == ["readme"]:
+        print(readme_table())
+    elif sys.argv[1:] == ["acls"]:
+        print(ACL_SCRIPT_HEAD + "\n".join(kafka_acls()))
+    else:
+        sys.exit("usage: python -m hivemux.bus.authorization readme|acls")

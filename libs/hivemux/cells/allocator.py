@@ -44,6 +44,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from hivemux.errors import ConfigurationError
+from hivemux.events.versions import version_jump
+
 from . import api
 from .bad_hardware import BadNodes, NodeHealth
 from .job_allocator import Decision, JobAllocator, PodBound, TrainingJob
@@ -152,10 +155,14 @@ class CellAllocator:
     def reconfigure(self, version: int, config: Mapping[str, Any], *, at: datetime, cause: str) -> Allocation:
         """A cell configuration: a newer version replaces the scheduler, keeping every placement
         and every bad node; an older or equal one changes nothing. Raises `ConfigurationError`
-        (and keeps the current configuration) when the new one is invalid."""
+        (and keeps the current configuration) when the new one is invalid or its version jumps
+        implausibly far (`events.versions`)."""
         self._saw(at)
         if version <= self.config_version:
             return Allocation(at, cause)
+        jump = version_jump(self.config_version, version, at=at)  # a forged 2^63-1 would win for ever
+        if jump is not None:
+            raise ConfigurationError(jump)
         scheduler = build_scheduler(self.kind, config)
         self.config_version = version
         decisions = self.jobs.reconfigure(scheduler)

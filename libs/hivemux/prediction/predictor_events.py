@@ -39,7 +39,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hivemux.errors import InvalidEvent
 from hivemux.events import ClockTick, PredictorModel, Profile, SharingObservation, derived_id
+from hivemux.events.versions import version_jump
 
 from .predictor import ModelVersion, PredictorCore
 from .retraining import Candidate
@@ -86,6 +88,11 @@ class PredictorEvents:
 
     # -- folds --------------------------------------------------------------------------
     def on_model(self, model: PredictorModel) -> None:
+        """Fold a version; one that jumps implausibly past the type's latest is refused
+        (`InvalidEvent`: dead-lettered with the reason, `events.versions`)."""
+        jump = version_jump(self.core.taken.get(model.gpu_type, 0), model.version)
+        if jump is not None:
+            raise InvalidEvent(f"{model.gpu_type} model {jump}")
         self.core.on_model(version_of(model))
 
     def on_profile(self, profile: Profile) -> None:
