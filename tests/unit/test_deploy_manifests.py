@@ -26,6 +26,7 @@ EXPECTED = {
     "executor",
     "job-controller",
     "projector",
+    "api",
 }
 METRICS_PORT = 9400
 

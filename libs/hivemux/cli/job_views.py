@@ -8,7 +8,10 @@ from typing import Any
 
 import click
 
+from ..api.client import event_record, job_row
+from ..api.views import job_json as _job_json
 from ..store.read_models import JobRow, ReadModelStore
+from .api_io import api_call, api_client
 from .jobs import jobs_group
 from .read_model_io import run_on_read_models
 
@@ -28,7 +31,12 @@ def _where(job: JobRow) -> str:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
 def list_jobs(vc: str | None, state: str | None, kind: str | None, limit: int, as_json: bool) -> None:
     """Jobs from the read model, by job id."""
-    jobs = run_on_read_models(lambda pool: ReadModelStore(pool).jobs(vc=vc, state=state, kind=kind, limit=limit))
+    client = api_client()
+    if client is not None:
+        params = {k: v for k, v in {"vc": vc, "state": state, "kind": kind, "limit": limit}.items() if v is not None}
+        jobs = [job_row(j) for j in api_call(client, "GET", "/api/v1/jobs", params=params)["jobs"]]
+    else:
+        jobs = run_on_read_models(lambda pool: ReadModelStore(pool).jobs(vc=vc, state=state, kind=kind, limit=limit))
     if as_json:
         for job in jobs:
             click.echo(json.dumps(_job_json(job)))
@@ -46,7 +54,11 @@ def list_jobs(vc: str | None, state: str | None, kind: str | None, limit: int, a
 @click.option("--json", "as_json", is_flag=True)
 def describe(job_id: str, as_json: bool) -> None:
     """One job: state, VC, kind, priority, placement or binding, times, last reason."""
-    job = run_on_read_models(lambda pool: ReadModelStore(pool).job(job_id))
+    client = api_client()
+    if client is not None:
+        job = job_row(api_call(client, "GET", f"/api/v1/jobs/{job_id}"))
+    else:
+        job = run_on_read_models(lambda pool: ReadModelStore(pool).job(job_id))
     if job is None:
         raise click.ClickException(f"no job {job_id} in the read model")
     if as_json:
@@ -64,7 +76,11 @@ def describe(job_id: str, as_json: bool) -> None:
 def history(job_id: str, as_json: bool) -> None:
     """Everything that happened to a job, in order: lifecycle, bindings, placements, commands,
     refusals, with reasons and inputs."""
-    events = run_on_read_models(lambda pool: ReadModelStore(pool).history(job_id))
+    client = api_client()
+    if client is not None:
+        events = [event_record(e) for e in api_call(client, "GET", f"/api/v1/jobs/{job_id}/history")["events"]]
+    else:
+        events = run_on_read_models(lambda pool: ReadModelStore(pool).history(job_id))
     if not events:
         raise click.ClickException(f"no events of job {job_id} in the read model")
     for e in events:
@@ -85,6 +101,12 @@ def explain(job_id: str, as_json: bool) -> None:
     threshold, preemptions with the preemptor, and every decision in order."""
     from ..projection.explain import QUEUED_STATES, explain_job, render_job
 
+    client = api_client()
+    if client is not None:
+        explanation = api_call(client, "GET", f"/api/v1/jobs/{job_id}/explain")
+        click.echo(json.dumps(explanation, indent=2, default=str) if as_json else render_job(explanation))
+        return
+
     async def read(pool: Any) -> tuple[JobRow | None, list[Any], tuple[list[JobRow], dict[str, Any]]]:
         store = ReadModelStore(pool)
         job = await store.job(job_id)
@@ -98,12 +120,3 @@ def explain(job_id: str, as_json: bool) -> None:
         raise click.ClickException(f"no job {job_id} in the read model")
     explanation = explain_job(job, events, queue, queued_since)
     click.echo(json.dumps(explanation, indent=2, default=str) if as_json else render_job(explanation))
-
-
-def _job_json(job: JobRow) -> dict[str, Any]:
-    return {
-        "job_id": job.job_id, "state": job.state, "vc": job.vc, "kind": job.kind, "priority": job.priority,
-        "priority_value": job.priority_value, "pods": job.pods, "gpus": job.gpus, "placement": job.placement, "binding": job.binding,
-        "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
-        "updated_at": job.updated_at.isoformat(), "last_reason": job.last_reason,
-    }  # fmt: skip

@@ -2,20 +2,21 @@
 
 Writes publish commands on the bus (`jobs submit`, `cancel`, `suspend`, `resume`, `priority`:
 all but submit wait for the job controller's outcome, a lifecycle event or a refusal, and print it);
-reads come from the read models.
+reads come from the read models. With HIVEMUX_API_URL (and HIVEMUX_TOKEN) set, every `jobs`
+command goes through the HTTP API instead (`cli.api_io`) and prints the same output.
 """
 
 from __future__ import annotations
 
 import getpass
 import os
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..settings import BusSettings, ServiceSettings
+from .api_io import api_call, api_client
 from .bus_io import run_on_bus
 from .jobfile import JobFileError, parse_jobs
 
@@ -29,50 +30,28 @@ def jobs_group() -> None:
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False))
 def submit(path: Path) -> None:
     """Validate a YAML/JSON job file and submit its jobs to jobs.submitted."""
-    from ..bus import Publisher
+    from .. import commands
 
     try:
         jobs = parse_jobs(path)
     except JobFileError as error:
         raise click.ClickException(str(error)) from error
-
-    dsn = ServiceSettings().postgres_dsn
-
-    async def send() -> None:
-        async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
-            pending = list(jobs)
-            for attempt in range(3):
-                metadata = await publisher.publish_all(pending)
-                if not dsn:
-                    return
-                pending = await _not_archived(dsn, pending, metadata)
-                if not pending:
-                    return
-            raise click.ClickException(f"{len(pending)} jobs not archived by the embedded broker's history; submit them again")
-
-    run_on_bus(send())
+    client = api_client()
+    if client is not None:  # through the API: it stamps the token's principal
+        for job in jobs:
+            api_call(client, "POST", "/api/v1/jobs", json=job.model_dump(mode="json", exclude=_FILLED_IN, exclude_none=True))
+    else:
+        servers, dsn = BusSettings().kafka_bootstrap_servers, ServiceSettings().postgres_dsn
+        try:
+            run_on_bus(commands.submit(servers, commands.with_principal(jobs, _principal(None)), source="cli", dsn=dsn,
+                                       warn=lambda line: click.echo(line, err=True)))  # fmt: skip
+        except commands.NotArchived as error:
+            raise click.ClickException(str(error)) from error
     for job in jobs:
         click.echo(f"submitted {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
 
 
-async def _not_archived(dsn: str, jobs: list, metadata: list) -> list:  # type: ignore[type-arg]
-    """With `hivemux up`'s embedded broker, a submission is acknowledged once its archive holds it
-    (store.archive: a broker killed before archiving a record loses it); the jobs it does not
-    hold within 10 s, to be published again (same events, same ids). None missing elsewhere."""
-    import asyncpg
-
-    from ..bus.codec import encode_value
-    from ..store.archive import unarchived
-    from ..topics import topic_for
-
-    records = [(topic_for(j).name, m.partition, m.offset, encode_value(j)) for j, m in zip(jobs, metadata, strict=True)]
-    try:
-        missing = await unarchived(dsn, records, timeout_s=10.0)
-    except (OSError, asyncpg.PostgresError) as error:  # the broker acknowledged them; say what is unknown
-        click.echo(f"warning: could not check the embedded broker's archive at HIVEMUX_POSTGRES_DSN: {error}", err=True)
-        return []
-    lost = {(t, p, o) for t, p, o, _ in missing or []}
-    return [j for j, r in zip(jobs, records, strict=True) if r[:3] in lost]
+_FILLED_IN = {"event_id", "occurred_at", "source", "principal"}
 
 
 def _principal(value: str | None) -> str:
@@ -85,23 +64,24 @@ def _control(
     """Publish one command, wait for its outcome on the bus and print it (a refusal exits 1)."""
     from pydantic import ValidationError
 
-    from ..bus import Publisher
+    from .. import commands
     from ..bus.lookup import wait_for_event
-    from ..events import JobCommand, JobCommandRefused, JobLifecycleEvent, JobPriorityChanged, outcome_id
+    from ..events import JobCommandRefused, JobLifecycleEvent, JobPriorityChanged, outcome_id
     from ..topics import JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS
 
+    client = api_client()
+    if client is not None:
+        _control_through_api(client, action, job_id, reason, principal, command_id, timeout, priority)
+        return
     try:
-        command = JobCommand(
-            occurred_at=datetime.now(UTC), source="cli", command_id=command_id or uuid.uuid4().hex,
-            principal=_principal(principal), job_id=job_id, action=action, reason=reason, priority_value=priority,
-        )  # fmt: skip
+        command = commands.job_command(action, job_id, principal=_principal(principal), source="cli", reason=reason,
+                                       command_id=command_id, priority=priority)  # fmt: skip
     except ValidationError as error:
         raise click.ClickException(f"invalid {action} command: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}") from error
     servers = BusSettings().kafka_bootstrap_servers
 
     async def send_and_wait() -> object:
-        async with Publisher(servers, source="cli") as publisher:
-            await publisher.publish(command)
+        await commands.publish(servers, [command], source="cli")
         outcomes = (JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS)
         return await wait_for_event(servers, outcomes, job_id, outcome_id(command.command_id), timeout_s=timeout)
 
@@ -117,6 +97,28 @@ def _control(
             raise click.ClickException(
                 f"{action} {job_id} sent (command {command.command_id}); no outcome within {timeout:g} s: is the job-controller running?"
             )
+
+
+def _control_through_api(
+    client: Any, action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float, priority: int | None
+) -> None:  # fmt: skip
+    """The same command through the API (the principal is the token's), printed the same way."""
+    if principal:
+        click.echo(f"note: --principal {principal} is ignored through the API: the token's principal asks", err=True)
+    body: dict[str, Any] = {"reason": reason, "command_id": command_id, "wait_s": min(timeout, 60.0)}
+    path = f"/api/v1/jobs/{job_id}/{'priority' if action == 'set_priority' else action}"
+    answer = api_call(client, "POST", path, json=body | ({"value": priority} if action == "set_priority" else {}))
+    outcome = answer["outcome"]
+    if outcome is None:
+        raise click.ClickException(
+            f"{action} {job_id} sent (command {answer['command_id']}); no outcome within {timeout:g} s: is the job-controller running?"
+        )
+    if outcome["refused"]:
+        raise click.ClickException(outcome["reason"])
+    if outcome["kind"] == "priority":
+        click.echo(f"{job_id} priority {outcome['what']}: {outcome['reason']}")
+    else:
+        click.echo(f"{job_id} {outcome['what']}: {outcome['reason']}")
 
 
 def _control_command(action: str, help_text: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -22,6 +21,7 @@ from .jobs import jobs_group
 from . import job_views  # noqa: F401 - registers jobs list/describe/history on jobs_group
 from .projector import projector_group
 from .services import SERVICES
+from .tokens import tokens_group
 from .vc_views import vcs as vcs_command
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -116,27 +116,19 @@ def cells_group() -> None:
 def cells_configure(file: Path, version: int | None) -> None:
     """Validate a HiveD cell configuration and publish it; the cell allocator reconfigures
     without losing placements."""
-    import time
 
     import yaml
 
-    from ..bus import Publisher
-    from ..cells.config import parse_config
+    from .. import commands
     from ..errors import ConfigurationError
-    from ..events import CellConfig
+    from .jobs import _principal
 
     try:
         raw = yaml.safe_load(file.read_text())
-        parse_config(raw)
-    except (yaml.YAMLError, ConfigurationError, AttributeError, TypeError) as error:
+        change = commands.cell_config(raw, version=version, principal=_principal(None), source="cli")
+    except (yaml.YAMLError, ConfigurationError, AttributeError, TypeError, ValidationError) as error:
         raise click.ClickException(f"{file}: {error}") from error
-    change = CellConfig(occurred_at=datetime.now(UTC), source="cli", version=version or int(time.time()), config=raw)
-
-    async def send() -> None:
-        async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
-            await publisher.publish(change)
-
-    _run_on_bus(send())
+    _run_on_bus(commands.publish(BusSettings().kafka_bootstrap_servers, [change], source="cli"))
     click.echo(f"published cell configuration version {change.version} from {file}")
 
 
@@ -217,24 +209,17 @@ def health_replay(samples: Path, config_path: Path | None, snapshots: bool) -> N
 @click.option("--undo", is_flag=True, help="Return the GPU to service instead.")
 def health_drain(gpu_id: str, reason: str, undo: bool) -> None:
     """Drain a GPU (SysMonitor Disabled, offline work evicted) or, with --undo, undrain it."""
-    from ..bus import Publisher
-    from ..events import DeviceControl
+    from .. import commands
     from ..gpu_ids import node_of
+    from .jobs import _principal
 
-    node_id = node_of(gpu_id)
-    if node_id is None:
+    if node_of(gpu_id) is None:
         raise click.BadParameter("expected NODE/GPU, e.g. node-00/gpu-1", param_hint="GPU_ID")
     try:
-        control = DeviceControl(occurred_at=datetime.now(UTC), source="cli", gpu_id=gpu_id, node_id=node_id,
-                                action="undrain" if undo else "drain", reason=reason)
+        control = commands.device_control(gpu_id, undo=undo, principal=_principal(None), source="cli", reason=reason)
     except ValidationError as error:
         raise click.ClickException(f"{gpu_id}: {error.errors()[0]['msg']}") from error
-
-    async def send() -> None:
-        async with Publisher(BusSettings().kafka_bootstrap_servers, source="cli") as publisher:
-            await publisher.publish(control)
-
-    _run_on_bus(send())
+    _run_on_bus(commands.publish(BusSettings().kafka_bootstrap_servers, [control], source="cli"))
     click.echo(f"{control.action} of {gpu_id} published")
 
 
@@ -337,6 +322,7 @@ cli.add_command(gpus_group)
 cli.add_command(vcs_command)
 cli.add_command(projector_group)
 cli.add_command(audit_group)
+cli.add_command(tokens_group)
 
 
 def main() -> None:

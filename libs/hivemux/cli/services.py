@@ -10,6 +10,7 @@ SERVICES: dict[str, str] = {
     "executor": "hivemux.services.executor.service",
     "job-controller": "hivemux.services.job_controller.service",
     "projector": "hivemux.services.projector.service",
+    "api": "hivemux.services.api.service",
 }
 
 # The deciding services: each journals its consumption and its module has `rebuild`, so

@@ -282,11 +282,16 @@ class ReadModelStore:
         await self._pool.execute(f"TRUNCATE {', '.join(READ_MODEL_TABLES)}")
 
     # -- queries --------------------------------------------------------------------------
-    async def jobs(self, *, vc: str | None = None, state: str | None = None, kind: str | None = None, limit: int = 1000) -> list[JobRow]:
+    async def jobs(
+        self, *, vc: str | None = None, state: str | None = None, kind: str | None = None, limit: int = 1000,
+        vcs: Sequence[str] | None = None, after: str | None = None,
+    ) -> list[JobRow]:  # fmt: skip
+        """Jobs by id, filtered; `vcs`: only these VCs (a tenant's), `after`: ids after this one (the next page)."""
         rows = await self._pool.fetch(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE ($1::text IS NULL OR vc = $1) AND ($2::text IS NULL OR state = $2) "
-            "AND ($3::text IS NULL OR kind = $3) ORDER BY job_id LIMIT $4",
-            vc, state, kind, limit,
+            "AND ($3::text IS NULL OR kind = $3) AND ($5::text[] IS NULL OR vc = ANY($5)) AND ($6::text IS NULL OR job_id > $6) "
+            "ORDER BY job_id LIMIT $4",
+            vc, state, kind, limit, None if vcs is None else list(vcs), after,
         )  # fmt: skip
         return [_job(r) for r in rows]
 

@@ -1,0 +1,170 @@
+"""The change stream: what the projector wrote to the read models, fanned out to every console.
+
+One `ChangeFeed` per API process polls PostgreSQL on a tick (``interval_s``), whatever the
+number of connected clients (none connected: no query at all). Its cursor is the projector's
+own position, ``projector_offsets`` (topic, partition -> next offset), which the projector
+writes in the same transaction as the rows: a tick reads the offsets (one small query) and,
+only when they moved, the jobs and GPUs whose history rows (``job_events``, ``gpu_events``)
+were read from the partitions between the old and the new offsets (indexed by position,
+migration 0007), plus the VC summary when jobs changed. Each tick that found something is
+one `ChangeBatch`, given to every subscriber's queue; each client's stream renders it for its
+principal's scope (tenants see their VCs' jobs, GPUs without other tenants' job names) once
+per scope per batch, not once per client.
+
+The wire format (server-sent events, ``GET /api/v1/stream``)::
+
+    event: hello
+    data: {"principal": "acme:1f2e3d4c", "admin": false, "vcs": ["vc-a"], "cursor": 1234, "interval_s": 0.5}
+
+    id: 1240
+    event: change
+    data: {"cursor": 1240, "at": "2026-…Z", "jobs": [<job>...], "gpus": [<gpu>...], "vcs": [<vc summary>...] | null,
+           "resync": false}
+
+A job is `views.job_json`, a GPU `views.gpu_json`, a VC summary `projection.explain.vc_summary`'s
+row. Rows are the current state (apply them as upserts by ``job_id``/``gpu_id``). ``resync``
+true (more than ``max_rows`` changed, or this client fell behind): reload from the REST
+endpoints. A comment line (``: keepalive``) is sent every 15 s of silence. On (re)connect,
+load the snapshot from the REST endpoints after ``hello``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from ..projection.explain import QUEUED_STATES, vc_summary
+from ..store.read_models import _JOB_COLUMNS, _gpu, _job
+from .views import gpu_json, job_json
+
+log = logging.getLogger("hivemux.api.changes")
+Offsets = dict[tuple[str, int], int]
+
+_RANGES = "unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) AS r(topic, partition, lo, hi)"
+_CHANGED_JOBS = f"""SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id IN (
+    SELECT e.job_id FROM job_events AS e JOIN {_RANGES}
+    ON e.topic = r.topic AND e.partition = r.partition AND e."offset" >= r.lo AND e."offset" < r.hi) ORDER BY job_id LIMIT $5"""
+_CHANGED_GPUS = f"""SELECT g.*, j.vc AS offline_vc FROM gpus AS g LEFT JOIN jobs AS j ON j.job_id = g.offline_job WHERE g.gpu_id IN (
+    SELECT e.gpu_id FROM gpu_events AS e JOIN {_RANGES}
+    ON e.topic = r.topic AND e.partition = r.partition AND e."offset" >= r.lo AND e."offset" < r.hi) ORDER BY g.gpu_id LIMIT $5"""
+
+
+@dataclass
+class ChangeBatch:
+    """What one tick found; `render` is the SSE message for one scope (cached per scope)."""
+
+    cursor: int
+    at: datetime
+    jobs: list[dict[str, Any]]  # job_json, each with its "vc"
+    gpus: list[dict[str, Any]]  # rows with "offline_vc"
+    vcs: list[dict[str, Any]] | None
+    resync: bool = False
+    _rendered: dict[tuple[str, ...] | None, str | None] = field(default_factory=dict)
+
+    def render(self, scope: Sequence[str] | None) -> str | None:
+        """The ``change`` message for a principal seeing `scope` (None: all); None: nothing for it."""
+        key = None if scope is None else tuple(scope)
+        if key not in self._rendered:
+            self._rendered[key] = self._render(key)
+        return self._rendered[key]
+
+    def _render(self, scope: tuple[str, ...] | None) -> str | None:
+        jobs = self.jobs if scope is None else [j for j in self.jobs if j["vc"] in scope]
+        vcs = self.vcs if self.vcs is None or scope is None else [v for v in self.vcs if v["vc"] in scope]
+        if not (jobs or self.gpus or vcs or self.resync):
+            return None
+        body = {"cursor": self.cursor, "at": self.at.isoformat(), "jobs": jobs, "gpus": [gpu_json(g, scope) for g in self.gpus],
+                "vcs": vcs or None, "resync": self.resync}  # fmt: skip
+        return f"id: {self.cursor}\nevent: change\ndata: {json.dumps(body, default=str)}\n\n"
+
+
+class ChangeFeed:
+    """One poller, many subscribers (bounded queues; a subscriber that falls behind gets a resync)."""
+
+    def __init__(self, pool: asyncpg.Pool, *, interval_s: float = 0.5, max_rows: int = 2000, queue_size: int = 32) -> None:
+        self._pool = pool
+        self.interval_s = interval_s
+        self._max_rows = max_rows
+        self._queue_size = queue_size
+        self._subscribers: set[asyncio.Queue[ChangeBatch]] = set()
+        self._offsets: Offsets | None = None
+        self.cursor = 0
+        self.ticks = 0
+        self.queries = 0
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def subscribe(self) -> asyncio.Queue[ChangeBatch]:
+        queue: asyncio.Queue[ChangeBatch] = asyncio.Queue(self._queue_size)
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[ChangeBatch]) -> None:
+        self._subscribers.discard(queue)
+        if not self._subscribers:
+            self._offsets = None  # idle: no queries; the next subscriber starts from the offsets then
+
+    async def run(self) -> None:
+        """Tick until cancelled; a failed tick (database away) is logged and tried again next tick."""
+        while True:
+            started = time.monotonic()
+            if self._subscribers:
+                try:
+                    batch = await self.tick()
+                except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as error:
+                    log.warning("change feed tick failed (tried again next tick): %s", error)
+                    batch = None
+                if batch is not None:
+                    self.publish(batch)
+            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+
+    def publish(self, batch: ChangeBatch) -> None:
+        for queue in list(self._subscribers):
+            if queue.full():  # fell behind: what it missed is replaced by a resync
+                while not queue.empty():
+                    queue.get_nowait()
+                batch_for_it = ChangeBatch(batch.cursor, batch.at, [], [], None, resync=True)
+                queue.put_nowait(batch_for_it)
+                continue
+            queue.put_nowait(batch)
+
+    async def tick(self) -> ChangeBatch | None:
+        """Read what moved since the last tick; None when nothing did (or on the first tick)."""
+        self.ticks += 1
+        self.queries += 1
+        rows = await self._pool.fetch("SELECT topic, partition, next_offset FROM projector_offsets")
+        now: Offsets = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
+        before, self._offsets = self._offsets, now
+        self.cursor = sum(now.values())
+        if before is None or now == before:
+            return None
+        moved = [(t, p, before.get((t, p), 0), hi) for (t, p), hi in sorted(now.items()) if hi != before.get((t, p), 0)]
+        if not moved:
+            return None
+        args = [list(c) for c in zip(*moved, strict=True)]
+        async with self._pool.acquire() as conn:
+            jobs = await conn.fetch(_CHANGED_JOBS, *args, self._max_rows + 1)
+            gpus = await conn.fetch(_CHANGED_GPUS, *args, self._max_rows + 1)
+            vcs = None
+            if jobs:
+                cells = await conn.fetch("SELECT * FROM vc_cells ORDER BY vc")
+                queued = await conn.fetch(
+                    "SELECT vc, count(*) AS n FROM jobs WHERE vc IS NOT NULL AND state = ANY($1::text[]) GROUP BY vc", list(QUEUED_STATES))
+                vcs = vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued})
+        self.queries += 2 + (2 if jobs else 0)
+        at = datetime.now(UTC)
+        if len(jobs) > self._max_rows or len(gpus) > self._max_rows:
+            return ChangeBatch(self.cursor, at, [], [], None, resync=True)
+        offline_vc = [r["offline_vc"] for r in gpus]
+        gpu_rows = [{**_gpu(r), "offline_vc": v} for r, v in zip(gpus, offline_vc, strict=True)]
+        return ChangeBatch(self.cursor, at, [job_json(_job(r)) for r in jobs], gpu_rows, vcs)

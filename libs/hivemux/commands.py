@@ -1,0 +1,111 @@
+"""What users and operators ask, as the command events the CLI and the HTTP API publish
+(ARCHITECTURE.md "Commands and facts"): one place builds and publishes them, so both edges
+send the same events.
+
+- `job_command`: cancel, suspend, resume, set_priority of one job (`JobCommand`);
+- `device_control`: drain or undrain one GPU (`DeviceControl`);
+- `cell_config`: a HiveD cell configuration, validated before it is published (`CellConfig`);
+- `submit`: job submissions, published and, with `hivemux up`'s embedded broker, confirmed
+  archived (`store.archive`), published again (same events, same ids) while they are not.
+
+Each carries the principal that asked (`store.tokens.Principal.name` through the API, the OS
+user or ``$HIVEMUX_PRINCIPAL`` through the CLI) and the source that published it.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from .bus import Publisher
+from .cells.config import parse_config
+from .errors import HivemuxError
+from .events import CellConfig, DeviceControl, Event, JobCommand, JobSubmission
+from .gpu_ids import node_of
+
+
+class NotArchived(HivemuxError):
+    """Submissions the embedded broker acknowledged but did not archive, after three tries."""
+
+
+def job_command(
+    action: str, job_id: str, *, principal: str, source: str, reason: str = "", command_id: str | None = None,
+    priority: int | None = None, at: datetime | None = None,
+) -> JobCommand:  # fmt: skip
+    """The command (pydantic's ValidationError if it is not a valid one)."""
+    return JobCommand(
+        occurred_at=at or datetime.now(UTC), source=source, command_id=command_id or uuid.uuid4().hex, principal=principal,
+        job_id=job_id, action=action, reason=reason, priority_value=priority,
+    )  # fmt: skip
+
+
+def device_control(gpu_id: str, *, undo: bool, principal: str | None, source: str, reason: str = "", at: datetime | None = None) -> DeviceControl:
+    """Drain (or, `undo`, undrain) `gpu_id`; ValueError if it is not NODE/GPU."""
+    node_id = node_of(gpu_id)
+    if node_id is None:
+        raise ValueError(f"{gpu_id!r}: expected NODE/GPU, e.g. node-00/gpu-1")
+    return DeviceControl(
+        occurred_at=at or datetime.now(UTC), source=source, gpu_id=gpu_id, node_id=node_id, action="undrain" if undo else "drain",
+        reason=reason, principal=principal,
+    )  # fmt: skip
+
+
+def cell_config(raw: dict[str, Any], *, version: int | None, principal: str | None, source: str, at: datetime | None = None) -> CellConfig:
+    """A cell configuration version (default: the current Unix time, as `hivemux cells configure`
+    does); ConfigurationError if HiveD's parser refuses it, ValidationError if the event does."""
+    parse_config(raw)
+    return CellConfig(occurred_at=at or datetime.now(UTC), source=source, version=version or int(time.time()), config=raw, principal=principal)
+
+
+def with_principal(jobs: Sequence[JobSubmission], principal: str | None) -> list[JobSubmission]:
+    return [j.model_copy(update={"principal": principal}) for j in jobs] if principal else list(jobs)
+
+
+async def publish(servers: str, events: Sequence[Event], *, source: str) -> list[Any]:
+    """Publish `events`; their record metadata (partition, offset), in order."""
+    async with Publisher(servers, source=source) as publisher:
+        return list(await publisher.publish_all(list(events)))
+
+
+async def submit(
+    servers: str, jobs: Sequence[JobSubmission], *, source: str, dsn: str | None, warn: Callable[[str], None] = lambda _: None,
+    publisher: Publisher | None = None,
+) -> list[Any]:  # fmt: skip
+    """Publish job submissions; with a database (`hivemux up`'s embedded broker archives into it),
+    until its archive holds every one, at most three times (`NotArchived`). Their metadata, in order."""
+    if publisher is None:
+        async with Publisher(servers, source=source) as own:
+            return await submit(servers, jobs, source=source, dsn=dsn, warn=warn, publisher=own)
+    pending, first = list(jobs), None
+    for _ in range(3):
+        metadata = list(await publisher.publish_all(pending))
+        first = first or metadata
+        if not dsn:
+            return first
+        pending = await _not_archived(dsn, pending, metadata, warn)
+        if not pending:
+            return first
+    raise NotArchived(f"{len(pending)} jobs not archived by the embedded broker's history; submit them again")
+
+
+async def _not_archived(dsn: str, jobs: list[JobSubmission], metadata: list[Any], warn: Callable[[str], None]) -> list[JobSubmission]:
+    """With `hivemux up`'s embedded broker, a submission is acknowledged once its archive holds it
+    (store.archive: a broker killed before archiving a record loses it); the jobs it does not
+    hold within 10 s, to be published again (same events, same ids). None missing elsewhere."""
+    import asyncpg
+
+    from .bus.codec import encode_value
+    from .store.archive import unarchived
+    from .topics import topic_for
+
+    records = [(topic_for(j).name, m.partition, m.offset, encode_value(j)) for j, m in zip(jobs, metadata, strict=True)]
+    try:
+        missing = await unarchived(dsn, records, timeout_s=10.0)
+    except (OSError, asyncpg.PostgresError) as error:  # the broker acknowledged them; say what is unknown
+        warn(f"warning: could not check the embedded broker's archive at HIVEMUX_POSTGRES_DSN: {error}")
+        return []
+    lost = {(t, p, o) for t, p, o, _ in missing or []}
+    return [j for j, r in zip(jobs, records, strict=True) if r[:3] in lost]
