@@ -86,8 +86,10 @@ _CACHE_LIMIT = 4096  # (topic, source) pairs remembered; a flood of invented sou
 
 
 def principal_of(source: str) -> str:
-    """The principal of a ``source``: what comes before the first '/' (all of a bare name)."""
-    return source.partition("/")[0]
+    """The principal of a ``source``: what comes before the first '/' or ':' (``api:0`` is the
+    API's instance 0 as well as ``api/0``), all of a bare name."""
+    cut = min((i for i in (source.find("/"), source.find(":")) if i >= 0), default=len(source))
+    return source[:cut]
 
 
 def principals() -> list[str]:

@@ -41,6 +41,7 @@ def report(source: str, node: str = "node-01") -> ExecutorReport:
 CASES: list[tuple[str, str, Event, str | None]] = [
     ("api cancels", "jobs.commands", cancel("api/0"), None),
     ("cli cancels", "jobs.commands", cancel("cli"), None),
+    ("api:0 cancels", "jobs.commands", cancel("api:0"), None),
     ("nobody cancels", "jobs.commands", cancel("attacker"), "jobs.commands is written by api, cli; not by 'attacker'"),
     ("executor cancels", "jobs.commands", cancel("executor/node-01"), "not by 'executor'"),
     ("own node's report", "executor.reports", report("executor/node-01"), None),
@@ -87,7 +88,7 @@ def test_commands_come_only_from_the_api_and_the_cli() -> None:
         assert WRITERS[topic] == {"api", "cli"}
     assert topics_of("executor") == ["jobs.lifecycle", "sharing.observations", "executor.reports"]
     assert topics_of("cell-allocator")[:1] == ["jobs.lifecycle"] and "cells.bindings" in topics_of("cell-allocator")
-    assert principal_of("executor/node-01") == "executor" and principal_of("cli") == "cli"
+    assert principal_of("executor/node-01") == "executor" and principal_of("cli") == "cli" and principal_of("api:2") == "api"
 
 
 def test_the_readme_table_is_the_code() -> None:
