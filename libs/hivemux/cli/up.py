@@ -175,7 +175,8 @@ def start_services(options: UpOptions, env: dict[str, str]) -> list[Child]:
     for name in options.services:
         for instance in range(2 if name in options.standbys else 1):
             unit = name if instance == 0 else f"{name}.{instance}"
-            port = free_port()
+            # the API serves /healthz on its own port: HIVEMUX_API_PORT when given (a stable address), else a free one
+            port = int(env["HIVEMUX_API_PORT"]) if name == "api" and instance == 0 and env.get("HIVEMUX_API_PORT") else free_port()
             log_path = logs / f"{unit}.log"
             log_path.write_bytes(b"")
             child_env = {**env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": str(instance)}
@@ -211,6 +212,31 @@ def stop_services(children: list[Child], grace_s: float = 15.0) -> None:
             log.warning("%s did not stop within %.0f s; killing it", child.name, grace_s)
             child.process.kill()
             child.process.wait()
+
+
+def announce_api(children: list[Child], dsn: str | None) -> None:
+    """Print the API's (and console's) address and an admin token created for this run (only
+    its hash is stored; `hivemux tokens revoke ID` ends it)."""
+    api = next((c for c in children if c.command == "api"), None)
+    if api is None or not dsn:
+        return
+    from ..store import connect, migrate
+    from ..store.tokens import TokenStore
+
+    async def create() -> tuple[Any, str]:
+        pool = await connect(dsn, max_size=1)
+        try:
+            await migrate(pool)
+            return await TokenStore(pool).create(tenant="hivemux-up", admin=True)
+        finally:
+            await pool.close()
+
+    record, token = asyncio.run(create())
+    url = f"http://127.0.0.1:{api.port}"
+    print(f"API and console: {url}/ (OpenAPI: {url}/openapi.json)", flush=True)
+    print(f"HIVEMUX_API_URL={url}", flush=True)
+    print(f"HIVEMUX_TOKEN={token}", flush=True)
+    print(f"  (admin token {record.token_id}, created for this run; `hivemux tokens revoke {record.token_id}` ends it)", flush=True)
 
 
 def demo_jobs_path() -> Path:
@@ -308,6 +334,7 @@ def run_up(options: UpOptions) -> dict[str, Any]:
             wait_ready(children, options.ready_timeout_s)
             supervisor = supervise(children, infra, options, history)
             print(f"{len(children)} services ready; logs in {options.workdir / 'logs'}", flush=True)
+            announce_api(children, endpoints.postgres_dsn)
             running = "running" + ("" if options.duration is None else f" for {options.duration:.0f} s")
             if resumed:  # the log already holds the job list the first run submitted
                 print(f"resumed the history in {options.workdir}; the job list is not submitted again; {running}", flush=True)
