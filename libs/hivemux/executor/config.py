@@ -30,6 +30,9 @@ class NodeConfig:
     online_cpu_fraction: float = 0.5
     meminfo_path: Path = Path("/proc/meminfo")
     min_available_memory_fraction: float = 0.0  # 0: never evict for node memory
+    # memory guard: GPU memory NVML may show per process beyond the xCUDA quota before the
+    # workload is evicted (the CUDA context itself, which xCUDA does not count)
+    gpu_memory_allowance_mib: float = 512.0
     online_services: Mapping[str, str] = field(default_factory=dict)  # gpu_id -> online workload name
     online_args: tuple[str, ...] = ()
     observation_window_s: float = 5.0

@@ -14,6 +14,7 @@ telemetry and ticks and publishes what it returns. It coordinates one part per m
 | `remediation` | `remediation` | the detector's rules on this node: ``restart_mps``, ``reset_workload`` (§4.2) |
 | `xcuda` | `xcuda_feed` | ``(U_SM, C_SM)`` into every control block at ≥ 10 Hz (§4.1, eq. 1–2) |
 | `monitor` | `workload_monitor` | ticks: exits, progress, sharing observations, node memory pressure |
+| `memory_guard` | `memory_guard` | ticks: NVML's per-process GPU memory against each quota; evicts a workload over it |
 
 Design note — states of one workload (`Workload`) and what moves it:
 
@@ -68,6 +69,7 @@ from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
 from hivemux.executor.gpu_readings import GpuReadings
 from hivemux.executor.graceful_exit import GracefulExit
+from hivemux.executor.memory_guard import MemoryGuard
 from hivemux.executor.launch import WorkloadFiles, gpu_index
 from hivemux.executor.launcher import Launcher
 from hivemux.executor.mps_control import MpsDaemon, MpsError
@@ -112,6 +114,9 @@ class ProcessNode:
                                        graceful=self.graceful, mps=self.mps_recovery)
         self.monitor = WorkloadMonitor(config, workloads=self.table, readings=self.readings, reporter=self.reporter,
                                        graceful=self.graceful)
+        # NVML's per-process usage against each quota: the workload's own xCUDA account is not trusted
+        self.memory_guard = MemoryGuard(config.node_id, sampler=sampler, workloads=self.table, reporter=self.reporter,
+                                        graceful=self.graceful, allowance_mib=config.gpu_memory_allowance_mib)
         self._handled: OrderedDict[UUID, None] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -357,4 +362,5 @@ class ProcessNode:
                 out += self.monitor.progress(w, now_s)
             out += await self.mps_recovery.watch(now_s)
             out += await self.monitor.memory_watch()
+            out += await self.memory_guard.watch()
         return out

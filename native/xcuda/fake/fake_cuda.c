@@ -26,6 +26,10 @@
  *   FAKE_CUDA_ARRAY_ALIGN=bytes        array allocation granule (default 65536)
  *   FAKE_CUDA_POOL_GRANULE=bytes       memory pool growth granule (default 2 MiB)
  *   FAKE_CUDA_PITCH_ALIGN=bytes        pitch alignment (default 512)
+ *   FAKE_CUDA_USAGE_DIR=dir            keep <dir>/<pid> holding the device memory this process
+ *                                      holds (decimal bytes, rewritten on every change): what
+ *                                      the driver knows, which the fake NVML reports per process
+ *                                      (its "procdir" directive), whatever xCUDA counted
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,6 +60,7 @@ static int cfg_log_fd = -1, cfg_log_launches = 1, cfg_trampolines;
 static int cfg_version = 13000;
 static uint64_t cfg_array_align = 65536, cfg_granule = 2ull << 20, cfg_pitch_align = 512;
 static uint64_t *stats; /* launches, busy_ns, calls */
+static const char *cfg_usage_dir; /* FAKE_CUDA_USAGE_DIR */
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
@@ -77,6 +82,8 @@ __attribute__((constructor)) static void fake_init(void) {
     cfg_array_align = env_u64("FAKE_CUDA_ARRAY_ALIGN", cfg_array_align);
     cfg_granule = env_u64("FAKE_CUDA_POOL_GRANULE", cfg_granule);
     cfg_pitch_align = env_u64("FAKE_CUDA_PITCH_ALIGN", cfg_pitch_align);
+    const char *usage = getenv("FAKE_CUDA_USAGE_DIR");
+    if (usage && *usage) cfg_usage_dir = usage;
     const char *log = getenv("FAKE_CUDA_LOG");
     if (log && *log) cfg_log_fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     const char *st = getenv("FAKE_CUDA_STATS");
@@ -165,6 +172,32 @@ static uint64_t used_total_locked(void) {
     return u;
 }
 
+/* FAKE_CUDA_USAGE_DIR: this process's usage as the driver sees it, for the fake NVML */
+static int usage_fd = -1, usage_pid;
+static uint64_t usage_written = ~0ull;
+
+static void publish_usage_locked(void) {
+    if (!cfg_usage_dir) return;
+    if (usage_pid != (int)getpid()) { /* first time, or a forked child: a file of its own */
+        if (usage_fd >= 0) close(usage_fd);
+        char path[512];
+        snprintf(path, sizeof path, "%s/%d", cfg_usage_dir, (int)getpid());
+        usage_fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        usage_pid = (int)getpid();
+        usage_written = ~0ull;
+    }
+    uint64_t used = used_total_locked();
+    if (usage_fd < 0 || used == usage_written) return;
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%020llu\n", (unsigned long long)used); /* fixed width: one pwrite */
+    if (pwrite(usage_fd, buf, (size_t)n, 0) == n) usage_written = used;
+}
+
+static void mu_unlock(void) {
+    publish_usage_locked();
+    pthread_mutex_unlock(&mu);
+}
+
 static int oom_injected(void) {
     long n = atomic_fetch_add(&n_allocs, 1) + 1;
     return n == cfg_oom_at;
@@ -193,12 +226,12 @@ static CUresult linear_alloc(uint64_t size, uint64_t *addr, int kind, int count)
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (oom_injected()) return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&mu);
-    if (count && used_total_locked() + size > cfg_total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (count && used_total_locked() + size > cfg_total) { mu_unlock(); return CUDA_ERROR_OUT_OF_MEMORY; }
     *addr = next_addr;
     next_addr += round_up(size, 4096);
     if (count) used_linear += size;
     add_alloc_locked(*addr, count ? size : 0, NULL, kind);
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -207,7 +240,7 @@ static CUresult linear_free(uint64_t key, int kind) {
     pthread_mutex_lock(&mu);
     int ok = take_alloc_locked(key, kind, &a);
     if (ok) used_linear -= a.size;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -320,7 +353,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     c->alive = 1;
     c->refs++;
     int refs = c->refs;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     *pctx = c;
     LOG(__func__, CUDA_SUCCESS, "dev=%d refs=%d", dev, refs);
     return CUDA_SUCCESS;
@@ -334,7 +367,7 @@ static CUresult primary_release(const char *name, CUdevice dev, uint64_t t0) {
     if (c->refs <= 0) r = CUDA_ERROR_INVALID_CONTEXT;
     else if (--c->refs == 0) c->alive = 0;
     int refs = c->refs;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     logf_(t0, name, r, "dev=%d refs=%d", dev, refs);
     return r;
 }
@@ -345,7 +378,7 @@ static CUresult primary_reset(const char *name, CUdevice dev, uint64_t t0) {
     pthread_mutex_lock(&mu);
     primaries[dev].refs = 0;
     primaries[dev].alive = 0;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     logf_(t0, name, CUDA_SUCCESS, "dev=%d", dev);
     return CUDA_SUCCESS;
 }
@@ -429,7 +462,7 @@ EXPORT CUresult cuCtxSynchronize(void) {
     timeline_drain();
     pthread_mutex_lock(&mu);
     pools_shrink_locked();
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     LOG(__func__, CUDA_SUCCESS, "ctx=%p", (void *)c);
     return CUDA_SUCCESS;
 }
@@ -438,7 +471,7 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) {
     timeline_drain();
     pthread_mutex_lock(&mu);
     pools_shrink_locked();
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     LOG(__func__, CUDA_SUCCESS, "stream=%p", (void *)s);
     return CUDA_SUCCESS;
 }
@@ -448,7 +481,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total) {
     if (!current()) return CUDA_ERROR_INVALID_CONTEXT;
     pthread_mutex_lock(&mu);
     uint64_t used = used_total_locked();
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     *free_b = cfg_total > used ? cfg_total - used : 0;
     *total = cfg_total;
     LOG(__func__, CUDA_SUCCESS, "free=%zu total=%zu", *free_b, *total);
@@ -533,7 +566,7 @@ static CUresult pool_alloc(const char *name, CUdeviceptr *dptr, size_t size, fpo
     uint64_t used = p->used + size, reserved = p->reserved;
     if (used > reserved) reserved = round_up(used, cfg_granule);
     if (used_total_locked() - p->reserved + reserved > cfg_total) {
-        pthread_mutex_unlock(&mu);
+        mu_unlock();
         logf_(t0, name, CUDA_ERROR_OUT_OF_MEMORY, "%zu", size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -542,7 +575,7 @@ static CUresult pool_alloc(const char *name, CUdeviceptr *dptr, size_t size, fpo
     *dptr = next_addr;
     next_addr += round_up(size, 4096);
     add_alloc_locked(*dptr, size, p, A_POOL);
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     logf_(t0, name, CUDA_SUCCESS, "%zu reserved=%llu", size, (unsigned long long)reserved);
     return CUDA_SUCCESS;
 }
@@ -567,7 +600,7 @@ static CUresult pool_free(const char *name, CUdeviceptr dptr, uint64_t t0) {
     pthread_mutex_lock(&mu);
     int ok = take_alloc_locked(dptr, A_POOL, &a);
     if (ok) a.from->used -= a.size;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     CUresult r = ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     logf_(t0, name, r, "%#llx", (unsigned long long)dptr);
     return r;
@@ -588,7 +621,7 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool hp, CUmemPool_attribute attr,
     case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = p->threshold; break;
     default: v = 0; r = CUDA_ERROR_NOT_SUPPORTED;
     }
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     if (r == CUDA_SUCCESS) memcpy(value, &v, sizeof v);
     return r;
 }
@@ -600,7 +633,7 @@ EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool hp, size_t keep) {
     uint64_t floor = round_up(p->used, cfg_granule);
     if (p->reserved > keep) p->reserved = keep > floor ? keep : floor;
     uint64_t res = p->reserved;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     LOG(__func__, CUDA_SUCCESS, "keep=%zu reserved=%llu", keep, (unsigned long long)res);
     return CUDA_SUCCESS;
 }
@@ -608,13 +641,13 @@ EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props) 
     ENTER();
     if (!props || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    if (n_pools == 64) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (n_pools == 64) { mu_unlock(); return CUDA_ERROR_OUT_OF_MEMORY; }
     fpool *p = calloc(1, sizeof *p);
     if (!p) abort();
     p->dev = props->location.id;
     p->alive = 1;
     pools[n_pools++] = p;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     *out = (CUmemoryPool)(void *)p;
     LOG(__func__, CUDA_SUCCESS, "%p", (void *)p);
     return CUDA_SUCCESS;
@@ -626,7 +659,7 @@ EXPORT CUresult cuMemPoolDestroy(CUmemoryPool hp) {
     pthread_mutex_lock(&mu);
     p->alive = 0;
     p->reserved = p->used = 0;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     LOG(__func__, CUDA_SUCCESS, "%p", (void *)p);
     return CUDA_SUCCESS;
 }
@@ -642,14 +675,14 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
     if (oom_injected()) { LOG(__func__, CUDA_ERROR_OUT_OF_MEMORY, "%zu injected", size); return CUDA_ERROR_OUT_OF_MEMORY; }
     pthread_mutex_lock(&mu);
     if (device && used_total_locked() + size > cfg_total) {
-        pthread_mutex_unlock(&mu);
+        mu_unlock();
         LOG(__func__, CUDA_ERROR_OUT_OF_MEMORY, "%zu", size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *handle = atomic_fetch_add(&next_handle, 1);
     if (device) used_linear += size;
     add_alloc_locked(*handle, device ? size : 0, NULL, A_HANDLE);
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     LOG(__func__, CUDA_SUCCESS, "%zu loc=%d", size, (int)prop->location.type);
     return CUDA_SUCCESS;
 }
@@ -679,13 +712,13 @@ static CUresult array_make(const char *name, CUarray *out, uint64_t w, uint64_t 
     uint64_t size = round_up(w * m1(h) * m1(d) * fmt_bytes(f) * ch, cfg_array_align);
     if (oom_injected()) { logf_(t0, name, CUDA_ERROR_OUT_OF_MEMORY, "injected"); return CUDA_ERROR_OUT_OF_MEMORY; }
     pthread_mutex_lock(&mu);
-    if (used_total_locked() + size > cfg_total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (used_total_locked() + size > cfg_total) { mu_unlock(); return CUDA_ERROR_OUT_OF_MEMORY; }
     fake_array *a = malloc(sizeof *a);
     if (!a) abort();
     a->size = size;
     used_linear += size;
     add_alloc_locked((uint64_t)(uintptr_t)a, size, NULL, A_ARRAY);
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     *out = a;
     logf_(t0, name, CUDA_SUCCESS, "size=%llu", (unsigned long long)size);
     return CUDA_SUCCESS;
@@ -716,7 +749,7 @@ EXPORT CUresult cuArrayDestroy(CUarray a) {
     pthread_mutex_lock(&mu);
     int ok = a && take_alloc_locked((uint64_t)(uintptr_t)a, A_ARRAY, &x);
     if (ok) used_linear -= x.size;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     if (ok) free(a);
     LOG(__func__, ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, "%s", "-");
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
@@ -743,13 +776,13 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *out, const CUDA_ARRAY3D
     }
     if (oom_injected()) { LOG(__func__, CUDA_ERROR_OUT_OF_MEMORY, "injected"); return CUDA_ERROR_OUT_OF_MEMORY; }
     pthread_mutex_lock(&mu);
-    if (used_total_locked() + size > cfg_total) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (used_total_locked() + size > cfg_total) { mu_unlock(); return CUDA_ERROR_OUT_OF_MEMORY; }
     fake_mipmap *m = malloc(sizeof *m);
     if (!m) abort();
     m->size = size;
     used_linear += size;
     add_alloc_locked((uint64_t)(uintptr_t)m, size, NULL, A_MIPMAP);
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     *out = m;
     LOG(__func__, CUDA_SUCCESS, "levels=%u size=%llu", levels, (unsigned long long)size);
     return CUDA_SUCCESS;
@@ -760,7 +793,7 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m) {
     pthread_mutex_lock(&mu);
     int ok = m && take_alloc_locked((uint64_t)(uintptr_t)m, A_MIPMAP, &x);
     if (ok) used_linear -= x.size;
-    pthread_mutex_unlock(&mu);
+    mu_unlock();
     if (ok) free(m);
     LOG(__func__, ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE, "%s", "-");
     return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from xcuda_helpers import Native, Workload, field_of, probe, rc
+from xcuda_helpers import Native, Workload, field_of, rc
 
 from hivemux.xcuda import ControlBlock, StateFile, UnsafePath, secure_directory
 

@@ -82,6 +82,7 @@ class NvmlScript:
     driver: str = "535.129.03"
     init: int = 0
     procs: list[tuple[int, int, int | None]] = field(default_factory=list)  # (gpu, pid, bytes|None)
+    procdirs: list[tuple[int, Path]] = field(default_factory=list)  # (gpu, dir of <pid> files: the fake libcuda's)
     procutil: list[tuple[int, int, int, int, int]] = field(default_factory=list)  # (gpu, pid, ts_us, sm, mem)
     xids: list[tuple[int, int]] = field(default_factory=list)  # (gpu, xid code)
 
@@ -92,6 +93,7 @@ class NvmlScript:
                 if value is not None:
                     lines.append(f"dev {i} {key} {value}")
         lines += [f"proc {g} {pid} {'NA' if used is None else used}" for g, pid, used in self.procs]
+        lines += [f"procdir {g} {d}" for g, d in self.procdirs]
         lines += [f"procutil {g} {pid} {ts} {sm} {mem}" for g, pid, ts, sm, mem in self.procutil]
         lines += [f"xid {g} {code}" for g, code in self.xids]
         return "\n".join(lines) + "\n"

@@ -15,6 +15,10 @@
  *              power_mw, temp, ecc_sbe, ecc_dbe, events (supported event-type mask, default 0x8),
  *              procs (only "!<code>"), procutil (only "!<code>")
  *   proc <i> <pid> <used_bytes|NA>                  a running compute process on device i
+ *   procdir <i> <dir>           every live process with a file <dir>/<pid> (a decimal byte count,
+ *                               what the fake libcuda writes with FAKE_CUDA_USAGE_DIR) is a
+ *                               running compute process on device i holding that many bytes:
+ *                               the "driver's" figure, whatever the process's own shim says
  *   procutil <i> <pid> <timestamp_us> <sm> <mem>    a process utilization sample on device i
  *   xid <i> <code>              an XID event; each event set delivers the xid lines in file order,
  *                               once each, to nvmlEventSetWait_v2 if device i registered for
@@ -23,8 +27,10 @@
  * Only the layouts pynvml uses are reproduced (c_nvmlMemory_t, c_nvmlProcessInfo_v2_t,
  * c_nvmlProcessUtilizationSample_t, c_nvmlEventData_t).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +213,37 @@ static void parse_dev_line(script_t *s, char *rest) {
         set_field(&d->procutil, value);
 }
 
+/* procdir: one running process per <dir>/<pid> file of a live pid. */
+static void add_procdir(script_t *s, unsigned int dev, const char *dir) {
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && s->nprocs < FAKE_MAX_PROCS) {
+        char *end = NULL;
+        unsigned long pid = strtoul(e->d_name, &end, 10);
+        if (end == e->d_name || *end != '\0' || pid == 0)
+            continue;
+        if (kill((pid_t)pid, 0) != 0 && errno != EPERM)
+            continue; /* exited: NVML lists running processes only */
+        char path[700], text[64] = "";
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        int ok = fgets(text, sizeof(text), f) != NULL;
+        fclose(f);
+        if (!ok)
+            continue;
+        proc_t *p = &s->procs[s->nprocs++];
+        memset(p, 0, sizeof(*p));
+        p->dev = dev;
+        p->pid = (unsigned int)pid;
+        p->used = strtoull(text, NULL, 10);
+    }
+    closedir(d);
+}
+
 /* Reads $FAKE_NVML_SCRIPT into *s; a missing variable or file gives the defaults (no devices). */
 static void load_script(script_t *s) {
     script_defaults(s);
@@ -241,6 +278,11 @@ static void load_script(script_t *s) {
                 p->used = strcmp(used, "NA") == 0 ? ~0ULL : strtoull(used, NULL, 0);
                 s->nprocs++;
             }
+        } else if (strcmp(line, "procdir") == 0) {
+            unsigned int dev = 0;
+            char dir[400] = "";
+            if (sscanf(rest, "%u %399s", &dev, dir) == 2)
+                add_procdir(s, dev, dir);
         } else if (strcmp(line, "procutil") == 0 && s->nsamples < FAKE_MAX_PROCS) {
             proc_t *p = &s->samples[s->nsamples];
             if (sscanf(rest, "%u %u %llu %u %u", &p->dev, &p->pid, &p->timestamp, &p->sm, &p->mem) == 5)
