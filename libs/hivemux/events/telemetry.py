@@ -3,6 +3,7 @@
 from __future__ import annotations
 from hivemux.gpu_ids import gpu_id, gpu_index
 
+import functools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -186,14 +187,11 @@ class GpuTelemetryBatch(Event):
     @cached_property
     def node_ids(self) -> tuple[str, ...]:
         """Per GPU: its node."""
-        if self.nodes is None:
-            return (self.node_id,) * len(self.gpu_util)
-        return tuple(node for node, count in zip(self.nodes, self._node_gpu_counts(), strict=True) for _ in range(count))
+        return _gpu_names(self.node_id, self.nodes, self.node_gpus, self.gpus, len(self.gpu_util))[1]
 
     @cached_property
     def gpu_ids(self) -> tuple[str, ...]:
-        refs = self.gpus if self.gpus is not None else node_indices(self.node_ids)
-        return tuple(gpu_id(node, g) if type(g) is int else g for node, g in zip(self.node_ids, refs, strict=True))  # type: ignore[misc]
+        return _gpu_names(self.node_id, self.nodes, self.node_gpus, self.gpus, len(self.gpu_util))[0]
 
     def per_gpu(self, name: str) -> tuple[Any, ...]:
         """Column `name` with one entry per GPU, defaults and shared values spelt out."""
@@ -269,6 +267,22 @@ def _unchecked_sample(fields: dict[str, Any]) -> GpuTelemetrySample:
     object.__setattr__(sample, "__pydantic_private__", None)
     return sample
 _SHARED = ("memory_total_mib", "max_sm_clock_mhz")  # one value when every GPU of the node shares it
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _gpu_names(
+    node_id: str, nodes: tuple[str, ...] | None, node_gpus: int | tuple[int, ...] | None, gpus: tuple[int | str, ...] | None, n: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(GPU ids, their nodes) of a batch of this shape. Cached: a fleet's batches repeat a few
+    shapes (one per node), and every consumer of every batch names its GPUs (the matcher and the
+    health processor fold the whole cluster's telemetry, `benchmarks/audit.py`)."""
+    if nodes is None:
+        node_ids = (node_id,) * n
+    else:
+        counts = node_gpus if type(node_gpus) is tuple else (node_gpus,) * len(nodes)
+        node_ids = tuple(node for node, count in zip(nodes, counts, strict=True) for _ in range(count))  # type: ignore[arg-type]
+    refs = gpus if gpus is not None else node_indices(node_ids)
+    return tuple(gpu_id(node, g) if type(g) is int else g for node, g in zip(node_ids, refs, strict=True)), node_ids  # type: ignore[misc]
 
 
 def node_indices(node_ids: Sequence[str]) -> tuple[int, ...]:

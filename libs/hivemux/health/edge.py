@@ -66,8 +66,6 @@ class HealthEdge:
     def __init__(self, config: HealthConfig, source: str) -> None:
         self.core = HealthProcessorCore(config)
         self.source = source
-        # (nodes, node_gpus, gpus) -> (GPU ids, their nodes): a fleet's batches repeat a few shapes
-        self._gpu_ids: dict[tuple[object, object, object], tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
     @property
     def monitors(self) -> dict[str, SysMonitor]:
@@ -85,11 +83,7 @@ class HealthEdge:
         ``occurred_at``, every GPU's instant unless the batch has ``sampled_at``)."""
         n = len(batch.gpu_util)
         nones, zeros, empty = _fillers(n)
-        key = (batch.nodes or batch.node_id, batch.node_gpus, batch.gpus or n)
-        named = self._gpu_ids.get(key)
-        if named is None:  # a node's GPUs change rarely: name them once
-            named = self._gpu_ids[key] = (batch.gpu_ids, batch.node_ids)
-        gpu_ids, node_ids = named
+        gpu_ids, node_ids = batch.gpu_ids, batch.node_ids  # cached per batch shape
         times = (
             repeat(at, n)  # a node's samples usually share their instant
             if batch.sampled_at is None

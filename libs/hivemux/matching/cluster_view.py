@@ -33,7 +33,7 @@ import itertools
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 from uuid import UUID
 
 from hivemux.events import HealthState, ReportState, derived_id
@@ -47,9 +47,10 @@ _INTERRUPTED = {ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED}
 _WINDOW = 10_000  # samples kept per GPU and interval (bounds memory if rounds stall)
 
 
-@dataclass(frozen=True)
-class GpuReading:
-    """One telemetry sample of one GPU, as the scheduler reads it."""
+class GpuReading(NamedTuple):
+    """One telemetry sample of one GPU, as the scheduler reads it. A tuple, read by position:
+    the matcher's edge hands the scheduler a batch's zipped columns as these rows without
+    building an object per GPU (it folds every batch of the cluster, `benchmarks/audit.py`)."""
 
     gpu_id: str
     node_id: str
@@ -156,14 +157,16 @@ class ClusterView:
 
     # -- folds ----------------------------------------------------------------------------
     def observe(self, reading: GpuReading) -> None:
-        view = self.gpus.get(reading.gpu_id) or GpuWindow(reading.node_id, reading.gpu_type)
-        view.online_workload = reading.online_workload
-        view.memory_total_mib = reading.memory_total_mib
-        view.memory_used_mib = reading.memory_used_mib
-        view.gpu_util.append(reading.gpu_util)
-        if reading.sm_activity is not None:
-            view.sm_activity.append(reading.sm_activity)
-        self.gpus[reading.gpu_id] = view
+        (gpu_id, node_id, gpu_type, _, online_workload, memory_total_mib, memory_used_mib, gpu_util, sm_activity) = reading
+        view = self.gpus.get(gpu_id)
+        if view is None:
+            view = self.gpus[gpu_id] = GpuWindow(node_id, gpu_type)
+        view.online_workload = online_workload
+        view.memory_total_mib = memory_total_mib
+        view.memory_used_mib = memory_used_mib
+        view.gpu_util.append(gpu_util)
+        if sm_activity is not None:
+            view.sm_activity.append(sm_activity)
 
     def submit(self, job: OfflineSubmission) -> None:
         if job.job_id in self.suspended:

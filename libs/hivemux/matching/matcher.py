@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from itertools import repeat
+from typing import cast
 
 from hivemux.events import (
     CommandAction,
@@ -150,18 +152,18 @@ def _reading(sample: GpuTelemetrySample) -> GpuReading:
     )
 
 
-def readings(batch: GpuTelemetryBatch) -> list[GpuReading]:
-    """`_reading` of each of `batch.samples`, read from the batch's columns (without building
-    the samples: the matcher folds every batch of the cluster, benchmarks/audit.py)."""
-    p = batch.per_gpu
-    return [
-        GpuReading(gpu_id=g, node_id=n, gpu_type=t, at=at, online_workload=o, memory_total_mib=total, memory_used_mib=used,
-                   gpu_util=util, sm_activity=sm)
-        for g, n, t, at, o, total, used, util, sm in zip(
-            batch.gpu_ids, batch.node_ids, p("gpu_types"), p("sampled_at"), p("online_workload"), p("memory_total_mib"),
-            p("memory_used_mib"), p("gpu_util"), p("sm_activity"), strict=True,
-        )
-    ]  # fmt: skip
+def readings(batch: GpuTelemetryBatch) -> Iterable[GpuReading]:
+    """`_reading` of each of `batch.samples`, read from the batch's columns: rows in
+    `GpuReading`'s field order, as plain tuples (the scheduler reads them by position; the
+    matcher folds every batch of the cluster, benchmarks/audit.py; `test_matcher` pins the
+    order against `_reading`)."""
+    n = len(batch.gpu_util)
+    totals = batch.memory_total_mib
+    return cast(Iterable[GpuReading], zip(
+        batch.gpu_ids, batch.node_ids, batch.gpu_types or repeat(batch.gpu_type, n), batch.sampled_at or repeat(batch.occurred_at, n),
+        batch.online_workload or repeat(None, n), totals if type(totals) is tuple else repeat(totals, n), batch.memory_used_mib,
+        batch.gpu_util, batch.sm_activity or repeat(None, n),
+    ))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -124,14 +124,17 @@ class Scheduler:
     def on_readings(self, readings: Iterable[GpuReading], *, live: bool) -> Decisions:
         """Fold samples; a live sample at or past the due time ends the interval: a round."""
         out = Decisions()
+        observe = self.view.observe
         for reading in readings:
-            self.view.observe(reading)
-            at = reading.at
+            observe(reading)
+            at = reading[3]  # GpuReading.at (rows may be plain tuples in its field order)
             if self.next_round_at is None:
                 self.next_round_at = at + self.interval
-            if live and (self._expiry_due is None or at >= self._expiry_due):
+            if not live:
+                continue
+            if self._expiry_due is None or at >= self._expiry_due:
                 out += self.expire(at)
-            if not live or at < self.next_round_at:
+            if at < self.next_round_at:
                 continue
             self.next_round_at = at + self.interval
             out += self.round(at)

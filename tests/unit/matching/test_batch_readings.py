@@ -26,4 +26,4 @@ def test_readings_from_columns_are_the_samples_readings() -> None:
         GpuTelemetryBatch.from_samples([s.model_copy(update={"gpu_type": "T4", "memory_total_mib": 15360.0}) for s in samples], source="test"),
     ):
         decoded = GpuTelemetryBatch.model_validate_json(batch.model_dump_json())
-        assert readings(decoded) == [_reading(s) for s in decoded.samples]
+        assert list(readings(decoded)) == [tuple(_reading(s)) for s in decoded.samples]
