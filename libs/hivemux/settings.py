@@ -8,9 +8,9 @@ settings once and passes them down; the library never reads the environment.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .event_time import EventTimeBounds
@@ -40,6 +40,28 @@ class BusSettings(BaseSettings):
     leader_heartbeat_interval_ms: int = Field(default=500, ge=100, validation_alias="HIVEMUX_LEADER_HEARTBEAT_INTERVAL_MS")
     # Event times a consumer accepts (`event_time`): at most this far ahead of the local clock.
     max_future_skew_s: float = Field(default=300.0, gt=0, validation_alias="HIVEMUX_MAX_FUTURE_SKEW_S")
+    # A real Kafka's security (aiokafka's options; `bus.connection` applies them to every client):
+    # each service connects as its own SASL user, whose ACLs (deploy/kafka-acls.sh, generated
+    # from `bus.authorization`) let it write only its topics. PLAINTEXT: the embedded broker.
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", validation_alias=AliasChoices("KAFKA_SECURITY_PROTOCOL", "HIVEMUX_KAFKA_SECURITY_PROTOCOL")
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        default="SCRAM-SHA-512", validation_alias=AliasChoices("KAFKA_SASL_MECHANISM", "HIVEMUX_KAFKA_SASL_MECHANISM")
+    )
+    kafka_sasl_username: str | None = Field(default=None, validation_alias=AliasChoices("KAFKA_SASL_USERNAME", "HIVEMUX_KAFKA_SASL_USERNAME"))
+    kafka_sasl_password: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("KAFKA_SASL_PASSWORD", "HIVEMUX_KAFKA_SASL_PASSWORD")
+    )
+    kafka_ssl_cafile: str | None = Field(default=None, validation_alias=AliasChoices("KAFKA_SSL_CAFILE", "HIVEMUX_KAFKA_SSL_CAFILE"))
+    kafka_ssl_certfile: str | None = Field(default=None, validation_alias=AliasChoices("KAFKA_SSL_CERTFILE", "HIVEMUX_KAFKA_SSL_CERTFILE"))
+    kafka_ssl_keyfile: str | None = Field(default=None, validation_alias=AliasChoices("KAFKA_SSL_KEYFILE", "HIVEMUX_KAFKA_SSL_KEYFILE"))
+
+    @model_validator(mode="after")
+    def _sasl_needs_a_user(self) -> BusSettings:
+        if self.kafka_security_protocol.startswith("SASL_") and not (self.kafka_sasl_username and self.kafka_sasl_password):
+            raise ValueError(f"KAFKA_SECURITY_PROTOCOL={self.kafka_security_protocol} needs KAFKA_SASL_USERNAME and KAFKA_SASL_PASSWORD")
+        return self
 
     @property
     def event_time_bounds(self) -> EventTimeBounds:
@@ -63,7 +85,7 @@ class ServiceSettings(BusSettings):
         return self.model_dump(mode="json", exclude=_NOT_RECORDED)
 
 
-# Where the service talks and how it logs, not what it decides; the DSN holds a password.
+# Where the service talks and how it logs, not what it decides; the DSN and the SASL password are secrets.
 _NOT_RECORDED = {
     "kafka_bootstrap_servers",
     "session_timeout_ms",
@@ -77,4 +99,11 @@ _NOT_RECORDED = {
     "metrics_port",
     "metrics_host",
     "log_level",
+    "kafka_security_protocol",
+    "kafka_sasl_mechanism",
+    "kafka_sasl_username",
+    "kafka_sasl_password",
+    "kafka_ssl_cafile",
+    "kafka_ssl_certfile",
+    "kafka_ssl_keyfile",
 }

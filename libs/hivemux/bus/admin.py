@@ -9,9 +9,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from . import connection
 from ..topics import Topic
 
 log = logging.getLogger("hivemux.bus.admin")
@@ -20,7 +21,7 @@ log = logging.getLogger("hivemux.bus.admin")
 async def ensure_topics(bootstrap_servers: str, topics: Iterable[Topic], *, replication_factor: int = 1) -> list[str]:
     """Create the topics that do not exist yet; return the names created."""
     wanted = {t.name: t for t in topics}
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="hivemux-admin")
+    admin = connection.admin(bootstrap_servers=bootstrap_servers, client_id="hivemux-admin")
     await admin.start()
     try:
         existing = set(await admin.list_topics())

@@ -58,6 +58,7 @@ from aiokafka.coordinator.protocol import ConsumerProtocolMemberAssignment, Cons
 from aiokafka.errors import KafkaError
 from prometheus_client import Counter, Gauge
 
+from . import connection
 from ..events import Event, LeaderElected
 from ..settings import ServiceSettings
 from ..topics import LEADERSHIP
@@ -147,7 +148,7 @@ class Leadership:
         """Be a member of the group until `stop`; the records of the topic are not needed (the
         assignment is what counts), polling keeps the membership."""
         bus = self.settings
-        consumer = AIOKafkaConsumer(
+        consumer = connection.consumer(
             bootstrap_servers=bus.kafka_bootstrap_servers,
             group_id=self.group_id,
             client_id=self.source,

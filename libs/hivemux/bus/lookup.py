@@ -6,8 +6,9 @@ import asyncio
 import uuid
 from collections.abc import Sequence
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 
+from . import connection
 from ..errors import InvalidEvent
 from ..events import Event
 from ..topics import Topic
@@ -21,7 +22,7 @@ async def wait_for_event(
     """The event with `event_id` on `key`'s partition of any of `topics`, read from the
     partition's beginning (so an outcome published before the call is found too), or None once
     `timeout_s` has passed without it."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
+    consumer = connection.consumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
     await consumer.start()
     try:
         by_name = {t.name: t for t in topics}

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
+from . import connection
 from ..events import Event, dead_letter_of
 from ..topics import Topic, topic_for
 from .codec import encode_key, encode_value
@@ -20,7 +20,7 @@ class Publisher:
         self.source = source
         # acks=all and no idempotence: the embedded broker refuses idempotent producers, and
         # delivery is at-least-once anyway (handlers dedupe by event_id).
-        self._producer = AIOKafkaProducer(
+        self._producer = connection.producer(
             bootstrap_servers=bootstrap_servers,
             client_id=source,
             acks="all",

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 
+from . import connection
 from ..errors import InvalidEvent
 from ..events import Event
 from ..topics import Topic
@@ -52,7 +53,7 @@ async def read_topics(bootstrap_servers: str, topics: Sequence[Topic]) -> tuple[
     """Every valid event currently on `topics`, ordered by record timestamp, and the number
     of records that failed validation (those are skipped here; consumers dead-letter them)."""
     by_name = {t.name: t for t in topics}
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
+    consumer = connection.consumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
     await consumer.start()
     collected: list[tuple[int, Event]] = []
     invalid = 0

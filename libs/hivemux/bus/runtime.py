@@ -60,6 +60,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, ConsumerRecord
 from aiokafka.errors import CommitFailedError, KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from . import connection
 from ..errors import ConfigurationError, InvalidEvent, InvariantViolation, TransientError
 from ..events import ClockTick, Event
 from ..settings import ServiceSettings
@@ -293,7 +294,7 @@ class Service:
 
     def _consumer(self, *topics: str, group: bool) -> AIOKafkaConsumer:
         bus = self.settings
-        return AIOKafkaConsumer(
+        return connection.consumer(
             *topics,
             bootstrap_servers=bus.kafka_bootstrap_servers,
             group_id=self.group_id if group else None,
@@ -331,7 +332,7 @@ class Service:
 
     async def _pinned_loop(self, pin: _Pinned) -> None:
         bus = self.settings
-        consumer = AIOKafkaConsumer(
+        consumer = connection.consumer(
             bootstrap_servers=bus.kafka_bootstrap_servers,
             group_id=f"{self.group_id}.{pin.key}",
             client_id=self.source,

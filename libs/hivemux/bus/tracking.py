@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
+from . import connection
 from .partitions import all_partitions
 
 Position = tuple[str, int]
@@ -41,7 +42,7 @@ async def consume_tracked(
     `on_batch(records, started, advanced)`: the records of one poll in partition order, and per
     partition read the offset the batch started from and the next one after it. Positions move
     only after `on_batch` returns: if it raises, the loop stops with that error."""
-    consumer = AIOKafkaConsumer(
+    consumer = connection.consumer(
         bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest",
         fetch_max_wait_ms=fetch_max_wait_ms, max_partition_fetch_bytes=4 * 1024 * 1024,
     )  # fmt: skip

@@ -27,6 +27,12 @@ from .vc_views import vcs as vcs_command
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
     """hivemux: a GPU cluster manager (HiveD cells, MuxFlow sharing, Salus lanes)."""
+    from ..bus import connection
+
+    try:  # the bus's TLS and SASL options for every client this command makes (bus.connection)
+        connection.configure(BusSettings())
+    except ValidationError as error:
+        raise click.ClickException(f"bad bus configuration: {error}") from error
 
 
 @cli.command()

@@ -28,8 +28,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
+from aiokafka import ConsumerRecord, TopicPartition
 
+from hivemux.bus import connection
 from hivemux.bus.codec import decode_key, decode_value, partition_for_key
 from hivemux.bus.partitions import discover_partitions
 from hivemux.bus.replay import drain
@@ -120,7 +121,7 @@ async def _read(bootstrap_servers: str, topic: Topic, key: str | None, max_recor
     """Every valid event of ``topic`` (of ``key`` only, from its partition, when given), in
     offset order per partition, with the partition; invalid records are skipped (the
     consumers dead-letter them)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
+    consumer = connection.consumer(bootstrap_servers=bootstrap_servers, group_id=None, enable_auto_commit=False)
     await consumer.start()
     out: list[tuple[object, int]] = []
     try:
