@@ -2,7 +2,7 @@
 journal and the log, every decision recomputed and compared with the record (`replay`), over
 records read from the broker or from memory (`log`)."""
 
-from .log import BrokerLog, LoggedRecord, MemoryLog
+from .log import ArchiveLog, BrokerLog, LoggedRecord, MemoryLog
 from .replay import AuditReport, Auditor, Divergence, apply_overrides
 
-__all__ = ["AuditReport", "Auditor", "BrokerLog", "Divergence", "LoggedRecord", "MemoryLog", "apply_overrides"]
+__all__ = ["ArchiveLog", "AuditReport", "Auditor", "BrokerLog", "Divergence", "LoggedRecord", "MemoryLog", "apply_overrides"]

@@ -3,8 +3,13 @@
 The replay asks for ranges of one partition in the order a service consumed them, which is
 forward within a partition except where an incarnation started over. `BrokerLog` keeps a
 forward cursor per partition and reads ahead in large fetches, so a journal of many small
-ranges costs few round trips; a range behind the cursor seeks back. `MemoryLog` holds records
-given to it (a benchmark's recorded day, a test's log).
+ranges costs few round trips; a range behind the cursor seeks back, one ahead of it seeks
+forward. `ArchiveLog` reads the embedded broker's log from its archive in PostgreSQL
+(`store.archive`: the same records at the same offsets) and only the part not archived yet from
+the broker: the embedded broker keeps partitions in memory and scans one from its start on
+every fetch, so reading a long history from it slows with the history's length (at 650,000
+records in a partition: ~5,000 records/s), while the archive reads a range by its index.
+`MemoryLog` holds records given to it (a benchmark's recorded day, a test's log).
 """
 
 from __future__ import annotations
@@ -15,12 +20,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+import asyncpg
+from aiokafka import TopicPartition
 
+from ..bus import connection
 from ..bus.partitions import all_partitions
+from ..store.archive import archived_positions, archived_range, has_archive
 from ..topics import TOPICS
 
 READ_AHEAD = 5000  # records per fetch of one partition
+ARCHIVE_READ_AHEAD = 20_000  # records per query of one archived partition
+ALL = 2**62  # "to the end" as a last offset
 
 
 @dataclass(frozen=True)
@@ -65,7 +75,7 @@ class MemoryLog:
 
 class BrokerLog:
     def __init__(self, bootstrap_servers: str) -> None:
-        self._consumer = AIOKafkaConsumer(
+        self._consumer = connection.consumer(
             bootstrap_servers=bootstrap_servers,
             group_id=None,
             enable_auto_commit=False,
@@ -105,7 +115,8 @@ class BrokerLog:
                 return []
         buffer = self._buffers[tp]
         start = buffer[0].offset if buffer else await self._consumer.position(tp)
-        if first < start:  # a new incarnation started over: read this partition again
+        end = buffer[-1].offset + 1 if buffer else start
+        if first < start or first > end:  # a new incarnation started over, or the range lies ahead: go there
             self._consumer.seek(tp, first)
             buffer.clear()
         # Consumption is forward: what lies before the range is not asked for again soon.
@@ -114,6 +125,10 @@ class BrokerLog:
             if not await self._fetch(tp):
                 break  # the partition ends (or the rest was deleted): the caller sees what is missing
         return [r for r in buffer[: _index_at_least(buffer, last + 1)] if r.offset >= first]
+
+    async def partitions(self, topic: str) -> list[int]:
+        await self._assign([topic])
+        return sorted(tp.partition for tp in self._assigned if tp.topic == topic)
 
     async def scan(self, topics: Iterable[str]) -> list[LoggedRecord]:
         names = set(topics)
@@ -147,6 +162,73 @@ class BrokerLog:
                 self._buffers[tp] += [LoggedRecord(r.topic, r.partition, r.offset, r.key, r.value) for r in records]
                 return True
         return False
+
+
+class ArchiveLog:
+    """The log as archived in PostgreSQL, as of when it was opened, and after that, when a
+    `broker` is given, the broker's records past the archive (its tail: what the archiver had not
+    committed yet, or everything once the system stopped archiving). Without a broker: the
+    archive alone (a stopped system's history)."""
+
+    def __init__(self, dsn: str, broker: BrokerLog | None = None) -> None:
+        self.dsn = dsn
+        self.broker = broker
+        self._conn: asyncpg.Connection | None = None
+        self._ends: dict[tuple[str, int], int] = {}  # archived partition -> its next offset
+        self._buffers: dict[tuple[str, int], list[LoggedRecord]] = defaultdict(list)
+
+    async def __aenter__(self) -> "ArchiveLog":
+        self._conn = await asyncpg.connect(self.dsn)
+        if not await has_archive(self._conn):
+            await self._conn.close()
+            raise LookupError(f"no archive of the broker's history in this database ({self.dsn.split('@')[-1]})")
+        self._ends = await archived_positions(self._conn)
+        if self.broker is not None:
+            await self.broker.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.broker is not None:
+            await self.broker.__aexit__(*exc)
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def read(self, topic: str, partition: int, first: int, last: int) -> Sequence[LoggedRecord]:
+        end = self._ends.get((topic, partition), 0)
+        out: list[LoggedRecord] = []
+        if first < end:
+            out = await self._archived(topic, partition, first, min(last, end - 1))
+        if last >= end and self.broker is not None:
+            out += await self.broker.read(topic, partition, max(first, end), last)
+        return out
+
+    async def scan(self, topics: Iterable[str]) -> list[LoggedRecord]:
+        out: list[LoggedRecord] = []
+        for topic in sorted(set(topics)):
+            partitions = {p for t, p in self._ends if t == topic}
+            if self.broker is not None:
+                partitions |= set(await self.broker.partitions(topic))
+            for partition in sorted(partitions):
+                out += await self.read(topic, partition, 0, ALL)
+        return out
+
+    async def _archived(self, topic: str, partition: int, first: int, last: int) -> list[LoggedRecord]:
+        """`first`..`last` (all archived), read ahead in large queries along a forward cursor."""
+        assert self._conn is not None
+        buffer = self._buffers[topic, partition]
+        if buffer and not buffer[0].offset <= first <= buffer[-1].offset + 1:
+            buffer.clear()  # behind the cursor (an incarnation started over) or ahead of it
+        del buffer[: _index_at_least(buffer, first)]
+        end = self._ends[topic, partition]
+        while not buffer or buffer[-1].offset < last:
+            start = buffer[-1].offset + 1 if buffer else first
+            if start >= end:
+                break
+            rows = await archived_range(self._conn, topic, partition, start, min(end, max(last + 1, start + ARCHIVE_READ_AHEAD)))
+            if not rows:
+                break  # the rest was deleted: the caller sees what is missing
+            buffer += [LoggedRecord(topic, partition, r[0], r[1], r[2]) for r in rows]
+        return buffer[: _index_at_least(buffer, last + 1)]
 
 
 def _index_at_least(records: Sequence[LoggedRecord], offset: int) -> int:

@@ -8,14 +8,17 @@ import json
 import os
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 import click
 from aiokafka.errors import KafkaConnectionError
 
+from ..audit.log import Log
 from ..audit.replay import AuditReport
-from ..settings import BusSettings
+from ..settings import BusSettings, ServiceSettings
 from .services import AUDITED, SERVICES
 
 
@@ -32,8 +35,13 @@ def audit_group() -> None:
               help="Compare only decisions at or before this event time.")
 @click.option("--set", "overrides", multiple=True, metavar="SERVICE.PATH=VALUE",
               help="Replay with a recorded configuration value changed, e.g. matcher.settings.slowdown_bound=0.1.")
+@click.option("--log", "source", type=click.Choice(["auto", "broker", "archive"]), default="auto", show_default=True,
+              help="Where to read the log: the broker; the embedded broker's archive in PostgreSQL (HIVEMUX_POSTGRES_DSN) "
+                   "with the broker for what is not archived yet; auto: the archive when that database holds one.")
 @click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
-def replay(services: tuple[str, ...], start: datetime | None, end: datetime | None, overrides: tuple[str, ...], as_json: bool) -> None:
+def replay(
+    services: tuple[str, ...], start: datetime | None, end: datetime | None, overrides: tuple[str, ...], source: str, as_json: bool
+) -> None:
     """Rebuild the cell allocator, matcher, health processor and predictor from their recorded
     inputs, in the order they consumed them, and compare every decision with the record. Exit 0
     only if all are identical; else print the first divergence, recorded and recomputed side by
@@ -48,7 +56,11 @@ def replay(services: tuple[str, ...], start: datetime | None, end: datetime | No
             raise click.BadParameter(f"{item!r}: expected SERVICE.PATH=VALUE with SERVICE one of {', '.join(AUDITED)}", param_hint="--set")
         changed[name][path] = value
     servers = BusSettings().kafka_bootstrap_servers
-    jobs = [(name, servers, dict(changed.get(name, {})), _utc(start), _utc(end)) for name in chosen]
+    dsn = ServiceSettings().postgres_dsn if source != "broker" else None
+    if source == "archive" and not dsn:
+        raise click.UsageError("--log archive reads the archive in PostgreSQL: set HIVEMUX_POSTGRES_DSN (`hivemux up` prints it)")
+    log = LogSource(servers, dsn, required=source == "archive")
+    jobs = [(name, log, dict(changed.get(name, {})), _utc(start), _utc(end)) for name in chosen]
     # The services' replays are independent (each has its own journal and inputs): one process
     # each, as many at once as there are cores.
     if len(jobs) == 1:
@@ -68,21 +80,49 @@ def replay(services: tuple[str, ...], start: datetime | None, end: datetime | No
     raise SystemExit(0 if report.identical else 1)
 
 
-def replay_service(name: str, servers: str, overrides: dict[str, str], start: datetime | None, end: datetime | None) -> AuditReport | str:
+@dataclass(frozen=True)
+class LogSource:
+    """Where a replay reads the log: the broker, or the archive in `dsn` (and the broker past it)."""
+
+    servers: str
+    dsn: str | None = None
+    required: bool = False  # the archive was asked for: its absence is an error, not a fallback
+
+    async def open(self) -> Log:
+        from ..audit import ArchiveLog, BrokerLog
+
+        if self.dsn is not None:
+            try:
+                return await ArchiveLog(self.dsn, BrokerLog(self.servers)).__aenter__()
+            except LookupError:
+                if self.required:
+                    raise
+            except KafkaConnectionError:  # a stopped system's history: the archive alone
+                click.echo(f"the broker at {self.servers} is not reachable: replaying the archive alone", err=True)
+                return await ArchiveLog(self.dsn).__aenter__()
+        return await BrokerLog(self.servers).__aenter__()
+
+
+def replay_service(name: str, source: LogSource, overrides: dict[str, str], start: datetime | None, end: datetime | None) -> AuditReport | str:
     """One service's audit (in a worker process): its report, or why it could not run."""
-    from ..audit import Auditor, BrokerLog
+    from ..audit import Auditor
 
     rebuild = importlib.import_module(SERVICES[name]).rebuild
 
     async def run() -> AuditReport:
-        async with BrokerLog(servers) as log:
+        log = await source.open()
+        try:
             return await Auditor(log, {name: rebuild}, overrides={name: overrides}, start=start, end=end).run()
+        finally:
+            await log.__aexit__(None, None, None)
 
     try:
         return asyncio.run(run())
     except KafkaConnectionError as error:
-        return f"cannot reach Kafka at {servers} ({error}); set KAFKA_BOOTSTRAP_SERVERS to the address `hivemux up` printed"
-    except KeyError as error:  # an override naming nothing that was recorded
+        return f"cannot reach Kafka at {source.servers} ({error}); set KAFKA_BOOTSTRAP_SERVERS to the address `hivemux up` printed"
+    except (OSError, asyncpg.PostgresError) as error:
+        return f"cannot read the archive in PostgreSQL ({error}); check HIVEMUX_POSTGRES_DSN"
+    except LookupError as error:  # KeyError: an override naming nothing that was recorded; else no archive
         return f"{name}: {error.args[0]}"
 
 

@@ -136,6 +136,21 @@ async def archived_positions(conn: asyncpg.Connection) -> dict[Position, int]:
     return {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
 
 
+async def has_archive(conn: asyncpg.Connection) -> bool:
+    return bool(await conn.fetchval("SELECT to_regclass('bus_archive.positions') IS NOT NULL"))
+
+
+async def archived_range(conn: asyncpg.Connection, topic: str, partition: int, first: int, end: int) -> list[asyncpg.Record]:
+    """Rows (offset, key, value) of the archived records `first` <= offset < `end` of a partition, in
+    offset order (the audit replay's reads: `audit.log.ArchiveLog`)."""
+    rows = await conn.fetch(
+        'SELECT "offset", key, value FROM bus_archive.records WHERE topic = $1 AND partition = $2 AND "offset" >= $3 AND "offset" < $4 '
+        'ORDER BY "offset"',
+        topic, partition, first, end,
+    )  # fmt: skip
+    return rows
+
+
 def _row(record: ConsumerRecord) -> tuple[object, ...]:
     headers = list(record.headers or ())
     return (record.topic, record.partition, record.offset, record.key, record.value, record.timestamp,
