@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -23,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import UnknownError
 
 from hivemux.errors import ConfigurationError
-from hivemux.infra import EmbeddedInfra, Endpoints, InfraSettings, embedded_infra
+from hivemux.infra import EmbeddedInfra, Endpoints, InfraError, InfraSettings, embedded_infra
 
 pytestmark = pytest.mark.integration
 
@@ -216,3 +217,68 @@ def _accepts(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def _without_password(dsn: str) -> str:
+    parts = urlsplit(dsn)
+    return parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}").geturl()
+
+
+async def _refused(dsn: str, **kwargs: object) -> str:
+    try:
+        conn = await asyncpg.connect(dsn, timeout=5.0, **kwargs)
+    except (asyncpg.InvalidAuthorizationSpecificationError, asyncpg.InvalidPasswordError) as error:
+        return str(error)
+    await conn.close()
+    raise AssertionError(f"{dsn} connected")
+
+
+async def test_the_database_asks_for_its_password_and_listens_on_loopback_only(infra: Endpoints,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PGPASSWORD", "PGPASSFILE", "PGUSER", "PGHOST"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PGPASSFILE", "/nonexistent")  # no ~/.pgpass either
+    dsn = urlsplit(infra.postgres_dsn)
+    assert dsn.hostname == "127.0.0.1" and dsn.password and len(dsn.password) >= 40
+    assert "password authentication failed" in await _refused(_without_password(infra.postgres_dsn))
+    assert "password authentication failed" in await _refused(infra.postgres_dsn.replace(dsn.password, "x" + dsn.password[1:]))
+    conn = await asyncpg.connect(infra.postgres_dsn)
+    try:
+        assert await conn.fetchval("SHOW listen_addresses") == "127.0.0.1"
+        rules = await conn.fetch("SELECT type, address, auth_method FROM pg_hba_file_rules")
+        socket_dir = Path(await conn.fetchval("SHOW data_directory")).parent / "sock"
+    finally:
+        await conn.close()
+    assert {(r["type"], r["auth_method"]) for r in rules} == {("local", "scram-sha-256"), ("host", "scram-sha-256")}
+    assert {r["address"] for r in rules if r["type"] == "host"} == {"127.0.0.1", "::1"}  # no trust, no other network
+    if socket_dir.exists():  # the unix socket asks too (same machine, any local user)
+        assert "password authentication failed" in await _refused(f"postgresql://postgres@/postgres?host={socket_dir}&port={dsn.port}")
+
+
+def test_the_password_is_generated_once_kept_0600_and_given_to_an_old_trust_database(tmp_path: Path) -> None:
+    import asyncio
+
+    data = tmp_path / "infra"
+    with embedded_infra(want_kafka=False, data_dir=data) as first:
+        dsn = first.endpoints.postgres_dsn
+    password_file = data / "postgres.password"
+    assert oct(password_file.stat().st_mode & 0o777) == "0o600" and password_file.stat().st_uid == os.geteuid()
+    assert password_file.read_text().strip() == urlsplit(dsn).password
+    with embedded_infra(want_kafka=False, data_dir=data) as again:  # `hivemux up` again on its work directory
+        assert urlsplit(again.endpoints.postgres_dsn).password == urlsplit(dsn).password
+    # a work directory from before passwords: its data has no password file; one is made and set
+    password_file.unlink()
+    with embedded_infra(want_kafka=False, data_dir=data) as migrated:
+        new = migrated.endpoints.postgres_dsn
+        assert urlsplit(new).password not in (None, urlsplit(dsn).password)
+
+        async def check() -> None:
+            conn = await asyncpg.connect(new)
+            await conn.close()
+            old = new.replace(urlsplit(new).password or "", urlsplit(dsn).password or "")
+            assert "password authentication failed" in await _refused(old)  # not the password of before
+
+        asyncio.run(check())
+    os.chmod(password_file, 0o644)
+    with pytest.raises(InfraError, match="mode 0600"):  # a password others could read is not used
+        embedded_infra(want_kafka=False, data_dir=data).start()

