@@ -199,7 +199,9 @@ def test_shared_configuration(k8s_docs: list[dict[str, Any]], workloads: dict[st
     assert config["data"]["KAFKA_BOOTSTRAP_SERVERS"]
     assert config["data"]["HIVEMUX_METRICS_PORT"] == str(METRICS_PORT)
     assert config["data"]["HIVEMUX_METRICS_HOST"] == "0.0.0.0"
-    (secret,) = by_kind["Secret"]
+    secrets = {d["metadata"]["name"]: d for d in by_kind["Secret"]}
+    secret = secrets["hivemux-postgres"]
+    assert set(secrets["hivemux-kafka-users"]["stringData"]) == set(workloads)  # a Kafka user per service
     assert "HIVEMUX_POSTGRES_DSN" in secret["stringData"]
     for name, workload in workloads.items():
         (container,) = containers(workload)

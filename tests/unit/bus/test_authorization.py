@@ -103,3 +103,21 @@ def test_the_acl_script_is_the_code() -> None:
     assert all(line in script for line in kafka_acls()), "regenerate it: python -m hivemux.bus.authorization acls > deploy/kafka-acls.sh"
     assert "--allow-principal User:cli --operation Write --topic jobs.commands" in script
     assert "--allow-principal User:executor --operation Write --topic cells.bindings\n" not in script
+
+
+def test_each_deployed_service_connects_as_its_own_kafka_user() -> None:
+    import yaml
+
+    compose = yaml.safe_load((README.parent / "docker-compose.yml").read_text())
+    for name, spec in compose["services"].items():
+        command = spec.get("command", [])
+        if command[:2] == ["hivemux", "service"]:
+            assert spec["environment"]["KAFKA_SASL_USERNAME"] == command[2], name
+    for path in sorted((README.parent / "deploy" / "kubernetes").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            containers = (doc or {}).get("spec", {}).get("template", {}).get("spec", {}).get("containers", [])
+            for container in containers:
+                if container.get("command", [])[:2] == ["hivemux", "service"]:
+                    env = {e["name"]: e for e in container["env"]}
+                    assert env["KAFKA_SASL_USERNAME"]["value"] == container["command"][2], path.name
+                    assert env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == container["command"][2], path.name
