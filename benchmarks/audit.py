@@ -183,7 +183,7 @@ class Day:
         job = f"train-{t:06d}"
         self.duration[job] = int(min(6 * 3600, rng.lognormvariate(math.log(2400), 0.8)))
         return JobSubmission(
-            occurred_at=at, source="job-controller/0", job_id=job, vc=rng.choice(list(VCS)), kind=JobKind.TRAINING, pods=pods,
+            occurred_at=at, source="cli", job_id=job, vc=rng.choice(list(VCS)), kind=JobKind.TRAINING, pods=pods,
             gpus_per_pod=gpus_per_pod, priority=Priority.OPPORTUNISTIC if opportunistic else Priority.GUARANTEED,
             priority_value=-1 if opportunistic else rng.choice((10, 100, 500)),
             workload=WorkloadSpec(model=rng.choice(MODELS), batch_size=64, iterations=100_000),
@@ -194,7 +194,7 @@ class Day:
         job = f"offline-{t:06d}"
         self.duration[job] = int(min(4 * 3600, rng.lognormvariate(math.log(1800), 0.7)))
         model = rng.choice(MODELS)
-        submission = JobSubmission(occurred_at=at, source="job-controller/0", job_id=job, vc="vc-offline", kind=JobKind.OFFLINE,
+        submission = JobSubmission(occurred_at=at, source="cli", job_id=job, vc="vc-offline", kind=JobKind.OFFLINE,
                                    workload=WorkloadSpec(model=model, batch_size=32, iterations=50_000))  # fmt: skip
         profile = Profile(
             occurred_at=at + timedelta(seconds=1), source="profiler/0", job_id=job, signature=f"{model}-32-{t:06d}", gpu_type=GPU_TYPE,

@@ -174,9 +174,9 @@ class Tail:
 # -- the job stream -----------------------------------------------------------------------------------
 def job(n: int, tag: str) -> JobSubmission:
     if n % 2 == 0:
-        return JobSubmission(occurred_at=now(), source="faults-bench", job_id=f"faults-{tag}-{n:04d}-offline", vc=("vc-a", "vc-b", "vc-c")[n % 3],
+        return JobSubmission(occurred_at=now(), source="cli", job_id=f"faults-{tag}-{n:04d}-offline", vc=("vc-a", "vc-b", "vc-c")[n % 3],
                              kind=JobKind.OFFLINE, workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=200))  # fmt: skip
-    return JobSubmission(occurred_at=now(), source="faults-bench", job_id=f"faults-{tag}-{n:04d}-train", vc="vc-b", kind=JobKind.TRAINING, pods=1,
+    return JobSubmission(occurred_at=now(), source="cli", job_id=f"faults-{tag}-{n:04d}-train", vc="vc-b", kind=JobKind.TRAINING, pods=1,
                          gpus_per_pod=1, priority=Priority.OPPORTUNISTIC, priority_value=-1,
                          workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=20))  # fmt: skip
 
@@ -257,7 +257,7 @@ async def kill_one(service: str, children: list[Child], tail: Tail, stream: Stre
     if service == "job-controller":  # it acts on commands only: one right after the kill
         target = stream.submitted[-1][1]
         async with Publisher(tail.bootstrap, source="faults-bench") as publisher:
-            await publisher.publish(JobCommand(occurred_at=now(), source="faults-bench", command_id=f"faults-cancel-{uuid.uuid4().hex[:8]}",
+            await publisher.publish(JobCommand(occurred_at=now(), source="cli", command_id=f"faults-cancel-{uuid.uuid4().hex[:8]}",
                                                principal="faults-bench", job_id=target, action=JobAction.CANCEL))  # fmt: skip
     if service in DECIDERS:
         result.what = "journaled decision" + (" (new active)" if took_over else " (restarted)")
