@@ -17,6 +17,10 @@ Two backends behind one interface (`NodeBackend`), chosen by ``HIVEMUX_EXECUTOR_
   A consumer group would instead hand a node's partition to whichever agent the coordinator
   picks, and the commands would reach a node that cannot run them.
 
+The process agent starts only admitted work (`hivemux.executor.admission`): it folds
+``jobs.submitted``, ``placements`` and ``cells.bindings`` and resolves each start from them
+(the submitted workload, run as an unprivileged uid), never from the command record.
+
 On start the executor reads what its nodes run from the log (`hivemux.executor.recovery`) and
 the backend deals with every run in progress: the process agent at once (re-adopts its live
 processes, reports the others), the simulated one for the nodes of the command partitions the
@@ -26,14 +30,14 @@ group gives it, before it handles their records.
 from __future__ import annotations
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import Event, ExecutorCommand, GpuTelemetryBatch
+from hivemux.events import CellBinding, Event, ExecutorCommand, GpuTelemetryBatch, JobSubmission, Placement
 from hivemux.executor.backend import NodeBackend
 from hivemux.executor.node import ProcessNode
 from hivemux.executor.recovery import read_ledger
 from hivemux.executor.simulated_node import SimulatedExecutor
 from hivemux.observability import serve
 from hivemux.services.executor.settings import ExecutorSettings
-from hivemux.topics import EXECUTOR_COMMANDS, GPU_TELEMETRY
+from hivemux.topics import CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_SUBMITTED, PLACEMENTS
 
 __all__ = ["NAME", "ExecutorSettings", "backend", "build", "main"]
 NAME = "executor"
@@ -86,6 +90,11 @@ def build(settings: ExecutorSettings) -> Service:
     service.on_start(start)
     service.fold(GPU_TELEMETRY, on_batch)
     if process:  # one node's agent: its own key's records only (see the module docstring)
+        def on_admission(event: JobSubmission | Placement | CellBinding, _: RecordContext) -> None:
+            node.on_admission(event)  # type: ignore[union-attr]
+
+        for topic in (JOBS_SUBMITTED, PLACEMENTS, CELL_BINDINGS):  # what a start may run (`admission`)
+            service.fold(topic, on_admission)
         service.pinned(EXECUTOR_COMMANDS, on_command, key=settings.node_id or "")
     else:
         service.on(EXECUTOR_COMMANDS, on_command)

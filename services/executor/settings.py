@@ -11,6 +11,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.executor.config import NodeConfig
+from hivemux.executor.users import WorkloadUsers
 from hivemux.settings import ServiceSettings
 
 
@@ -49,6 +50,12 @@ class ExecutorSettings(ServiceSettings):
     gpu_sampler: Literal["telemetry", "nvml"] = Field(
         default="telemetry", description="Where the xCUDA feed reads SM activity and clock: folded telemetry.gpu, or NVML here")
     nvml_library: str | None = Field(default=None, description="A specific libnvidia-ml.so.1 for the NVML sampler")
+    # Who workloads run as (hivemux.executor.users): never root; a numeric uid/gid from a range.
+    workload_uid_first: int = Field(default=200_000, ge=1000, description="First uid (and gid) workloads run as")
+    workload_uid_count: int = Field(default=65_536, ge=1, description="How many uids the range holds")
+    workload_uid_per: Literal["job", "tenant"] = Field(default="job", description="One uid per job, or per tenant (vc)")
+    admission_wait_s: float = Field(default=5.0, ge=0.0,
+                                    description="How long a start waits for its job's submission and admission to be folded")
 
     @model_validator(mode="after")
     def _process_needs_a_node(self) -> ExecutorSettings:
@@ -69,4 +76,6 @@ class ExecutorSettings(ServiceSettings):
             online_services=dict(self.online_services), online_args=tuple(self.online_args),
             observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
             salus_policy=None if self.salus_policy == "off" else self.salus_policy,
+            workload_users=WorkloadUsers(self.workload_uid_first, self.workload_uid_count, self.workload_uid_per),
+            admission_wait_s=self.admission_wait_s,
         )

@@ -34,6 +34,7 @@ from hivemux.executor.node import NodeConfig, ProcessNode
 from hivemux.xcuda import ControlBlock, build, library_path
 from hivemux.xcuda.library import XcudaNotBuilt
 from support import fake_mps
+from support.admission import admit, reachable_by_workload_uids
 
 NODE = "node-00"
 GPU = "node-00/gpu-0"
@@ -91,7 +92,14 @@ def mps_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "bin"
 
 
+async def handle(node: ProcessNode, command: ExecutorCommand) -> list:
+    """``command`` handled by ``node`` after the submission and admission behind it."""
+    admit(node, command)
+    return await node.on_command(command)
+
+
 def make_node(tmp_path: Path, **overrides: object) -> ProcessNode:
+    reachable_by_workload_uids([tmp_path])
     config = NodeConfig(**{  # type: ignore[arg-type]
         "node_id": NODE, "work_dir": tmp_path / "node", "grace_s": 10.0, "checkpoint_every": 10,
         "train_extra_args": ("--iteration-delay-ms", "10", "--report-every", "2"), "mps_timeout_s": 5.0,
@@ -123,7 +131,7 @@ async def until(node: ProcessNode, check, timeout_s: float = 40.0) -> list:  # t
 
 async def test_start_evict_timeline_and_redelivery(node: ProcessNode) -> None:
     start = start_offline()
-    accepted, running = await node.on_command(start)
+    accepted, running = await handle(node, start)
     assert (accepted.state, accepted.step, running.state) == (ReportState.ACCEPTED, "launched", JobState.RUNNING)
     assert "no CPU isolation: no cgroup root configured" in accepted.detail  # said, not hidden
     w = node.workloads["offline-a"]
@@ -146,9 +154,9 @@ async def test_start_evict_timeline_and_redelivery(node: ProcessNode) -> None:
     values = block.read()
     assert values["sample_seq"] == before + 3 and (values["u_sm"], values["c_sm"]) == (0.55, 1410.0)
 
-    assert await node.on_command(start) == []  # re-delivered start
+    assert await handle(node, start) == []  # re-delivered start
     again = start.model_copy(update={"event_id": derived_id("same placement, new id")})
-    assert await node.on_command(again) == []  # same job, same share: nothing changes
+    assert await handle(node, again) == []  # same job, same share: nothing changes
     pid = w.proc.pid
 
     ticks = await until(node, lambda: w.checkpoint is not None and w.iteration >= 15)
@@ -159,7 +167,7 @@ async def test_start_evict_timeline_and_redelivery(node: ProcessNode) -> None:
     assert node.workloads["offline-a"].proc.pid == pid
 
     evict = command(CommandAction.EVICT, reason="GPU turned Overlimit")
-    out = await node.on_command(evict)
+    out = await handle(node, evict)
     assert steps(out) == [
         ("frozen", ReportState.RUNNING), ("sigterm", ReportState.RUNNING), ("exited", ReportState.RUNNING),
         ("mps_checked", ReportState.RUNNING), (None, ReportState.EVICTED),
@@ -174,7 +182,7 @@ async def test_start_evict_timeline_and_redelivery(node: ProcessNode) -> None:
     assert final.checkpoint_iteration == lines[-2]["iteration"] == final.iterations_done
     with pytest.raises(ProcessLookupError):
         os.killpg(pid, 0)
-    assert await node.on_command(evict) == []  # re-delivered evict
+    assert await handle(node, evict) == []  # re-delivered evict
     assert "offline-a" not in node.workloads
 
 
@@ -185,11 +193,11 @@ async def test_new_sm_share_restarts_only_the_offline_workload_from_its_checkpoi
         online = node.online[GPU]
         online_pid = online.proc.pid
         assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in environ(online_pid)
-        await node.on_command(start_offline(sm_share=60.0))
+        await handle(node, start_offline(sm_share=60.0))
         w = node.workloads["offline-a"]
         first_pid = w.proc.pid
         await until(node, lambda: w.checkpoint is not None and w.checkpoint >= 10 and online.latencies)
-        out = await node.on_command(start_offline(sm_share=40.0, tag="2"))
+        out = await handle(node, start_offline(sm_share=40.0, tag="2"))
         assert steps(out) == [
             ("restarting", ReportState.RUNNING), ("frozen", ReportState.RUNNING), ("sigterm", ReportState.RUNNING),
             ("exited", ReportState.RUNNING), ("relaunched", ReportState.RUNNING),
@@ -211,7 +219,7 @@ async def test_new_sm_share_restarts_only_the_offline_workload_from_its_checkpoi
 
 
 async def test_mps_server_crash_is_reported_and_recovered(node: ProcessNode) -> None:
-    await node.on_command(start_offline())
+    await handle(node, start_offline())
     w = node.workloads["offline-a"]
     await until(node, lambda: w.checkpoint is not None)
     daemon = node.mps[0]
@@ -242,10 +250,10 @@ async def test_mps_server_crash_is_reported_and_recovered(node: ProcessNode) -> 
 
     # the health processor's remedy for the fault we reported arrives after our own restart: no-op
     stale = command(CommandAction.RESTART_MPS, job_id=f"mps:{GPU}", reason="MPS server crash")
-    assert await node.on_command(stale.model_copy(update={"occurred_at": datetime.fromtimestamp(node.clock() - 5, UTC)})) == []
+    assert await handle(node, stale.model_copy(update={"occurred_at": datetime.fromtimestamp(node.clock() - 5, UTC)})) == []
     server = daemon.server_pid
     fresh = stale.model_copy(update={"event_id": derived_id("fresh remedy"), "occurred_at": datetime.now(UTC)})
-    out = await node.on_command(fresh)
+    out = await handle(node, fresh)
     assert [r.step for r in out] == ["killed", "mps_restarted"] and daemon.server_pid != server
     assert out[0].mps_server is None and out[1].mps_server == "running"
     assert "terminate_client + died of SIGKILL" in out[0].detail  # the live server was asked first
@@ -258,10 +266,10 @@ async def test_a_workload_ignoring_sigterm_is_killed_after_the_grace_period(tmp_
     try:
         stubborn = (sys.executable, "-c", IGNORES_SIGTERM)  # a job's own command line, run as given
         spec = WorkloadSpec(model="custom", batch_size=1, iterations=1, command=stubborn)
-        await node.on_command(start_offline().model_copy(update={"workload": spec}))
+        await handle(node, start_offline().model_copy(update={"workload": spec}))
         w = node.workloads["offline-a"]
         await until(node, lambda: w.iteration == 0 and bool(progress_lines(node, "offline-a")))
-        out = await node.on_command(command(CommandAction.STOP, reason="user stop"))
+        out = await handle(node, command(CommandAction.STOP, reason="user stop"))
         assert steps(out)[:3] == [("frozen", ReportState.RUNNING), ("sigterm", ReportState.RUNNING), ("killed", ReportState.RUNNING)]
         assert out[2].exit_code == -signal.SIGKILL and out[2].detail == "killed (SIGKILL) after the grace period"
         assert steps(out)[-1] == (None, ReportState.STOPPED) and "user stop" in out[-2].detail
@@ -283,18 +291,18 @@ async def test_training_pod_runs_to_completion_and_reset_relaunches(node: Proces
         occurred_at=T0, source="cell-allocator/test", node_id=NODE, action=CommandAction.START_TRAINING, job_id="train-1",
         gpu_ids=("node-00/gpu-2", "node-00/gpu-3"), workload=WorkloadSpec(model="bert", batch_size=8, iterations=60),
     )  # fmt: skip
-    [accepted, _] = await node.on_command(start)
+    [accepted, _] = await handle(node, start)
     w = node.workloads["train-1"]
     env = environ(w.proc.pid)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and "LD_PRELOAD" not in env and "CUDA_MPS_PIPE_DIRECTORY" not in env
     await until(node, lambda: w.checkpoint is not None)
-    reset = await node.on_command(command(CommandAction.RESET_WORKLOAD, job_id="train-1", reason="sticky CUDA error"))
+    reset = await handle(node, command(CommandAction.RESET_WORKLOAD, job_id="train-1", reason="sticky CUDA error"))
     assert [r.step for r in reset] == ["restarting", "killed", "relaunched"]
     out = await until(node, lambda: "train-1" in node.finished)
     completed = [e for e in out if isinstance(e, ExecutorReport) and e.state is ReportState.COMPLETED]
     assert len(completed) == 1 and completed[0].iterations_done == 60
     assert [e.state for e in out if isinstance(e, JobLifecycleEvent)] == [JobState.COMPLETED]
-    assert await node.on_command(start.model_copy(update={"event_id": derived_id("again")})) == []  # finished stays finished
+    assert await handle(node, start.model_copy(update={"event_id": derived_id("again")})) == []  # finished stays finished
 
 
 async def test_bad_commands_raise_for_the_dead_letter_topic(node: ProcessNode) -> None:
@@ -302,10 +310,10 @@ async def test_bad_commands_raise_for_the_dead_letter_topic(node: ProcessNode) -
 
     bad_gpu = start_offline().model_copy(update={"gpu_ids": ("node-00/tpu",), "event_id": derived_id("bad")})
     with pytest.raises(InvalidEvent, match="does not end in gpu-<index>"):
-        await node.on_command(bad_gpu)
+        await handle(node, bad_gpu)
     no_gpu = ExecutorCommand(occurred_at=T0, source="t", node_id=NODE, action=CommandAction.RESTART_MPS, job_id="nothing")
     with pytest.raises(InvalidEvent, match="names no GPU"):
-        await node.on_command(no_gpu)
+        await handle(node, no_gpu)
     assert node.workloads == {}
 
 
@@ -316,13 +324,13 @@ async def test_process_exits_and_node_memory_pressure(tmp_path: Path, mps_on_pat
     await node.start()
     try:
         crashing = WorkloadSpec(model="custom", batch_size=1, iterations=1, command=(sys.executable, "-c", "raise SystemExit(7)"))
-        await node.on_command(start_offline("crashes").model_copy(update={"workload": crashing}))
+        await handle(node, start_offline("crashes").model_copy(update={"workload": crashing}))
         out = await until(node, lambda: "crashes" not in node.workloads)
         assert [(e.state, e.step, e.exit_code) for e in out if isinstance(e, ExecutorReport)] == [(ReportState.FAILED, "exited", 7)]
         assert [(e.state, e.reason) for e in out if isinstance(e, JobLifecycleEvent)] == [(JobState.FAILED, "process exited with code 7")]
 
         sleeper = WorkloadSpec(model="custom", batch_size=1, iterations=1, command=(sys.executable, "-c", "import time; time.sleep(60)"))
-        await node.on_command(start_offline("sleeps").model_copy(update={"workload": sleeper}))
+        await handle(node, start_offline("sleeps").model_copy(update={"workload": sleeper}))
         assert await node.tick() == [] or "sleeps" in node.workloads  # plenty of memory: it keeps running
         meminfo.write_text("MemTotal: 1000000 kB\nMemAvailable: 50000 kB\n")
         out = await until(node, lambda: "sleeps" not in node.workloads)
@@ -345,7 +353,7 @@ async def test_training_jobs_that_use_the_salus_adaptor_get_lanes(tmp_path: Path
             for job in ("lane-a", "lane-b")
         ]  # fmt: skip
         for start in starts:
-            await node.on_command(start)
+            await handle(node, start)
         assert environ(node.workloads["lane-a"].proc.pid)["HIVEMUX_SALUS_SOCKET"] == node.lanes[1].socket_path
         await until(node, lambda: {"lane-a", "lane-b"} <= node.finished, timeout_s=90)
         records = node.lanes[1].completed_iterations()

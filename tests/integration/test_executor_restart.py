@@ -52,6 +52,7 @@ from hivemux.prediction.analytic import default_analytic_model
 from hivemux.services.matcher.service import MatcherSettings, build
 from hivemux.topics import EXECUTOR_REPORTS, JOBS_LIFECYCLE, PLACEMENTS, Topic
 from support import fake_mps
+from support.admission import admitted, reachable_by_workload_uids
 from support.buskit import eventually, read_all
 
 pytestmark = pytest.mark.timeout(240)
@@ -265,6 +266,7 @@ async def test_a_killed_process_agent_re_adopts_live_processes_and_reports_the_o
     infra: Endpoints, tmp_path: Path, executor_env: dict[str, str]
 ) -> None:
     bootstrap = infra.bootstrap_servers
+    reachable_by_workload_uids([tmp_path])  # workloads run as their own uids (hivemux.executor.users)
     fake_mps.install(tmp_path / "bin")
     node = f"node-{uuid.uuid4().hex[:8]}"
     env = {**executor_env, "PATH": fake_mps.path_with(tmp_path / "bin"), "HIVEMUX_EXECUTOR_BACKEND": "process",
@@ -285,6 +287,7 @@ async def test_a_killed_process_agent_re_adopts_live_processes_and_reports_the_o
     try:
         executor.start()
         async with Publisher(bootstrap, source="test") as publisher:
+            await publisher.publish(*admitted(live), *admitted(dies), *admitted(finishes), *admitted(start(node, "again", 1, SLEEPER)))
             await publisher.publish(live, dies, finishes)
             accepted = {j: await eventually(lambda j=j: one(j, ReportState.ACCEPTED), 60) for j in ("live", "dies", "finishes")}
             executor.kill()  # the agent dies; its workloads, each in its own session, do not
@@ -293,8 +296,8 @@ async def test_a_killed_process_agent_re_adopts_live_processes_and_reports_the_o
             os.killpg(pids["dies"], signal.SIGKILL)  # one dies while the agent is away
             (tmp_path / "work" / node / "finishes" / FINISH_FLAG).touch()  # one finishes while it is away
             await eventually(lambda: _gone(pids["finishes"]), 10)
-            ghost_root = tmp_path / "work" / node / "ghost"  # a process no command on the log explains
-            ghost_root.mkdir()
+            ghost_root = tmp_path / "work" / node / ".node" / "ghost"  # a process no command on the log explains
+            ghost_root.mkdir(parents=True)
             ghost = subprocess.Popen(SLEEPER, start_new_session=True)
             adoption.record(ghost_root, pid=ghost.pid, launches=1, command=start(node, "ghost", 3, SLEEPER))
             executor.start()

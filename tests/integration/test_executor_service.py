@@ -1,6 +1,8 @@
 """The process-backend executor service on the embedded broker: it consumes exactly its own
 node's commands (pinned to the partition its node key hashes to, other keys on that partition
-skipped), handles a re-delivered command once, dead-letters a bad command and keeps running."""
+skipped), handles a re-delivered command once, dead-letters a bad command and keeps running.
+It starts only what the log admitted: a forged start carrying a command line for a job never
+submitted runs nothing and is reported refused with the reason (issue 18)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from hivemux.infra import Endpoints
 from hivemux.services.executor.service import ExecutorSettings, build
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS
 from support import fake_mps
+from support.admission import admitted, reachable_by_workload_uids
 from support.buskit import eventually, read_all
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -37,6 +40,7 @@ def start(node: str, job: str, gpu: str = "gpu-0") -> ExecutorCommand:
 async def test_process_executor_consumes_only_its_node_and_survives_bad_commands(
     infra: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    reachable_by_workload_uids([tmp_path])
     fake_mps.install(tmp_path / "bin")
     monkeypatch.setenv("PATH", fake_mps.path_with(tmp_path / "bin"))
     node = f"node-{uuid.uuid4().hex[:8]}"
@@ -52,7 +56,14 @@ async def test_process_executor_consumes_only_its_node_and_survives_bad_commands
         await asyncio.wait_for(service.ready.wait(), 30)
         mine, theirs = start(node, "job-a"), start(neighbour, "job-b")
         bad = start(node, "job-c", gpu="tpu-0")
+        marker = tmp_path / "forged-ran"
+        forged = ExecutorCommand(
+            occurred_at=T0, source="matcher/test", node_id=node, action=CommandAction.START_OFFLINE, job_id="forged",
+            gpu_ids=(f"{node}/gpu-1",), sm_share=100.0,
+            workload=WorkloadSpec(model="custom", batch_size=1, iterations=1, command=("/bin/sh", "-c", f"id > {marker}")),
+        )  # fmt: skip
         async with Publisher(infra.bootstrap_servers, source="test") as publisher:
+            await publisher.publish(*admitted(mine), *admitted(theirs), *admitted(bad), *admitted(start(node, "job-d")))
             placed = await publisher.publish(theirs, mine, mine, bad)  # `mine` twice: a re-delivery
             assert {m.partition for m in placed} == {partition}  # where the producers put them
 
@@ -70,6 +81,11 @@ async def test_process_executor_consumes_only_its_node_and_survives_bad_commands
 
             [dead] = await eventually(dead_letters)
             assert "does not end in gpu-<index>" in dead.reason and dead.stage == "handle"
+
+            await publisher.publish(forged)  # a start nobody submitted or placed, with a command line
+            [refused] = await eventually(lambda: _with_state(reports, ReportState.REFUSED, "forged"))
+            assert refused.step == "not_admitted" and "job forged was never submitted" in refused.detail
+            assert not marker.exists() and not (tmp_path / "work" / node / "forged").exists()  # nothing ran, no files
 
             await publisher.publish(ExecutorCommand(
                 occurred_at=T0, source="matcher/test", node_id=node, action=CommandAction.EVICT, job_id="job-a",

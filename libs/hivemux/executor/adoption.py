@@ -1,7 +1,8 @@
 """The processes a node agent leaves behind, and how a restarted agent takes them back.
 
 Every workload runs in a session of its own (`supervisor.launch`), so it outlives an agent
-that is SIGKILLed. At each launch the agent writes ``<work_dir>/<job>/process.json``: the
+that is SIGKILLed. At each launch the agent writes ``<work_dir>/.node/<job>/process.json`` (its
+own directory about the job, `launch`: never one the workload can write): the
 process (group leader) id, its start time in clock ticks since boot (``/proc/<pid>/stat``
 field 22: a recycled pid has another start time), the launch number and the start command.
 A restarted agent (`ProcessNode.recover`) matches these files with the runs the log says
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hivemux.events import ExecutorCommand
+from hivemux.executor.launch import NODE_DIRS
 from hivemux.executor.supervisor import Exit
 
 PROCESS_FILE = "process.json"
@@ -70,7 +72,7 @@ class Found:
 def found(work_dir: Path) -> dict[str, Found]:
     """Every workload directory's last launch, by directory name (the job id, or ``online-<i>``)."""
     out: dict[str, Found] = {}
-    for path in sorted(work_dir.glob(f"*/{PROCESS_FILE}")):
+    for path in sorted((work_dir / NODE_DIRS).glob(f"*/{PROCESS_FILE}")):
         try:
             data = json.loads(path.read_text())
             command = ExecutorCommand.model_validate(data["command"]) if data.get("command") else None

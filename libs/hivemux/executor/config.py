@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hivemux.executor.users import WorkloadUsers
 from hivemux.xcuda import LaunchControl
 
 
@@ -40,3 +41,8 @@ class NodeConfig:
     # Salus lanes: one lane server per GPU that training and offline workloads can use through
     # `hivemux.salus` (HIVEMUX_SALUS_SOCKET is set for them); None turns lanes off.
     salus_policy: str | None = "fifo"
+    # Who workloads run as (`users`): a uid per job (or tenant) from a range, never root.
+    workload_users: WorkloadUsers = WorkloadUsers()
+    # How long a start waits for the folds of its job's submission and admission (`admission`)
+    # before it is refused: the scheduler publishes them with the command, on other topics.
+    admission_wait_s: float = 5.0

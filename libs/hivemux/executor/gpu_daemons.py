@@ -51,6 +51,7 @@ class GpuDaemons:
                 socket = os.path.join(tempfile.gettempdir(), f"hivemux-salus-{digest}-{gpu}.sock")
             server = LaneServer(socket, capacity_mib=self.config.gpu_memory_mib, policy=self.config.salus_policy or "fifo")
             await server.start()
+            os.chmod(socket, 0o666)  # workloads run as their own uids (`users`) and must connect
             self.lanes[gpu] = server
         return server
 

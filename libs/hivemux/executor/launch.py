@@ -1,10 +1,21 @@
 """How a workload is launched: its command line, its files and its environment.
 
-Per workload, under ``<work_dir>/<job>/``: ``checkpoints/`` (``HIVEMUX_CHECKPOINT_DIR``: where the
-workload checkpoints and resumes from), ``progress.jsonl`` (``HIVEMUX_PROGRESS_FILE``), ``log``
-(stdout and stderr), and for offline work the xCUDA files ``xcuda.control`` (node-owned, mode
-0644: the memory quota and launch-control parameters live here, never in the environment) and
-``xcuda.state``.
+Every name used in a path (job ids, ``online-<i>``) is checked first (`workload_files`): one
+path segment of ``[A-Za-z0-9][A-Za-z0-9._:-]*`` (no ``/``, no ``..``, at most 200 characters),
+and the resolved directory must sit directly under the work root; anything else is refused
+(`UnsafeName`) before a file is created.
+
+Per workload, two directories under the work root (which is root-owned, 0711):
+
+- ``<work_root>/<job>/`` — the workload's private directory, 0700, owned by the uid it runs as
+  (`users`): ``checkpoints/`` (``HIVEMUX_CHECKPOINT_DIR``: where the workload checkpoints and
+  resumes from) and ``progress.jsonl`` (``HIVEMUX_PROGRESS_FILE``). No other job's uid can enter.
+- ``<work_root>/.node/<job>/`` — what the agent keeps about it, owned by root, group the
+  workload's gid, 0750 (the workload may read, never write or replace an entry): ``log``
+  (stdout and stderr, opened by the agent), ``process.json`` (`adoption`), ``user.json``
+  (`users`). The agent, which runs as root, writes only here and in ``.xcuda/<job>/`` (the xCUDA
+  files, `create_xcuda_files`): nothing it opens is in a directory the workload controls (a
+  symlink planted there cannot redirect a root write).
 
 Environment (MuxFlow preprint §3-4):
 - every client of a shared GPU: ``CUDA_VISIBLE_DEVICES``, ``CUDA_MPS_PIPE_DIRECTORY``,
@@ -14,22 +25,45 @@ Environment (MuxFlow preprint §3-4):
   (`hivemux.xcuda.preload_env`: ``LD_PRELOAD``, ``XCUDA_CONTROL``, ``XCUDA_STATE``);
 - training pods: whole GPUs, ``CUDA_VISIBLE_DEVICES`` = their indices, no MPS, no xCUDA.
 
-A job's own command line (``WorkloadSpec.command``) runs as given; without one the built-in
-training loop `hivemux.workloads.train` stands in for the model.
+The command line is the job's as *submitted* (``JobSubmission.workload.command``, resolved by
+`admission`, never the one an executor command carries); without one the built-in training
+loop `hivemux.workloads.train` stands in for the model.
 """
 
 from __future__ import annotations
 
+import os
+import re
+import stat
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from hivemux import gpu_ids
 
+from hivemux import gpu_ids
+from hivemux.executor.users import Owner
 from hivemux.workloads.progress import CHECKPOINT_DIR_ENV, PROGRESS_FILE_ENV
 from hivemux.xcuda import ControlBlock, LaunchControl, StateFile, preload_env, remove_files, secure_directory
 
 MIB = 1 << 20
+NODE_DIRS = ".node"  # <work_root>/.node/<name>: the agent's own files about each workload
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,199}")
+
+
+class UnsafeName(ValueError):
+    """A name that cannot be used as one directory under the work root."""
+
+
+def workload_files(work_root: Path, name: str) -> WorkloadFiles:
+    """The files of workload ``name`` under ``work_root``; `UnsafeName` for a name that is not
+    one plain path segment or whose directory would not sit directly under the work root."""
+    if not _SAFE_NAME.fullmatch(name):
+        raise UnsafeName(f"{name!r} is not usable in a path (one segment of letters, digits, '.', '_', ':', '-'; "
+                         "no '/', no leading '.')")
+    root = work_root / name
+    if root.resolve().parent != work_root.resolve():
+        raise UnsafeName(f"{name!r} resolves to {root.resolve()}, outside the work root {work_root.resolve()}")
+    return WorkloadFiles(root)
 
 
 def gpu_index(gpu_id: str) -> int:
@@ -42,7 +76,12 @@ def gpu_index(gpu_id: str) -> int:
 
 @dataclass(frozen=True)
 class WorkloadFiles:
-    root: Path
+    root: Path  # the workload's private directory
+
+    @property
+    def node(self) -> Path:
+        """The agent's directory about this workload (root-owned; see the module docstring)."""
+        return self.root.parent / NODE_DIRS / self.root.name
 
     @property
     def checkpoints(self) -> Path:
@@ -54,7 +93,7 @@ class WorkloadFiles:
 
     @property
     def log(self) -> Path:
-        return self.root / "log"
+        return self.node / "log"
 
     @property
     def xcuda_dir(self) -> Path:
@@ -70,8 +109,32 @@ class WorkloadFiles:
     def state(self) -> Path:
         return self.xcuda_dir / "xcuda.state"
 
-    def create(self) -> WorkloadFiles:
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
+    def create(self, owner: Owner | None = None) -> WorkloadFiles:
+        """Both directories, with their owners and modes (module docstring). The private one is
+        created 0700 for ``owner``; an existing one is checked to be a real directory (lstat: the
+        work root is the agent's, nobody else can put a symlink there) and handed to ``owner``."""
+        self.node.mkdir(parents=True, exist_ok=True)
+        switch = owner is not None and owner.switch
+        if switch:
+            assert owner is not None
+            os.chmod(self.node.parent, 0o711)
+            os.chown(self.node, 0, owner.gid)
+            os.chmod(self.node, 0o750)
+        try:
+            os.mkdir(self.root, 0o700)
+            fresh = True
+        except FileExistsError:
+            fresh = False
+        found = os.lstat(self.root)
+        if not stat.S_ISDIR(found.st_mode):
+            raise OSError(f"{self.root} is not a directory")
+        if switch and owner is not None and (found.st_uid, found.st_gid) != (owner.uid, owner.gid):
+            os.chown(self.root, owner.uid, owner.gid, follow_symlinks=False)
+        os.chmod(self.root, 0o700)
+        if fresh:
+            os.mkdir(self.checkpoints, 0o700)
+            if switch and owner is not None:
+                os.chown(self.checkpoints, owner.uid, owner.gid, follow_symlinks=False)
         return self
 
 
@@ -106,7 +169,8 @@ def workload_env(
     xcuda: bool = False,
     real_libcuda: str | None = None,
 ) -> dict[str, str]:
-    env = {k: v for k, v in base.items() if not k.startswith(("CUDA_MPS_", "XCUDA_"))}
+    # The agent's own configuration (bus, database DSN, settings) is not the workload's business.
+    env = {k: v for k, v in base.items() if not k.startswith(("CUDA_MPS_", "XCUDA_", "HIVEMUX_", "KAFKA_"))}
     env[CHECKPOINT_DIR_ENV] = str(files.checkpoints)
     env[PROGRESS_FILE_ENV] = str(files.progress)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_indices)

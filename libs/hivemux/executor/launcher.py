@@ -3,10 +3,14 @@
 `Launcher.launch` starts — or restarts from its checkpoint — one workload with what its kind
 needs (`launch` builds the environment and command line): offline work gets its GPU's MPS
 daemon (`GpuDaemons`, started on first use), its SM share, xCUDA preloaded with a node-owned
-control block (memory quota: the command's, else ``memory_quota_fraction`` of the GPU, §6:
-"fixed to 40 %") and the offline cpuset; online services get MPS and the online cpuset;
+control block (memory quota: ``memory_quota_fraction`` of the GPU, §6: "fixed to 40 %", or the
+command's when it is lower) and the offline cpuset; online services get MPS and the online cpuset;
 training pods get whole GPUs. Training and offline work also get the GPU's Salus lane server.
 A relaunch resumes at the last checkpoint (what ran after it is lost) and starts unfrozen.
+
+What runs is the job's submitted workload (``Workload.spec``, from `admission`; a re-adopted
+workload relaunched later looks it up in the folded submissions), as the workload's own uid
+(``Workload.owner``, `users`), never as the agent.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hivemux.executor import adoption
+from hivemux.executor.admission import Admissions
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
@@ -29,6 +34,7 @@ from hivemux.executor.launch import (
     workload_env,
 )
 from hivemux.executor.supervisor import launch
+from hivemux.executor.users import Owner
 from hivemux.executor.workload import Workload
 from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
 from hivemux.workloads.progress import ProgressReader
@@ -38,8 +44,9 @@ log = logging.getLogger("hivemux.executor.launcher")
 
 class Launcher:
     def __init__(self, config: NodeConfig, *, base_env: Mapping[str, str], daemons: GpuDaemons, readings: GpuReadings,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], admissions: Admissions | None = None) -> None:
         self.config = config
+        self.admissions = admissions
         self.base_env = base_env
         self.daemons = daemons
         self.readings = readings
@@ -47,21 +54,32 @@ class Launcher:
         self.cpusets = Cpusets(False, "not opened", Path("/"))
 
     def quota_bytes(self, w: Workload) -> int:
-        """xCUDA's memory quota of ``w``: its command's, else a fraction of its GPU's memory."""
-        if w.memory_quota_mib is not None:
-            return int(w.memory_quota_mib * MIB)
+        """xCUDA's memory quota of ``w``: the node's cap (a fraction of its GPU's memory), or its
+        command's quota when that is lower (a command tightens the limit, never lifts it)."""
         total = self.readings.memory_total_mib(w.gpu, self.config.gpu_memory_mib)
-        return int(self.config.memory_quota_fraction * total * MIB)
+        cap = self.config.memory_quota_fraction * total
+        quota = cap if w.memory_quota_mib is None else min(cap, w.memory_quota_mib)
+        return int(quota * MIB)
+
+    def owner(self, w: Workload) -> Owner:
+        """The uid ``w`` runs as (`users.WorkloadUsers`), kept in its node directory."""
+        users = self.config.workload_users
+        name = w.files.root.name
+        key = users.key(w.job_id if w.kind != "online" else name, w.tenant)
+        return users.owner(w.files.node.parent, name, key)
 
     async def launch(self, w: Workload) -> None:
         """Start (or restart, from its checkpoint) the process of ``w``."""
         indices = [gpu_index(g) for g in w.gpu_ids]
+        w.owner = w.owner or self.owner(w)
+        w.files.create(w.owner)  # its private directory (its uid, 0700) and the agent's about it
         mps_env = None
         if w.kind in ("offline", "online"):
             mps_env = (await self.daemons.daemon(indices[0])).client_env()
         if w.kind == "offline" and self.config.xcuda and w.control is None:
+            ids = (w.owner.uid, w.owner.gid) if w.owner.switch else None
             w.control, w.state = create_xcuda_files(w.files, mem_quota_bytes=self.quota_bytes(w),
-                                                     launch=self.config.launch_control)
+                                                     launch=self.config.launch_control, owner=ids)
         elif w.control is not None:
             w.control.set_flags(freeze=False)  # a relaunch starts unfrozen
         env = workload_env(self.base_env, w.files, gpu_indices=indices, mps=mps_env,
@@ -73,16 +91,21 @@ class Launcher:
         if w.kind == "online":
             argv = [sys.executable, "-m", "hivemux.workloads.online", *self.config.online_args]
         else:
-            assert w.command is not None and w.command.workload is not None
-            spec = w.command.workload
+            if w.spec is None and self.admissions is not None:
+                found = self.admissions.workload(w.job_id)  # a re-adopted workload: its submission
+                if found is not None:
+                    w.spec, w.tenant = found
+            if w.spec is None:
+                raise OSError(f"no submitted workload known for {w.job_id} (jobs.submitted): nothing to launch")
+            spec = w.spec
             argv = train_argv(spec.model, spec.batch_size, spec.iterations, spec.command,
                               checkpoint_every=self.config.checkpoint_every, extra=self.config.train_extra_args)
         if w.launches:
             w.iteration = w.checkpoint or 0  # what ran after the last checkpoint is lost; it resumes there
-        w.proc = await launch(argv, env=env, cwd=w.files.root, log_path=w.files.log)
+        w.proc = await launch(argv, env=env, cwd=w.files.root, log_path=w.files.log, owner=w.owner)
         w.reader = w.reader or ProgressReader(w.files.progress)
         w.launches += 1
-        adoption.record(w.files.root, pid=w.proc.pid, launches=w.launches, command=w.command)  # for a restarted agent
+        adoption.record(w.files.node, pid=w.proc.pid, launches=w.launches, command=w.command)  # for a restarted agent
         w.observed_until = w.reported_at = self.clock()  # the process's runtime is measured from here
         w.points.clear()
         problem = self.cpusets.place(w.proc.pid, online=w.kind == "online")

@@ -23,6 +23,15 @@ Design note — states of one workload (`Workload`) and what moves it:
                                 ├─► evicted / stopped    (evict / stop / node memory pressure)
                                 └─► running, relaunched  (new SM share, reset_workload, MPS recovery)
 
+Admission (`admission`): a start runs only what the log admitted. The agent folds
+``jobs.submitted``, ``placements`` and ``cells.bindings`` (`on_admission`); a start is resolved
+against them — the job's submitted workload, its placement's SM share — and one for a job never
+submitted, placed on another node or on other GPUs is refused (``refused``, step
+``not_admitted``, with the reason; nothing starts). The scheduler publishes its admission with
+the command, so a start waits up to ``admission_wait_s`` for the folds before it is refused. A
+job id that is not one plain path segment is refused (step ``unsafe_name``) before any file is
+made. Workloads run as their own unprivileged uid (`users`), in private directories (`launch`).
+
 A start for a job that is running changes nothing — except an offline start with another SM
 share, which restarts the offline workload from its checkpoint (MPS fixes a client's share when
 it connects) and leaves the online workload alone, and a new memory quota, which is written
@@ -55,22 +64,28 @@ from uuid import UUID
 
 from hivemux.errors import InvalidEvent
 from hivemux.events import (
+    CellBinding,
     CommandAction,
     Event,
     derived_id,
     ExecutorCommand,
+    ExecutorReport,
+    JobSubmission,
+    Placement,
     GpuTelemetrySample,
     JobState,
     ReportState,
 )
 from hivemux.executor import adoption
+from hivemux.executor.admission import Admissions, Admitted, Refusal
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
 from hivemux.executor.gpu_readings import GpuReadings
 from hivemux.executor.graceful_exit import GracefulExit
 from hivemux.executor.memory_guard import MemoryGuard
-from hivemux.executor.launch import WorkloadFiles, gpu_index
+from hivemux.events.base import clip_reason
+from hivemux.executor.launch import UnsafeName, gpu_index, workload_files
 from hivemux.executor.launcher import Launcher
 from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
@@ -106,7 +121,10 @@ class ProcessNode:
         # without one they get the newest folded telemetry sample (the ingester's rate).
         self.xcuda = XcudaFeed(config.node_id, c_h=config.launch_control.c_h, sampler=sampler)
         self.daemons = GpuDaemons(config, self.base_env)
-        self.launcher = Launcher(config, base_env=self.base_env, daemons=self.daemons, readings=self.readings, clock=clock)
+        self.admissions = Admissions()
+        self._admissions_moved = asyncio.Event()
+        self.launcher = Launcher(config, base_env=self.base_env, daemons=self.daemons, readings=self.readings, clock=clock,
+                                 admissions=self.admissions)
         self.mps_recovery = MpsRecovery(check_interval_s=config.mps_check_interval_s, daemons=self.daemons,
                                         workloads=self.table, launcher=self.launcher, reporter=self.reporter)
         self.graceful = GracefulExit(grace_s=config.grace_s, workloads=self.table, reporter=self.reporter, mps=self.mps_recovery)
@@ -151,6 +169,8 @@ class ProcessNode:
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self, ledger: Ledger | None = None) -> list[Event]:
         self.config.work_dir.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:  # workloads' uids traverse it to their own directories, list nothing
+            os.chmod(self.config.work_dir, 0o711)
         if self.config.cgroup_root is not None:
             self.launcher.cpusets = Cpusets.open(self.config.cgroup_root, online_fraction=self.config.online_cpu_fraction)
         else:
@@ -159,7 +179,7 @@ class ProcessNode:
             log.warning("node %s runs without CPU isolation: %s", self.config.node_id, self.cpusets.reason)
         out = await self.recover(ledger or Ledger())
         for gpu_id, name in sorted(self.config.online_services.items()):
-            files = WorkloadFiles(self.config.work_dir / f"online-{gpu_index(gpu_id)}").create()
+            files = workload_files(self.config.work_dir, f"online-{gpu_index(gpu_id)}")
             w = Workload(name, "online", (gpu_id,), files, None)
             self.table.online[gpu_id] = w
             await self.launcher.launch(w)
@@ -174,6 +194,11 @@ class ProcessNode:
         out: list[Event] = []
         for job_id, run in sorted(runs.items()):
             command, found = run.command, left.pop(job_id, None)
+            try:
+                workload_files(self.config.work_dir, job_id)
+            except UnsafeName as error:  # never started here: nothing to adopt or report
+                log.warning("node %s: run of %s on the log ignored: %s", node, job_id, error)
+                continue
             if found is not None and found.alive and found.command is not None and found.command.event_id == command.event_id:
                 out += await self._readopt(run.command, found)
                 continue
@@ -195,7 +220,10 @@ class ProcessNode:
                     found.pid, name, exit_.describe())
         if command is None or command.workload is None or ledger.knows(command) or command.node_id != self.config.node_id:
             return []
-        w = self._workload(command)
+        try:
+            w = self._workload(command)
+        except UnsafeName:
+            return []
         w.close_files()
         cause = derived_id("orphan", command.event_id, found.pid, found.start)
         reason = f"process {found.pid} of {w.job_id} ran on {self.config.node_id} without its start on the log: ended"
@@ -205,8 +233,10 @@ class ProcessNode:
                 self.reporter.lifecycle(w, cause, JobState.EVICTED, now, reason)]
 
     def _workload(self, command: ExecutorCommand) -> Workload:
+        """A run the log says this node was in (recovery): its files, what its progress says.
+        Its workload is looked up in the folded submissions when it is relaunched (`Launcher`)."""
         assert command.workload is not None
-        files = WorkloadFiles(self.config.work_dir / command.job_id).create()
+        files = workload_files(self.config.work_dir, command.job_id)
         w = Workload(command.job_id, _STARTS[command.action], command.gpu_ids, files, command, command.sm_share,
                      command.memory_quota_mib, total=command.workload.iterations)
         w.reader = ProgressReader(files.progress)
@@ -259,6 +289,39 @@ class ProcessNode:
         return out
 
     # -- inputs -------------------------------------------------------------------------------
+    def on_admission(self, event: JobSubmission | Placement | CellBinding) -> None:
+        """Fold a submission, placement or cell binding (`admission`); waiting starts look again."""
+        self.admissions.fold(event)
+        self._admissions_moved.set()
+
+    async def _admit(self, command: ExecutorCommand) -> Admitted | Refusal:
+        """The start resolved against the folds, waiting up to ``admission_wait_s`` for them to
+        catch up with the scheduler's records (module docstring)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.admission_wait_s
+        while True:
+            self._admissions_moved.clear()
+            found = self.admissions.resolve(command, self.config.node_id)
+            left = deadline - loop.time()
+            if isinstance(found, Admitted) or left <= 0:
+                return found
+            try:
+                await asyncio.wait_for(self._admissions_moved.wait(), left)
+            except TimeoutError:
+                pass
+
+    def _refused(self, command: ExecutorCommand, step: str, reason: str, gpu_ids: tuple[str, ...]) -> list[Event]:
+        """A start refused before anything ran: reported at the command's event time, no lifecycle
+        (the job, if it exists, is not this node's to judge). ``gpu_ids``: the GPUs refused, never
+        one the job was admitted to here (the matcher frees what a refused report names)."""
+        log.warning("node %s refused %s of %s: %s", self.config.node_id, command.action, command.job_id, reason)
+        return [ExecutorReport(
+            event_id=derived_id("report", command.event_id, command.job_id, ReportState.REFUSED.value, step),
+            occurred_at=command.occurred_at, source=self.source, node_id=self.config.node_id, job_id=command.job_id,
+            command_id=str(command.event_id), state=ReportState.REFUSED, gpu_ids=gpu_ids, step=step,
+            detail=clip_reason(reason),
+        )]  # fmt: skip
+
     def on_sample(self, sample: GpuTelemetrySample) -> None:
         if sample.node_id != self.config.node_id:
             return
@@ -274,17 +337,24 @@ class ProcessNode:
             return []  # another node's command on a shared partition
         if command.event_id in self._handled:
             return []
+        admitted: Admitted | Refusal | None = None
+        if command.action in _STARTS:
+            admitted = await self._admit(command)
         async with self._lock:
-            out = await self._dispatch(command)
+            if isinstance(admitted, Refusal):
+                out = self._refused(command, "not_admitted", admitted.reason, admitted.gpu_ids)
+            else:
+                out = await self._dispatch(command, admitted)
         self._handled[command.event_id] = None
         if len(self._handled) > _HANDLED_MAX:
             self._handled.popitem(last=False)
         return out
 
-    async def _dispatch(self, command: ExecutorCommand) -> list[Event]:
+    async def _dispatch(self, command: ExecutorCommand, admitted: Admitted | None = None) -> list[Event]:
         action = command.action
         if action in _STARTS:
-            return await self._on_start(command)
+            assert admitted is not None
+            return await self._on_start(command, admitted)
         if action in (CommandAction.STOP, CommandAction.EVICT):
             w = self.table.jobs.get(command.job_id)
             if w is None:
@@ -297,24 +367,26 @@ class ProcessNode:
             return await self.remediation.reset_workload(command)
         raise InvalidEvent(f"unknown executor action {action!r}")
 
-    async def _on_start(self, command: ExecutorCommand) -> list[Event]:
-        assert command.workload is not None
+    async def _on_start(self, command: ExecutorCommand, admitted: Admitted) -> list[Event]:
         kind = _STARTS[command.action]
-        if kind == "offline" and (len(command.gpu_ids) != 1 or command.sm_share is None or command.sm_share <= 0):
+        if kind == "offline" and (len(admitted.gpu_ids) != 1 or admitted.sm_share is None or admitted.sm_share <= 0):
             raise InvalidEvent(f"start_offline of {command.job_id} needs exactly one GPU and an SM share > 0")
         for gpu_id in command.gpu_ids:
             try:
                 gpu_index(gpu_id)  # a bad id fails here, before anything starts
             except ValueError as error:
                 raise InvalidEvent(f"{command.action} of {command.job_id}: {error}") from error
+        try:
+            files = workload_files(self.config.work_dir, command.job_id)
+        except UnsafeName as error:
+            return self._refused(command, "unsafe_name", str(error), admitted.gpu_ids)
         running = self.table.jobs.get(command.job_id)
         if running is not None:
-            return await self._update(running, command)
+            return await self._update(running, command, admitted)
         if command.job_id in self.table.finished:
             return []
-        files = WorkloadFiles(self.config.work_dir / command.job_id).create()
-        w = Workload(command.job_id, kind, command.gpu_ids, files, command, command.sm_share, command.memory_quota_mib,
-                     total=command.workload.iterations)
+        w = Workload(command.job_id, kind, admitted.gpu_ids, files, command, admitted.sm_share, command.memory_quota_mib,
+                     total=admitted.workload.iterations, spec=admitted.workload, tenant=admitted.tenant)
         self.table.jobs[w.job_id] = w
         report, lifecycle = self.reporter.report, self.reporter.lifecycle
         try:
@@ -332,7 +404,7 @@ class ProcessNode:
             lifecycle(w, command.event_id, JobState.RUNNING, now, f"started on {self.config.node_id} {','.join(w.gpu_ids)}{share}"),
         ]
 
-    async def _update(self, w: Workload, command: ExecutorCommand) -> list[Event]:
+    async def _update(self, w: Workload, command: ExecutorCommand, admitted: Admitted) -> list[Event]:
         """A start for a running job: a new SM share restarts it; a new quota is applied."""
         out: list[Event] = []
         if command.memory_quota_mib is not None and command.memory_quota_mib != w.memory_quota_mib:
@@ -341,11 +413,11 @@ class ProcessNode:
                 w.control.set_quota(self.launcher.quota_bytes(w))
                 if w.state is not None:
                     w.state.notify()
-        if w.kind == "offline" and command.sm_share is not None and command.sm_share != w.sm_share:
-            old, w.sm_share = w.sm_share, command.sm_share
+        if w.kind == "offline" and admitted.sm_share is not None and admitted.sm_share != w.sm_share:
+            old, w.sm_share = w.sm_share, admitted.sm_share
             w.command = command
             out += await self.remediation.relaunch(w, command.event_id, kill=False,
-                                                   why=f"SM share {old:g} % → {command.sm_share:g} %: restart from checkpoint")
+                                                   why=f"SM share {old:g} % → {admitted.sm_share:g} %: restart from checkpoint")
         return out
 
     # -- periodic -----------------------------------------------------------------------------

@@ -8,6 +8,9 @@ loaders, helpers) receives the signal and the kill, and nothing it forked outliv
 
 `terminate(grace_s)` returns an `Exit` saying how the process ended: by itself within the
 grace period (``code``), or killed after it (``killed_after_grace``).
+
+`launch` starts the process as the workload's own unprivileged uid and gid (`users.Owner`),
+never as the agent's root.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from hivemux.executor.users import Owner
 
 
 @dataclass(frozen=True)
@@ -116,12 +122,19 @@ def group_rss_mib(pgid: int) -> float | None:
     return total_kb / 1024.0 if found else None
 
 
-async def launch(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> Supervised:
-    """Start ``argv`` in a new session, stdout and stderr appended to ``log_path``."""
+async def launch(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path,
+                 owner: Owner | None = None) -> Supervised:
+    """Start ``argv`` in a new session, stdout and stderr appended to ``log_path``; as
+    ``owner``'s uid and gid (no supplementary groups, umask 077) when it says to switch."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    ids: dict[str, Any] = {}
+    if owner is not None and owner.switch:
+        ids = {"user": owner.uid, "group": owner.gid, "extra_groups": [], "umask": 0o077}
+    # O_NOFOLLOW: the agent opens the log in its own directory; a symlink there is refused
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "ab") as log:
         proc = await asyncio.create_subprocess_exec(
             *argv, env=dict(env), cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log,
-            start_new_session=True,
+            start_new_session=True, **ids,
         )
     return Supervised(proc, argv)

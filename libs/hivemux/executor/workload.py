@@ -22,6 +22,7 @@ from uuid import UUID
 from hivemux.events import (
     ExecutorCommand,
     ExecutorReport,
+    WorkloadSpec,
     JobLifecycleEvent,
     JobState,
     ReportState,
@@ -32,6 +33,7 @@ from hivemux.executor.launch import WorkloadFiles, gpu_index
 from hivemux.executor.mps_control import MpsCheck
 from hivemux.executor.observations import ProgressPoint
 from hivemux.executor.supervisor import Exit, Supervised
+from hivemux.executor.users import Owner
 from hivemux.workloads.progress import ProgressReader
 from hivemux.xcuda import ControlBlock, StateFile
 
@@ -61,6 +63,9 @@ class Workload:
     solo_latency_ms: float | None = None
     observed_until: float = 0.0
     reported_at: float = 0.0
+    spec: WorkloadSpec | None = None  # what runs: the job's submitted workload (`admission`), never the command's
+    tenant: str | None = None
+    owner: Owner | None = None  # the uid and gid it runs as (`users`)
 
     @property
     def gpu(self) -> str:

@@ -15,6 +15,7 @@ from hivemux.executor.backend import NodeBackend
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.node import ProcessNode
 from hivemux.executor.simulated_node import SimulatedExecutor
+from support.admission import admit, reachable_by_workload_uids
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(60)")  # ends at once on SIGTERM
@@ -38,8 +39,10 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
     if request.param == "simulated":
         node: NodeBackend = SimulatedExecutor(source="executor/test")
     else:
+        reachable_by_workload_uids([tmp_path])
         config = NodeConfig("node-00", tmp_path, cgroup_root=None, salus_policy=None, grace_s=5.0)
         node = ProcessNode(config, source="executor/test")
+        admit(node, start())  # what the scheduler published with the start
     assert await node.start() == []
     yield node
     await node.stop()
