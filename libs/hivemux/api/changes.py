@@ -1,12 +1,13 @@
 """The change stream: what the projector wrote to the read models, fanned out to every console.
 
 One `ChangeFeed` per API process polls PostgreSQL on a tick (``interval_s``), whatever the
-number of connected clients (none connected: no query at all). Its cursor is the projector's
+number of connected clients (none connected: only the offsets are read). Its cursor is the projector's
 own position, ``projector_offsets`` (topic, partition -> next offset), which the projector
 writes in the same transaction as the rows: a tick reads the offsets (one small query) and,
 only when they moved, the jobs and GPUs whose history rows (``job_events``, ``gpu_events``)
 were read from the partitions between the old and the new offsets (indexed by position,
-migration 0007), plus the VC summary when jobs changed. Each tick that found something is
+migration 0007). When jobs changed, the VC summary follows in a batch of its own, at most
+every ``vcs_interval_s`` (it folds every job: `_refresh_vcs`). Each tick that found something is
 one `ChangeBatch`, given to every subscriber's queue; each client's stream renders it for its
 principal's scope (tenants see their VCs' jobs, GPUs without other tenants' job names) once
 per scope per batch, not once per client.
@@ -89,9 +90,15 @@ class ChangeBatch:
 class ChangeFeed:
     """One poller, many subscribers (bounded queues; a subscriber that falls behind gets a resync)."""
 
-    def __init__(self, pool: asyncpg.Pool, *, interval_s: float = 0.5, max_rows: int = 2000, queue_size: int = 32) -> None:
+    def __init__(
+        self, pool: asyncpg.Pool, *, interval_s: float = 0.5, max_rows: int = 2000, queue_size: int = 32, vcs_interval_s: float = 5.0
+    ) -> None:  # fmt: skip
         self._pool = pool
         self.interval_s = interval_s
+        self.vcs_interval_s = vcs_interval_s
+        self._vcs_task: asyncio.Task[None] | None = None
+        self._vcs_at = float("-inf")
+        self._vcs_pending = False
         self._max_rows = max_rows
         self._queue_size = queue_size
         self._subscribers: set[asyncio.Queue[ChangeBatch]] = set()
@@ -111,21 +118,18 @@ class ChangeFeed:
 
     def unsubscribe(self, queue: asyncio.Queue[ChangeBatch]) -> None:
         self._subscribers.discard(queue)
-        if not self._subscribers:
-            self._offsets = None  # idle: no queries; the next subscriber starts from the offsets then
 
     async def run(self) -> None:
         """Tick until cancelled; a failed tick (database away) is logged and tried again next tick."""
         while True:
             started = time.monotonic()
-            if self._subscribers:
-                try:
-                    batch = await self.tick()
-                except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as error:
-                    log.warning("change feed tick failed (tried again next tick): %s", error)
-                    batch = None
-                if batch is not None:
-                    self.publish(batch)
+            try:
+                batch = await self.tick()
+            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as error:
+                log.warning("change feed tick failed (tried again next tick): %s", error)
+                batch = None
+            if batch is not None:
+                self.publish(batch)
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def publish(self, batch: ChangeBatch) -> None:
@@ -146,8 +150,8 @@ class ChangeFeed:
         now: Offsets = {(r["topic"], r["partition"]): r["next_offset"] for r in rows}
         before, self._offsets = self._offsets, now
         self.cursor = sum(now.values())
-        if before is None or now == before:
-            return None
+        if before is None or now == before or not self._subscribers:
+            return None  # nobody listens: the offsets are kept, so a client that connects misses nothing after its hello
         moved = [(t, p, before.get((t, p), 0), hi) for (t, p), hi in sorted(now.items()) if hi != before.get((t, p), 0)]
         if not moved:
             return None
@@ -155,16 +159,41 @@ class ChangeFeed:
         async with self._pool.acquire() as conn:
             jobs = await conn.fetch(_CHANGED_JOBS, *args, self._max_rows + 1)
             gpus = await conn.fetch(_CHANGED_GPUS, *args, self._max_rows + 1)
-            vcs = None
-            if jobs:
-                cells = await conn.fetch("SELECT * FROM vc_cells ORDER BY vc")
-                queued = await conn.fetch(
-                    "SELECT vc, count(*) AS n FROM jobs WHERE vc IS NOT NULL AND state = ANY($1::text[]) GROUP BY vc", list(QUEUED_STATES))
-                vcs = vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued})
-        self.queries += 2 + (2 if jobs else 0)
+        self.queries += 2
+        if jobs:
+            self._refresh_vcs()
         at = datetime.now(UTC)
         if len(jobs) > self._max_rows or len(gpus) > self._max_rows:
             return ChangeBatch(self.cursor, at, [], [], None, resync=True)
-        offline_vc = [r["offline_vc"] for r in gpus]
-        gpu_rows = [{**_gpu(r), "offline_vc": v} for r, v in zip(gpus, offline_vc, strict=True)]
-        return ChangeBatch(self.cursor, at, [job_json(_job(r)) for r in jobs], gpu_rows, vcs)
+        return ChangeBatch(self.cursor, at, [job_json(_job(r)) for r in jobs], [_gpu(r) for r in gpus], None)
+
+    def _refresh_vcs(self) -> None:
+        """The VC summary folds every job (the ``vc_cells`` view): about a second at 100,000 jobs,
+        so it runs beside the ticks, at most once per `vcs_interval_s`, and goes out as a batch of
+        its own; changes of jobs and GPUs do not wait for it."""
+        if self._vcs_pending or (self._vcs_task is not None and not self._vcs_task.done()):
+            return  # one summary at a time; a change meanwhile is in the one that follows
+        loop = asyncio.get_running_loop()
+        if loop.time() - self._vcs_at < self.vcs_interval_s:
+            self._vcs_pending = True
+            loop.call_later(self.vcs_interval_s - (loop.time() - self._vcs_at), self._pending_vcs)
+            return
+        self._vcs_at = loop.time()
+        self._vcs_task = asyncio.create_task(self._send_vcs(), name="change-feed-vcs")
+
+    def _pending_vcs(self) -> None:
+        self._vcs_pending = False
+        self._refresh_vcs()
+
+    async def _send_vcs(self) -> None:
+        try:
+            async with self._pool.acquire() as conn:
+                cells = await conn.fetch("SELECT * FROM vc_cells ORDER BY vc")
+                queued = await conn.fetch(
+                    "SELECT vc, count(*) AS n FROM jobs WHERE vc IS NOT NULL AND state = ANY($1::text[]) GROUP BY vc", list(QUEUED_STATES))
+        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as error:
+            log.warning("change feed: VC summary failed (tried again with the next job change): %s", error)
+            return
+        self.queries += 2
+        vcs = vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued})
+        self.publish(ChangeBatch(self.cursor, datetime.now(UTC), [], [], vcs))
