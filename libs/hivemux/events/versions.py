@@ -5,7 +5,8 @@ Consumers take the newest version and ignore older or equal ones (at-least-once 
 that the idempotent fold), so a version far ahead would win for ever: a configuration at
 2^63-1 could never be replaced by a legitimate update. A new version must therefore lie within
 `MAX_VERSION_STEP` of the latest one consumed for its key; a cell configuration may also be
-numbered by its own event time in seconds (what ``hivemux cells configure`` does by default),
+numbered by its own event time in seconds (what ``hivemux cells configure`` does by default;
+within the same step of it),
 which cannot run ahead of the consumer's clock by more than the event-time bound
 (`hivemux.event_time`). Anything further is refused with the reason (the record goes to the
 dead-letter topic) and the latest version stays as it was.
@@ -15,7 +16,8 @@ event time), so a replay decides the same.
 
 Worked example: latest 3: versions 4 and 3 + 1000 are plausible, 1004 is refused; latest 0 and a
 configuration dated 2026-11-26 12:00 UTC: version 1795694400 (its time in seconds) is
-plausible, 2^63-1 is refused.
+plausible, and so is 1795694401 (`int(time.time())` read a moment after the event time);
+10^10, the largest version the schema admits, is refused.
 """
 
 from __future__ import annotations
@@ -28,11 +30,10 @@ MAX_VERSION_STEP = 1000  # versions a producer may skip (refused trainings, retr
 
 
 def version_jump(latest: int, version: int, *, at: datetime | None = None, step: int = MAX_VERSION_STEP) -> str | None:
-    """Why `version` may not follow `latest`, or None. With `at`, a version up to the event time
-    in whole seconds is also plausible (time-numbered versions)."""
-    ceiling = latest + step
+    """Why `version` may not follow `latest`, or None. With `at`, a version within `step` of the
+    event time in whole seconds is also plausible (time-numbered versions)."""
     dated = int(at.timestamp()) if at is not None else 0
-    if version <= max(ceiling, dated):
+    if version <= max(latest, dated) + step:
         return None
     also = f" or its event time in seconds ({dated})" if at is not None else ""
     return (f"version {version} jumps past the latest {latest} by more than {step}{also}: it would win over every "
