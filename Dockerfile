@@ -1,5 +1,17 @@
 # One image for every hivemux service: `hivemux service <name>` picks which one runs.
 #   docker build -t hivemux:0.1.0 .
+
+# The xCUDA shim (native/xcuda), built with the compiler of this stage and shipped in the
+# image below: the executor preloads it into offline workloads (hivemux.xcuda).
+FROM python:3.11-slim AS xcuda
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev make \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /build
+COPY native/xcuda ./native/xcuda
+COPY libs/hivemux/xcuda/xcuda_layout.h ./libs/hivemux/xcuda/xcuda_layout.h
+RUN make -C native/xcuda clean && make -C native/xcuda build/libxcuda.so
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -25,6 +37,13 @@ RUN pip install . \
     && mkdir -p /var/lib/hivemux \
     && chown hivemux:hivemux /var/lib/hivemux \
     && hivemux topics > /dev/null
+
+# libxcuda.so where hivemux.xcuda.library_path() finds it (native/xcuda/build beside the
+# installed package), checked: the executor refuses to start without it.
+COPY --from=xcuda /build/native/xcuda/build/libxcuda.so /tmp/libxcuda.so
+RUN install -D -m 0755 /tmp/libxcuda.so "$(python -c 'from hivemux.xcuda.library import NATIVE_DIR; print(NATIVE_DIR)')/build/libxcuda.so" \
+    && rm /tmp/libxcuda.so \
+    && python -c 'from hivemux.xcuda import library_path; print(library_path())'
 
 WORKDIR /var/lib/hivemux
 USER 10001:10001

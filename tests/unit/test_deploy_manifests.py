@@ -1,20 +1,29 @@
 """The deployment files agree with the CLI: docker-compose.yml and deploy/kubernetes/ run every
 service the CLI knows, with the command `hivemux service <name>`, the bus configured and a
-health check on /healthz."""
+health check on /healthz. Every HIVEMUX_* variable they set is a setting some service reads
+(derived from the services' pydantic settings classes), the executor DaemonSet runs the process
+backend unprivileged (only its MPS init step is privileged), and the Dockerfile builds and ships
+the xCUDA shim (issue 18)."""
 
 from __future__ import annotations
 
+import importlib
+import re
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from pydantic import AliasChoices
+from pydantic_settings import BaseSettings
 
 from hivemux.cli.services import SERVICES, SINGLE_ACTIVE
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 K8S = ROOT / "deploy" / "kubernetes"
+DOCKERFILE = ROOT / "Dockerfile"
 
 EXPECTED = {
     "telemetry-ingester",
@@ -207,7 +216,8 @@ def test_shared_configuration(k8s_docs: list[dict[str, Any]], workloads: dict[st
         (container,) = containers(workload)
         sources = container["envFrom"]
         assert {"configMapRef": {"name": config["metadata"]["name"]}} in sources, name
-        assert {"secretRef": {"name": secret["metadata"]["name"]}} in sources, name
+        # the node agent uses no database, and its workloads must not find a password near it
+        assert ({"secretRef": {"name": secret["metadata"]["name"]}} in sources) is (name != "executor"), name
 
 
 def test_single_active_instances(k8s_docs: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> None:
@@ -228,7 +238,7 @@ def test_single_active_instances(k8s_docs: list[dict[str, Any]], workloads: dict
 def test_security_contexts(workloads: dict[str, dict[str, Any]]) -> None:
     for name, workload in workloads.items():
         pod = workload["spec"]["template"]["spec"]
-        if name == "executor":
+        if name == "executor":  # root to switch workloads to their uids; see test_executor_privileges
             assert not pod["securityContext"].get("runAsNonRoot", False)
         else:
             assert pod["securityContext"]["runAsNonRoot"] is True, name
@@ -241,12 +251,173 @@ def test_executor_is_a_node_agent(workloads: dict[str, dict[str, Any]]) -> None:
     assert any(t["key"] == "nvidia.com/gpu" for t in pod["tolerations"])
     (container,) = pod["containers"]
     env = {e["name"]: e for e in container["env"]}
-    assert env["HIVEMUX_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["HIVEMUX_EXECUTOR_BACKEND"]["value"] == "process"  # the real node agent, not the simulation
+    for name in ("HIVEMUX_EXECUTOR_NODE_ID", "HIVEMUX_INSTANCE"):  # reports as executor/<node>
+        assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName", name
+    assert "HIVEMUX_NODE_ID" not in env  # no setting reads it
+    assert env["NVIDIA_DRIVER_CAPABILITIES"]["value"] == "compute,utility"  # MPS binaries, NVML, nvidia-smi
     assert container["resources"]["requests"]
     volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["name"]: m for m in container["volumeMounts"]}
-    mps = [name for name, v in volumes.items() if v.get("hostPath", {}).get("path") == "/tmp/nvidia-mps"]
-    assert mps and mounts[mps[0]]["mountPath"] == "/tmp/nvidia-mps"
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    work = env["HIVEMUX_EXECUTOR_WORK_DIR"]["value"]  # workloads, xCUDA files, per-GPU MPS pipe and log dirs
+    assert mounts[work]["hostPath"]["path"] == work
+    for directory in ("/tmp/nvidia-mps", "/var/log/nvidia-mps"):  # the host's MPS pipe and log directories
+        assert mounts[directory]["hostPath"]["path"] == directory
+    assert env["CUDA_MPS_PIPE_DIRECTORY"]["value"] == "/tmp/nvidia-mps"
+    assert env["CUDA_MPS_LOG_DIRECTORY"]["value"] == "/var/log/nvidia-mps"
+
+
+def test_executor_privileges(workloads: dict[str, dict[str, Any]]) -> None:
+    """Privileged only where MPS needs it (the compute mode, set once by an init container);
+    the agent is root without privilege, and its workloads get nothing it could pass on."""
+    pod = workloads["executor"]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert init["securityContext"]["privileged"] is True and "EXCLUSIVE_PROCESS" in " ".join(init["command"])
+    (agent,) = pod["containers"]
+    security = agent["securityContext"]
+    assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False  # no_new_privs, inherited
+    assert security["capabilities"]["drop"] == ["ALL"]
+    assert set(security["capabilities"]["add"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETUID", "SETGID"}
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    assert int(env["HIVEMUX_EXECUTOR_WORKLOAD_UID_FIRST"]) >= 1000  # workloads: unprivileged uids
+    for name, workload in workloads.items():
+        spec = workload["spec"]["template"]["spec"]
+        for c in spec["containers"]:
+            assert not c.get("securityContext", {}).get("privileged", False), name
+
+
+# -- HIVEMUX_* variables are settings --------------------------------------------------------
+
+
+def settings_classes() -> list[type[BaseSettings]]:
+    """The settings classes the services read: those their modules use, and the bus and infra
+    settings every entry point reads."""
+    from hivemux.infra import InfraSettings
+    from hivemux.settings import ServiceSettings
+
+    found: dict[str, type[BaseSettings]] = {"infra": InfraSettings, "service": ServiceSettings}
+    for module_name in SERVICES.values():
+        module = importlib.import_module(module_name)
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, BaseSettings) and value is not BaseSettings:
+                found[f"{value.__module__}.{value.__qualname__}"] = value
+    return list(found.values())
+
+
+def setting_names(cls: type[BaseSettings]) -> set[str]:
+    """The environment variables one settings class reads (aliases, else prefix + field name)."""
+    prefix = cls.model_config.get("env_prefix", "")
+    names: set[str] = set()
+    for field_name, field in cls.model_fields.items():
+        alias = field.validation_alias or field.alias
+        if isinstance(alias, str):
+            names.add(alias.upper())
+        elif isinstance(alias, AliasChoices):
+            names |= {choice.upper() for choice in alias.choices if isinstance(choice, str)}
+        else:
+            names.add(f"{prefix}{field_name}".upper())
+    return names
+
+
+def known_settings() -> set[str]:
+    names: set[str] = set()
+    for cls in settings_classes():
+        names |= setting_names(cls)
+    return names
+
+
+def compose_variables(compose: dict[str, Any]) -> dict[str, set[str]]:
+    """HIVEMUX_* names set in each compose service's environment (a map or a KEY=VALUE list)."""
+    out: dict[str, set[str]] = {}
+    for name, spec in compose["services"].items():
+        env = spec.get("environment") or {}
+        keys = env.keys() if isinstance(env, dict) else [item.split("=", 1)[0] for item in env]
+        out[name] = {k for k in keys if k.startswith("HIVEMUX_")}
+    return out
+
+
+def manifest_variables(k8s_docs: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """HIVEMUX_* names set by the manifests: containers' env, ConfigMap data, Secret stringData."""
+    out: dict[str, set[str]] = {}
+    for doc in k8s_docs:
+        where = f"{doc['kind']}/{doc.get('metadata', {}).get('name', '')}"
+        keys: list[str] = []
+        if doc["kind"] in ("Deployment", "DaemonSet", "StatefulSet", "Job"):
+            spec = doc["spec"]["template"]["spec"]
+            for c in [*spec.get("initContainers", []), *spec["containers"]]:
+                keys += [e["name"] for e in c.get("env", [])]
+        keys += list((doc.get("data") or {}).keys()) + list((doc.get("stringData") or {}).keys())
+        out[where] = {k for k in keys if k.startswith("HIVEMUX_")}
+    return out
+
+
+def test_the_settings_are_derived_from_the_classes() -> None:
+    names = known_settings()
+    assert {"HIVEMUX_EXECUTOR_BACKEND", "HIVEMUX_EXECUTOR_NODE_ID", "HIVEMUX_INSTANCE", "HIVEMUX_POSTGRES_DSN",
+            "HIVEMUX_INGESTER_NODE_ID", "HIVEMUX_SCHEMAS_DIR"} <= names  # fmt: skip
+    assert "HIVEMUX_NODE_ID" not in names
+
+
+def test_every_hivemux_variable_in_compose_and_manifests_is_a_setting(compose: dict[str, Any],
+                                                                         k8s_docs: list[dict[str, Any]]) -> None:
+    names = known_settings()
+    unknown = {
+        (where, variable)
+        for found in (compose_variables(compose), manifest_variables(k8s_docs))
+        for where, variables in found.items()
+        for variable in variables
+        if variable not in names
+    }
+    assert not unknown, f"HIVEMUX_* variables no service reads: {sorted(unknown)}"
+
+
+# -- the image ships libxcuda.so ------------------------------------------------------------
+
+
+def dockerfile_instructions(path: Path = DOCKERFILE) -> list[tuple[str, str, str]]:
+    """(stage, instruction, arguments) in order; continuation lines joined, comments dropped."""
+    lines: list[str] = []
+    pending = ""
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        lines.append(pending + line)
+        pending = ""
+    out: list[tuple[str, str, str]] = []
+    stage = ""
+    for index, line in enumerate(lines):
+        instruction, _, args = line.partition(" ")
+        if instruction.upper() == "FROM":
+            words = args.split()
+            stage = words[2] if len(words) >= 3 and words[1].upper() == "AS" else f"stage-{index}"
+        out.append((stage, instruction.upper(), args.strip()))
+    return out
+
+
+def test_the_image_builds_and_ships_the_xcuda_shim() -> None:
+    from hivemux.xcuda.library import NATIVE_DIR
+
+    steps = dockerfile_instructions()
+    # a build stage copies the shim's sources (and the layout header its Makefile includes) and makes it
+    make = [(stage, args) for stage, ins, args in steps if ins == "RUN" and re.search(r"make -C native/xcuda\b[^&]*libxcuda\.so", args)]
+    assert make, "no RUN step makes native/xcuda's libxcuda.so"
+    builder = make[0][0]
+    target = re.search(r"make -C native/xcuda\b[^&]*?(\S*libxcuda\.so)", make[0][1]).group(1)  # type: ignore[union-attr]
+    assert re.search(r"^\$\(OUT\)/libxcuda\.so:", (ROOT / "native/xcuda/Makefile").read_text(), re.M) and target == "build/libxcuda.so"
+    copied = " ".join(args for stage, ins, args in steps if stage == builder and ins == "COPY")
+    assert "native/xcuda" in copied and "libs/hivemux/xcuda/xcuda_layout.h" in copied
+    # the final stage copies the built library from that stage and installs it where library_path() looks
+    final = steps[-1][0]
+    shipped = [args for stage, ins, args in steps if stage == final and ins == "COPY" and f"--from={builder}" in args]
+    assert shipped and any("native/xcuda/build/libxcuda.so" in shlex.split(a)[1] for a in shipped), shipped
+    installs = " ".join(args for stage, ins, args in steps if stage == final and ins == "RUN")
+    assert "from hivemux.xcuda.library import NATIVE_DIR" in installs and "/build/libxcuda.so" in installs
+    assert "library_path()" in installs  # checked at build time: the executor refuses to start without it
+    assert NATIVE_DIR.name == "xcuda" and NATIVE_DIR.parent.name == "native"
 
 
 def test_the_cell_allocator_mounts_a_valid_hived_configuration(k8s_docs: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> None:
