@@ -18,6 +18,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstrai
 HIVEMUX_NAMESPACE = uuid.UUID("6b1f1d0e-8a47-4d2a-9a3c-5f0c1e2d7a90")
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")]
+# A submitted job's id: also a directory name on the nodes that run it and the prefix of its pods'
+# names (`<job>/<index>`), so one path segment — no '/', no leading '.' (issue 18).
+JobId = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$")]
 Percent = Annotated[float, Field(ge=0.0, le=100.0)]
 NonNegative = Annotated[float, Field(ge=0.0)]
 

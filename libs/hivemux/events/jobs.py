@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from .base import MAX_ENTRIES, MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, Event, Label, Mebibytes, Name, Percent, Reason, Record, Text
+from .base import MAX_ENTRIES, MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, Event, JobId, Label, Mebibytes, Name, Percent, Reason, Record, Text
 
 
 class JobKind(StrEnum):
@@ -43,7 +43,7 @@ class ResourceEstimates(Record):
 class JobSubmission(Event):
     """A job as a user submits it (the event-sourced job log)."""
 
-    job_id: Name
+    job_id: JobId = Field(description="One path segment: letters, digits, '.', '_', ':', '-'; no '/' (node directories, pod names)")
     vc: Name = Field(description="Tenant / virtual cluster")
     kind: JobKind
     pods: int = Field(default=1, ge=1, le=4096)
