@@ -17,10 +17,23 @@ import stat
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
+from uuid import uuid4
 
 import pytest
 
-from hivemux.events import CommandAction, ExecutorCommand, ExecutorReport, ReportState, WorkloadSpec
+from pydantic import ValidationError
+
+from hivemux.events import (
+    CellBinding,
+    CommandAction,
+    ExecutorCommand,
+    ExecutorReport,
+    JobKind,
+    JobSubmission,
+    Priority,
+    ReportState,
+    WorkloadSpec,
+)
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.node import ProcessNode
 from hivemux.executor.users import WorkloadUsers
@@ -94,8 +107,21 @@ async def test_a_job_placed_on_another_node_is_refused(node: ProcessNode, tmp_pa
 async def test_a_dot_dot_job_id_is_refused_and_nothing_escapes(node: ProcessNode, tmp_path: Path) -> None:
     job = "rce/../../escaped-job"
     start = training(job, f"touch {tmp_path}/escaped-ran")
-    admit(node, start)  # even a submitted and bound job may not use such a name in a path
-    report = refused(await node.on_command(start), "unsafe_name")
+    with pytest.raises(ValidationError, match="job_id"):
+        admitted(start)  # such a job cannot be submitted (JobId: one path segment)
+    report = refused(await node.on_command(start), "not_admitted")
+    assert "was never submitted" in report.detail
+    # a submission from before JobId (or one the bus did not check), with its binding: the
+    # executor still refuses the name before making any file
+    submission = JobSubmission.model_construct(
+        occurred_at=T0, source="api/test", job_id=job, vc="vc-test", kind=JobKind.TRAINING, pods=1, gpus_per_pod=1,
+        workload=start.workload)  # fmt: skip
+    node.on_admission(submission)
+    node.on_admission(CellBinding(
+        occurred_at=T0, source="cell-allocator/test", job_id=job, vc="vc-test", state="bound", pod=f"{job}/0",
+        priority=Priority.GUARANTEED, node_ids=(NODE,), gpu_ids=start.gpu_ids, reason="test binding"))  # fmt: skip
+    again = start.model_copy(update={"event_id": uuid4()})
+    report = refused(await node.on_command(again), "unsafe_name")
     assert "is not usable in a path" in report.detail
     await asyncio.sleep(0.3)
     assert not (tmp_path / "escaped-job").exists() and not (tmp_path / "work" / "escaped-job").exists()
