@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-import os
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -62,11 +61,13 @@ def replay(
     log = LogSource(servers, dsn, required=source == "archive")
     jobs = [(name, log, dict(changed.get(name, {})), _utc(start), _utc(end)) for name in chosen]
     # The services' replays are independent (each has its own journal and inputs): one process
-    # each, as many at once as there are cores.
+    # each, all at once (the health processor's and the matcher's, which fold every telemetry
+    # record, take most of the time: a pool as wide as the cores would queue one of them behind
+    # the cell allocator's).
     if len(jobs) == 1:
         outcomes = [replay_service(*jobs[0])]
     else:
-        with ProcessPoolExecutor(max_workers=min(len(jobs), os.cpu_count() or 1)) as pool:
+        with ProcessPoolExecutor(max_workers=len(jobs)) as pool:
             outcomes = list(pool.map(replay_service, *zip(*jobs, strict=True)))
     report = AuditReport()
     for outcome in outcomes:
