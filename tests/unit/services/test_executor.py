@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from hivemux.executor.node import ProcessNode
 from hivemux.executor.simulated_node import SimulatedExecutor
 from hivemux.services.executor.service import ExecutorSettings, backend, build
-from hivemux.topics import EXECUTOR_COMMANDS, GPU_TELEMETRY
+from hivemux.topics import CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_SUBMITTED, PLACEMENTS
 
 
 def test_simulated_by_default_as_a_group_member() -> None:
@@ -32,6 +32,9 @@ def test_process_backend_pins_its_node_and_feeds_xcuda(tmp_path: Path) -> None:
     assert (node.config.node_id, node.config.work_dir, node.config.grace_s) == ("node-07", tmp_path / "node-07", 3.0)
     service = build(settings)
     assert not service.subscriptions and [(p.topic.name, p.key) for p in service.pins] == [(EXECUTOR_COMMANDS.name, "node-07")]
+    # what a start may run comes from the log, not from the command (hivemux.executor.admission)
+    assert set(service.folds) == {GPU_TELEMETRY.name, JOBS_SUBMITTED.name, PLACEMENTS.name, CELL_BINDINGS.name}
+    assert node.source == "executor/node-07"  # an agent speaks for its node (bus authorization)
     assert [t.seconds for t in service.tickers] == [0.1, 0.05]
     assert len(service.start_hooks) == len(service.stop_hooks) == 1
 
