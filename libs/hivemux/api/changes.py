@@ -50,12 +50,14 @@ log = logging.getLogger("hivemux.api.changes")
 Offsets = dict[tuple[str, int], int]
 
 _RANGES = "unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) AS r(topic, partition, lo, hi)"
-_CHANGED_JOBS = f"""SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id IN (
-    SELECT e.job_id FROM job_events AS e JOIN {_RANGES}
-    ON e.topic = r.topic AND e.partition = r.partition AND e."offset" >= r.lo AND e."offset" < r.hi) ORDER BY job_id LIMIT $5"""
-_CHANGED_GPUS = f"""SELECT g.*, j.vc AS offline_vc FROM gpus AS g LEFT JOIN jobs AS j ON j.job_id = g.offline_job WHERE g.gpu_id IN (
-    SELECT e.gpu_id FROM gpu_events AS e JOIN {_RANGES}
-    ON e.topic = r.topic AND e.partition = r.partition AND e."offset" >= r.lo AND e."offset" < r.hi) ORDER BY g.gpu_id LIMIT $5"""
+# The ids first, each partition's range through the position index (LATERAL: joined plainly, the
+# planner walked all of job_events in id order, 0.5 s at a million rows), then their rows by key.
+_CHANGED_JOBS = f"""SELECT DISTINCT e.job_id FROM {_RANGES} CROSS JOIN LATERAL (SELECT job_id FROM job_events
+    WHERE topic = r.topic AND partition = r.partition AND "offset" >= r.lo AND "offset" < r.hi LIMIT $5) AS e"""
+_CHANGED_GPUS = f"""SELECT DISTINCT e.gpu_id FROM {_RANGES} CROSS JOIN LATERAL (SELECT gpu_id FROM gpu_events
+    WHERE topic = r.topic AND partition = r.partition AND "offset" >= r.lo AND "offset" < r.hi LIMIT $5) AS e"""
+_JOB_ROWS = f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = ANY($1::text[]) ORDER BY job_id"
+_GPU_ROWS = "SELECT g.*, j.vc AS offline_vc FROM gpus AS g LEFT JOIN jobs AS j ON j.job_id = g.offline_job WHERE g.gpu_id = ANY($1::text[]) ORDER BY g.gpu_id"
 
 
 @dataclass
@@ -157,14 +159,16 @@ class ChangeFeed:
             return None
         args = [list(c) for c in zip(*moved, strict=True)]
         async with self._pool.acquire() as conn:
-            jobs = await conn.fetch(_CHANGED_JOBS, *args, self._max_rows + 1)
-            gpus = await conn.fetch(_CHANGED_GPUS, *args, self._max_rows + 1)
-        self.queries += 2
-        if jobs:
-            self._refresh_vcs()
+            job_ids = [r[0] for r in await conn.fetch(_CHANGED_JOBS, *args, self._max_rows + 1)]
+            gpu_ids = [r[0] for r in await conn.fetch(_CHANGED_GPUS, *args, self._max_rows + 1)]
+            if job_ids:
+                self._refresh_vcs()
+            if len(job_ids) > self._max_rows or len(gpu_ids) > self._max_rows:
+                return ChangeBatch(self.cursor, datetime.now(UTC), [], [], None, resync=True)
+            jobs = await conn.fetch(_JOB_ROWS, job_ids) if job_ids else []
+            gpus = await conn.fetch(_GPU_ROWS, gpu_ids) if gpu_ids else []
+        self.queries += 2 + bool(job_ids) + bool(gpu_ids)
         at = datetime.now(UTC)
-        if len(jobs) > self._max_rows or len(gpus) > self._max_rows:
-            return ChangeBatch(self.cursor, at, [], [], None, resync=True)
         return ChangeBatch(self.cursor, at, [job_json(_job(r)) for r in jobs], [_gpu(r) for r in gpus], None)
 
     def _refresh_vcs(self) -> None:
