@@ -147,6 +147,9 @@ class MemoryGuard:
         self.reporter = reporter
         self.graceful = graceful
         self.allowance_mib = allowance_mib
+        if sampler is None:
+            log.info("node %s: no local GPU reader (HIVEMUX_EXECUTOR_GPU_SAMPLER=nvml): GPU memory quotas rest on "
+                     "the workloads' own xCUDA accounting, unchecked", node_id)
 
     async def watch(self) -> list[Event]:
         guarded = [w for w in self.workloads.jobs.values() if w.control is not None and not w.busy and not w.done]

@@ -37,7 +37,7 @@ def used(workload) -> int:
 def test_quota_is_enforced_for_every_allocation_family(plain_native, workload, mode, family, fits, too_big, counted):
     program = "probe_linked" if mode == "link" else "probe"
     out = probe(plain_native, workload.env(plain_native), mode, "init", f"alloc:{family}:{too_big}",
-                f"alloc:{family}:{fits}", "info", f"free:0", "ssync", "info", program=program)
+                f"alloc:{family}:{fits}", "info", "free:0", "ssync", "info", program=program)
     assert rc(out[0]) == 0
     assert rc(out[1]) == 2, out  # CUDA_ERROR_OUT_OF_MEMORY, and the driver never saw it
     assert rc(out[2]) == 0, out
