@@ -257,7 +257,10 @@ async def status_latency(bootstrap: str, admin_dsn: str, log: list[Event], extra
     from hivemux.topics import ALL_TOPICS
 
     await ensure_topics(bootstrap, ALL_TOPICS)
-    projected = [e for e in log if isinstance(e, (JobSubmission, JobLifecycleEvent, CellBinding, Placement, HealthTransition))]
+    from hivemux.bus.authorization import as_writer
+
+    # the inputs this benchmark plays, as the services that write them would (bus.authorization)
+    projected = [as_writer(e, "bench") for e in log if isinstance(e, (JobSubmission, JobLifecycleEvent, CellBinding, Placement, HealthTransition))]
     async with Publisher(bootstrap, source="bench") as publisher:
         for start in range(0, len(projected), 20_000):
             await publisher.publish_all(projected[start : start + 20_000])

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
+from hivemux.bus.authorization import as_writer
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.events import CellBinding, Event, JobKind, JobLifecycleEvent, JobState, JobSubmission, Placement, Priority, WorkloadSpec
 from hivemux.infra import InfraSettings, embedded_infra
@@ -59,7 +60,7 @@ def make_events(n: int) -> list[Event]:
             JobLifecycleEvent(**src, occurred_at=at, job_id=job, state=JobState.COMPLETED),
         ]  # fmt: skip
         i += 1
-    return events[:n]
+    return [as_writer(e, "bench") for e in events[:n]]  # each as the service that writes it (bus.authorization)
 
 
 async def new_database(admin_dsn: str) -> str:

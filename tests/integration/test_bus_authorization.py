@@ -294,3 +294,26 @@ def _address(raw: str) -> str:
     if len(raw) == 8:
         return ".".join(str(int(raw[i:i + 2], 16)) for i in (6, 4, 2, 0))
     return "::" if raw == "0" * 32 else raw
+
+
+async def test_the_read_models_do_not_show_a_forged_record(infra: Endpoints, pg_dsn: str) -> None:
+    """The projector applies the same table: a forged `completed` does not finish the job in
+    `jobs history` (nor on the API or the console), the services' own records do show."""
+    from hivemux.store import connect, migrate
+    from hivemux.store.projector import run_projector
+
+    bootstrap = infra.bootstrap_servers
+    await ensure_topics(bootstrap, ALL_TOPICS)
+    job = f"shown-{uuid.uuid4().hex[:6]}"
+    await forge(bootstrap, eight_gpu_job(job))
+    await forge(bootstrap, JobLifecycleEvent(occurred_at=now(), source="tenant-b", job_id=job, state=JobState.COMPLETED, reason="forged"))
+    await forge(bootstrap, JobLifecycleEvent(occurred_at=now(), source="cell-allocator/0", job_id=job, state=JobState.WAITING,
+                                             reason="no free cell"))  # fmt: skip
+    pool = await connect(pg_dsn, max_size=2)
+    try:
+        await migrate(pool)
+        await run_projector(bootstrap, pool, until_caught_up=True)
+        shown = [row["what"] for row in await pool.fetch("SELECT what FROM job_events WHERE job_id = $1 ORDER BY occurred_at", job)]
+    finally:
+        await pool.close()
+    assert "waiting" in shown and "completed" not in shown, shown

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from hivemux.bus.authorization import as_writer
 from hivemux.events import (
     CellBinding,
     Event,
@@ -111,7 +112,7 @@ def job_burst(prefix: str, jobs: int) -> list[list[Event]]:
                     JobLifecycleEvent(**base, occurred_at=tick(9), job_id=job, state=JobState.COMPLETED),
                     JobLifecycleEvent(**base, occurred_at=tick(10), job_id=job, state=JobState.COMPLETED),  # a second gang member
                 ]
-        per_job.append(events)
+        per_job.append([as_writer(e, 'burst') for e in events])  # each as the service that writes it would
     return per_job
 
 

@@ -133,6 +133,20 @@ class Authorization:
         return _PER_NODE if (topic, principal) in self.per_node else None
 
 
+_CHECK = Authorization()
+
+
+def as_writer(event: Any, instance: str = "test") -> Any:
+    """`event` as a writer allowed to write its topic would publish it: unchanged if its source
+    may already, else with the source ``<first writer>/<instance>`` (a node agent's for per-node
+    records). For tests and benchmarks that play the services' part."""
+    topic = t.topic_for(event).name
+    if _CHECK.refusal(topic, event) is None:
+        return event
+    principal = sorted(WRITERS[topic])[0]
+    return event.model_copy(update={"source": f"{principal}/{event.node_id if (topic, principal) in PER_NODE else instance}"})
+
+
 def readme_table() -> str:
     """The README's table: each principal and the topics it may write (`tests/unit/bus`)."""
     rows = ["| principal | may write |", "|---|---|"]

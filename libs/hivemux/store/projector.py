@@ -5,9 +5,10 @@ holding the rows and the offsets (exactly-once; see `store.read_models`).
 A record that does not decode is skipped with a counter and a log line and its offset is
 consumed like any other: the topic's dead-letter belongs to its producer, and a projector that
 stopped on it would stop every read model. So is a record the services' runtime refuses too
-(`bus.runtime`): one whose key is not its event's, or whose event time `hivemux.event_time`
-refuses (from the far future, or before 2000), so the read models do not show what no decider
-acted on.
+(`bus.runtime`): one whose key is not its event's, whose writer may not write its topic
+(`bus.authorization`), or whose event time `hivemux.event_time` refuses (from the far future,
+or before 2000), so the read models do not show what no decider acted on (a forged
+``completed`` does not finish a job in `jobs history`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datetime import UTC, datetime
 import asyncpg
 from aiokafka import ConsumerRecord
 
+from ..bus.authorization import Authorization
 from ..bus.codec import decode_key, decode_value
 from ..bus.tracking import Position, consume_tracked
 from ..errors import InvalidEvent
@@ -64,6 +66,7 @@ async def run_projector(
     store = ReadModelStore(pool)
     stats = stats if stats is not None else ProjectorStats()
     topics = {t.name: t for t in TOPICS}
+    writers = Authorization().refusal
 
     async def on_batch(records: list[ConsumerRecord], started: dict[Position, int], advanced: dict[Position, int]) -> None:
         changes: list[Change] = []
@@ -74,7 +77,7 @@ async def run_projector(
                 event = decode_value(topic, record.value)
                 if decode_key(record.key) != topic.key_of(event):
                     raise InvalidEvent(f"key {decode_key(record.key)!r} is not the event's {topic.key_field} {topic.key_of(event)!r}")
-                refusal = event_time.refusal(event.occurred_at, datetime.now(UTC)) if event_time else None
+                refusal = writers(record.topic, event) or (event_time.refusal(event.occurred_at, datetime.now(UTC)) if event_time else None)
                 if refusal is not None:
                     raise InvalidEvent(refusal)
             except InvalidEvent as error:

@@ -121,3 +121,12 @@ def test_each_deployed_service_connects_as_its_own_kafka_user() -> None:
                     env = {e["name"]: e for e in container["env"]}
                     assert env["KAFKA_SASL_USERNAME"]["value"] == container["command"][2], path.name
                     assert env["KAFKA_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == container["command"][2], path.name
+
+
+def test_as_writer_signs_what_a_test_plays_as_its_service_would() -> None:
+    from hivemux.bus.authorization import as_writer
+
+    assert as_writer(cancel("attacker"), "burst").source == "api/burst"
+    assert as_writer(report("cli", "node-07")).source == "executor/node-07"
+    legit = cancel("cli")
+    assert as_writer(legit) is legit
