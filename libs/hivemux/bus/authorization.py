@@ -81,7 +81,6 @@ PER_NODE: frozenset[tuple[str, str]] = frozenset({
 # topics are evidence for an operator, consumed by no decision).
 DEAD_LETTER_WRITERS = "any service"
 
-_PER_NODE = object()  # a cached verdict: admitted if the instance is the record's node
 _CACHE_LIMIT = 4096  # (topic, source) pairs remembered; a flood of invented sources resets it
 
 
@@ -118,8 +117,8 @@ class Authorization:
             if len(self._verdicts) >= _CACHE_LIMIT:
                 self._verdicts.clear()
             verdict = self._verdicts[key] = self._judge(topic, event.source)
-        if verdict is _PER_NODE:
-            node = event.source.partition("/")[2]
+        if type(verdict) is tuple:  # (the writer's node,): admitted for that node's records only
+            node = verdict[0]
             return None if node == event.node_id else f"{event.source} reports only for node {node or '(none)'}, not {event.node_id}"
         return verdict  # type: ignore[no-any-return]
 
@@ -130,7 +129,7 @@ class Authorization:
         principal = principal_of(source)
         if principal not in allowed:
             return f"source {source!r}: {topic} is written by {', '.join(sorted(allowed))}; not by {principal!r}"
-        return _PER_NODE if (topic, principal) in self.per_node else None
+        return (source.partition("/")[2],) if (topic, principal) in self.per_node else None
 
 
 _CHECK = Authorization()
