@@ -212,9 +212,9 @@ async def test_cluster_views_show_health_to_all_and_jobs_to_their_tenant(api: Ap
     await submitted(api, "a", job, "vc-a")
     async with Publisher(api.bootstrap, source="test") as publisher:
         await publisher.publish(
-            HealthTransition(occurred_at=at, source="test", gpu_id=gpu, node_id=node, gpu_type="T4", from_state=HealthState.HEALTHY,
+            HealthTransition(occurred_at=at, source="health-processor/0", gpu_id=gpu, node_id=node, gpu_type="T4", from_state=HealthState.HEALTHY,
                              to_state=HealthState.UNHEALTHY, reason="SM activity 97 > 95", cause="metrics", metrics={"sm_activity": 97.0}),
-            Fault(occurred_at=at, source="test", gpu_id=gpu, node_id=node, kind=FaultKind.XID, detail="xid 31", xid=31, job_id=job),
+            Fault(occurred_at=at, source="health-processor/0", gpu_id=gpu, node_id=node, kind=FaultKind.XID, detail="xid 31", xid=31, job_id=job),
         )  # fmt: skip
 
     async def gpu_shown() -> dict[str, Any] | None:
