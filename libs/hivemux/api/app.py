@@ -23,7 +23,7 @@ from .. import __version__
 from ..bus import Publisher
 from ..store import connect, migrate
 from .changes import ChangeFeed
-from .routers import admin, cluster, jobs, stream, tokens
+from .routers import admin, cluster, console, jobs, stream, tokens
 
 REQUESTS = Counter("hivemux_api_requests_total", "API requests by status class", ["status"])
 
@@ -64,8 +64,9 @@ def create_app(config: ApiConfig) -> FastAPI:
         title="hivemux API", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="Jobs, cluster state and administration of a hivemux GPU cluster. Bearer tokens from `hivemux tokens create`.",
     )  # fmt: skip
-    for router in (jobs.router, cluster.router, admin.router, tokens.router, stream.router):
+    for router in (jobs.router, cluster.router, admin.router, tokens.router, stream.router, console.router):
         app.include_router(router)
+    app.mount("/console/static", console.static_files(), name="console-static")  # the web console's modules and stylesheet
 
     @app.middleware("http")
     async def count(request, call_next):  # type: ignore[no-untyped-def]

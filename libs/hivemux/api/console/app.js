@@ -1,0 +1,247 @@
+// The console: log in with a token, load the snapshot from the REST endpoints, then keep it
+// current from the change stream (upserts of jobs and GPUs; VC queues reloaded when jobs or the
+// VC summary change; a full reload on resync or reconnect). Nothing here decides what a token
+// may see: the API answers a tenant with its VCs' jobs only, and this page shows what it answers.
+
+import { api, ApiError, forgetToken, setToken, subscribe, takeTokenFromUrl, token } from "./api.js";
+import { renderCharts, Sampler, SAMPLE_INTERVAL_MS } from "./charts.js";
+import { $, h, replace } from "./dom.js";
+import { renderGpuPanel, renderGpus } from "./gpus.js";
+import { matches, renderFilters, renderJobPanel, renderJobs } from "./jobs.js";
+import { renderVcs } from "./vcs.js";
+
+const JOB_LIMIT = 500;
+const state = {
+  me: null, gpus: new Map(), vcs: [], jobs: new Map(), placements: [], filters: { state: "", vc: "", kind: "", text: "" },
+  panel: null, // {type: "gpu" | "job", id}
+  status: "connecting", cursor: 0, lastChange: null, source: null,
+};
+const sampler = new Sampler();
+let dirty = new Set();
+let vcsTimer = null;
+
+function mark(...parts) {
+  for (const p of parts) dirty.add(p);
+  requestAnimationFrame(render);
+}
+
+function render() {
+  if (!dirty.size || !state.me) return;
+  const parts = dirty;
+  dirty = new Set();
+  if (parts.has("gpus")) renderGpus($("#gpus"), state.gpus, { selected: state.panel?.type === "gpu" ? state.panel.id : null, onSelect: openGpu });
+  if (parts.has("vcs")) renderVcs($("#vcs"), state.vcs, { onJob: openJob });
+  if (parts.has("filters")) renderFilters($("#job-filters"), { filters: state.filters, vcs: vcNames(), onChange: setFilters });
+  if (parts.has("jobs")) renderJobs($("#jobs"), state.jobs, { filters: state.filters, selected: state.panel?.type === "job" ? state.panel.id : null, onSelect: openJob, limit: JOB_LIMIT });
+  if (parts.has("charts")) renderCharts($("#charts"), sampler.points);
+  if (parts.has("status")) renderStatus();
+}
+
+function vcNames() {
+  const names = new Set(state.vcs.map((v) => v.vc));
+  for (const vc of state.me.vcs) names.add(vc);
+  return [...names].sort();
+}
+
+function renderStatus() {
+  const me = state.me;
+  replace($("#who"), h("b", { dataset: { principal: me.principal } }, me.principal), me.admin ? " (admin: every VC)" : ` (tenant: ${me.vcs.join(", ") || "no VC"})`);
+  replace($("#live"), h("span", { class: `dot ${state.status}`, dataset: { status: state.status } }), ` ${state.status}`,
+    state.lastChange ? h("span", { class: "dim" }, ` - last change ${new Date(state.lastChange).toLocaleTimeString()} (cursor ${state.cursor})`) : "");
+}
+
+// --- loading -------------------------------------------------------------------------------
+
+async function loadAll() {
+  const [gpus, placements] = await Promise.all([api("/api/v1/cluster/gpus"), api("/api/v1/cluster/placements")]);
+  state.gpus = new Map(gpus.gpus.map((g) => [g.gpu_id, g]));
+  state.placements = placements.placements;
+  await Promise.all([loadVcs(), loadJobs()]);
+  mark("gpus", "vcs", "jobs", "filters", "status");
+  if (state.panel) refreshPanel();
+}
+
+async function loadVcs() {
+  state.vcs = (await api("/api/v1/cluster/vcs")).vcs;
+  mark("vcs", "filters");
+}
+
+async function loadJobs() {
+  const q = new URLSearchParams({ limit: String(JOB_LIMIT) });
+  for (const k of ["state", "vc", "kind"]) if (state.filters[k]) q.set(k, state.filters[k]);
+  const { jobs } = await api(`/api/v1/jobs?${q}`);
+  state.jobs = new Map(jobs.map((j) => [j.job_id, j]));
+  mark("jobs");
+}
+
+function reloadVcsSoon() { // queues with positions come from the REST endpoint; at most every second
+  if (vcsTimer) return;
+  vcsTimer = setTimeout(async () => {
+    vcsTimer = null;
+    try {
+      await loadVcs();
+      state.placements = (await api("/api/v1/cluster/placements")).placements;
+    } catch (error) {
+      showError(error);
+    }
+  }, 1000);
+}
+
+function applyChange(batch) {
+  state.cursor = batch.cursor;
+  state.lastChange = Date.now();
+  if (batch.resync) {
+    loadAll().catch(showError);
+    return;
+  }
+  for (const gpu of batch.gpus || []) state.gpus.set(gpu.gpu_id, { ...state.gpus.get(gpu.gpu_id), ...gpu, last_sample: sampleOf(gpu) });
+  for (const job of batch.jobs || []) {
+    if (matches(job, { ...state.filters, text: "" })) state.jobs.set(job.job_id, job);
+    else state.jobs.delete(job.job_id);
+  }
+  if ((batch.jobs || []).length || batch.vcs) reloadVcsSoon();
+  mark("status", batch.gpus?.length ? "gpus" : null, batch.jobs?.length ? "jobs" : null);
+  if (state.panel && ((state.panel.type === "job" && (batch.jobs || []).some((j) => j.job_id === state.panel.id)) ||
+      (state.panel.type === "gpu" && (batch.gpus || []).some((g) => g.gpu_id === state.panel.id)))) refreshPanel();
+}
+
+function sampleOf(gpu) { // the stream sends the GPU row; the REST list adds last_sample from the same columns
+  return gpu.sample_at ? { at: gpu.sample_at, metrics: gpu.sample_metrics || {} } : null;
+}
+
+function setFilters(filters, { local } = {}) {
+  const serverSide = ["state", "vc", "kind"].some((k) => filters[k] !== state.filters[k]);
+  state.filters = filters;
+  if (serverSide) loadJobs().catch(showError);
+  mark("jobs", local ? null : "filters");
+}
+
+// --- panels --------------------------------------------------------------------------------
+
+function openGpu(id) {
+  state.panel = { type: "gpu", id };
+  mark("gpus", "jobs");
+  refreshPanel();
+}
+
+function openJob(id) {
+  state.panel = { type: "job", id };
+  mark("gpus", "jobs");
+  refreshPanel();
+}
+
+async function refreshPanel(error) {
+  const panel = state.panel;
+  const root = $("#panel-body");
+  $("#panel").hidden = false;
+  try {
+    if (panel.type === "gpu") {
+      const x = await api(`/api/v1/cluster/gpus/${panel.id.split("/").map(encodeURIComponent).join("/")}`);
+      if (state.panel !== panel) return;
+      renderGpuPanel(root, x, { admin: state.me.admin, onDrain: drain });
+    } else {
+      const id = encodeURIComponent(panel.id);
+      const [job, explain, history] = await Promise.all([api(`/api/v1/jobs/${id}`), api(`/api/v1/jobs/${id}/explain`), api(`/api/v1/jobs/${id}/history`)]);
+      if (state.panel !== panel) return;
+      state.jobs.set(job.job_id, job);
+      renderJobPanel(root, { job, explain, history, mayAct: state.me.admin || state.me.vcs.includes(job.vc), onCommand: command, error });
+    }
+  } catch (err) {
+    if (state.panel === panel) replace(root, h("p", { class: "error", dataset: { status: err.status || "" } }, describe(err)));
+  }
+}
+
+async function command(jobId, action, reason) {
+  let note;
+  try {
+    const answer = await api(`/api/v1/jobs/${encodeURIComponent(jobId)}/${action}`, { method: "POST", body: { reason, wait_s: 5 } });
+    const outcome = answer.outcome;
+    note = outcome ? (outcome.refused ? `${action} refused: ${outcome.reason}` : null) : `${action} sent; the job controller has not answered yet`;
+  } catch (err) {
+    note = describe(err);
+  }
+  await refreshPanel(note);
+}
+
+async function drain(gpuId, undo, reason) {
+  try {
+    await api(`/api/v1/admin/gpus/${undo ? "undrain" : "drain"}`, { method: "POST", body: { gpu_id: gpuId, reason } });
+    toast(`${undo ? "undrain" : "drain"} of ${gpuId} sent`);
+  } catch (err) {
+    showError(err);
+  }
+}
+
+// --- errors, login -------------------------------------------------------------------------
+
+function describe(err) {
+  if (err instanceof ApiError) {
+    const detail = Array.isArray(err.detail) ? err.detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ") : err.message;
+    return `${err.status}: ${detail}`;
+  }
+  return String(err && err.message ? err.message : err);
+}
+
+function showError(err) {
+  if (err instanceof ApiError && err.status === 401) {
+    logout(describe(err));
+    return;
+  }
+  toast(describe(err), true);
+}
+
+function toast(text, bad = false) {
+  const el = h("div", { class: `toast${bad ? " bad" : ""}` }, text);
+  $("#toasts").append(el);
+  setTimeout(() => el.remove(), 6000);
+}
+
+function logout(message) {
+  forgetToken();
+  if (state.source) state.source.close();
+  state.me = null;
+  $("#app").hidden = true;
+  $("#login").hidden = false;
+  replace($("#login-error"), message || "");
+}
+
+async function start() {
+  $("#login").hidden = true;
+  try {
+    state.me = await api("/api/v1/whoami");
+  } catch (err) {
+    logout(describe(err));
+    return;
+  }
+  $("#app").hidden = false;
+  mark("status", "filters");
+  state.source = subscribe({
+    onHello: () => loadAll().catch(showError),
+    onChange: applyChange,
+    onStatus: (s) => { state.status = s; mark("status"); },
+  });
+  setInterval(() => {
+    if (!state.me) return;
+    sampler.sample(state);
+    mark("charts", "gpus"); // the tiles' "changed ... ago" too
+  }, SAMPLE_INTERVAL_MS);
+  setTimeout(() => { sampler.sample(state); mark("charts"); }, 1500);
+  mark("charts");
+}
+
+$("#login-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  setToken($("#token").value);
+  $("#token").value = "";
+  start();
+});
+$("#logout").addEventListener("click", () => logout("Logged out."));
+$("#panel-close").addEventListener("click", () => {
+  state.panel = null;
+  $("#panel").hidden = true;
+  mark("gpus", "jobs");
+});
+
+takeTokenFromUrl();
+if (token()) start();
+else $("#login").hidden = false;

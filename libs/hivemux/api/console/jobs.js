@@ -1,0 +1,85 @@
+// The jobs table (filtered by state, VC, kind on the server and by id/reason text here) and a
+// job's panel: what it is, its verdict and queue position, the explain chain (every decision in
+// order, repeats collapsed) and its full timeline; cancel/suspend/resume for whoever may act on it.
+
+import { fmtAgo, fmtNum, fmtTime, h, kv, replace } from "./dom.js";
+
+export const STATES = ["submitted", "profiled", "waiting", "placed", "bound", "running", "suspended", "resumed",
+  "preempted", "evicted", "stopped", "completed", "failed", "rejected", "cancelled"];
+
+export function matches(job, filters) {
+  if (filters.state && job.state !== filters.state) return false;
+  if (filters.vc && job.vc !== filters.vc) return false;
+  if (filters.kind && job.kind !== filters.kind) return false;
+  if (filters.text) {
+    const t = filters.text.toLowerCase();
+    if (!job.job_id.toLowerCase().includes(t) && !(job.last_reason || "").toLowerCase().includes(t)) return false;
+  }
+  return true;
+}
+
+export function renderFilters(root, { filters, vcs, onChange }) {
+  const select = (name, options) => h("select", { name, onchange: (e) => onChange({ ...filters, [name]: e.target.value }) },
+    h("option", { value: "" }, `any ${name}`), options.map((o) => h("option", { value: o, selected: filters[name] === o }, o)));
+  const text = h("input", { type: "search", name: "text", placeholder: "job id or reason", value: filters.text || "" });
+  text.addEventListener("input", () => onChange({ ...filters, text: text.value }, { local: true }));
+  replace(root, select("state", STATES), select("vc", vcs), select("kind", ["offline", "training"]), text);
+}
+
+export function renderJobs(root, jobs, { filters, selected, onSelect, limit }) {
+  const shown = [...jobs.values()].filter((j) => matches(j, filters))
+    .sort((a, b) => (b.updated_at || "").localeCompare(a.updated_at || "") || a.job_id.localeCompare(b.job_id));
+  const rows = shown.slice(0, limit).map((j) => h("tr", {
+      dataset: { jobId: j.job_id, state: j.state }, class: selected === j.job_id ? "selected" : "", onclick: () => onSelect(j.job_id),
+    },
+    h("td", { class: "mono" }, j.job_id), h("td", {}, h("span", { class: `state state-${j.state}` }, j.state)), h("td", {}, j.vc || "-"),
+    h("td", {}, j.kind || "-"), h("td", {}, `${j.priority || "-"}${j.priority_value !== null && j.priority_value !== undefined ? ` ${j.priority_value}` : ""}`),
+    h("td", {}, where(j)), h("td", { class: "nowrap" }, fmtAgo(j.submitted_at)), h("td", { class: "nowrap" }, fmtAgo(j.updated_at)),
+    h("td", { class: "reason-cell", title: j.last_reason || "" }, j.last_reason || "")));
+  replace(root,
+    h("table", { class: "jobs" },
+      h("thead", {}, h("tr", {}, ["job", "state", "VC", "kind", "priority", "where", "submitted", "updated", "last reason"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, rows)),
+    h("p", { class: "dim" }, `${Math.min(shown.length, limit)} of ${shown.length} shown` + (jobs.size >= limit ? ` (the newest ${limit} loaded per filter)` : "")));
+}
+
+function where(job) {
+  if (job.placement) return `${job.placement.gpu_id} ${fmtNum(job.placement.sm_share, 0)}% SM`;
+  const pods = Object.values(job.binding || {});
+  if (pods.length) return [...new Set(pods.flatMap((p) => p.node_ids || []))].join(", ") + ` (${pods.length} pod${pods.length > 1 ? "s" : ""})`;
+  return job.gpus ? `${job.pods || 1}x${job.gpus} GPU` : "-";
+}
+
+export function renderJobPanel(root, { job, explain, history, mayAct, onCommand, error }) {
+  const reason = h("input", { type: "text", placeholder: "reason (optional)", class: "reason", maxlength: 500 });
+  const button = (action, label, cls) => h("button", { type: "button", class: cls || "", dataset: { action },
+    onclick: () => onCommand(job.job_id, action, reason.value) }, label);
+  const q = explain && explain.queue;
+  replace(root,
+    h("h2", {}, `Job ${job.job_id} `, h("span", { class: `state state-${job.state}`, dataset: { panelState: job.state } }, job.state)),
+    explain ? h("p", { class: "verdict" }, explain.verdict) : null,
+    error ? h("p", { class: "error" }, error) : null,
+    h("dl", { class: "facts" },
+      [["VC / kind", `${job.vc || "-"} / ${job.kind || "-"}`], ["priority", `${job.priority || "-"} ${job.priority_value ?? ""}`],
+       ["size", `${job.pods || 1} pod(s) x ${job.gpus || 1} GPU`], ["where", where(job)], ["submitted", fmtTime(job.submitted_at)],
+       ["updated", fmtTime(job.updated_at)], ["last reason", job.last_reason || "-"],
+       ["queue", q ? `position ${q.position} of ${q.of} in ${q.vc}` + (q.ahead.length ? ` (behind ${q.ahead.slice(0, 5).join(", ")}${q.ahead.length > 5 ? ", ..." : ""})` : "") + (q.waiting_for ? `; waiting for: ${q.waiting_for}` : "") : "-"],
+      ].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    mayAct ? h("div", { class: "actions" }, reason, button("cancel", "Cancel", "danger"), button("suspend", "Suspend"), button("resume", "Resume")) : null,
+    explain ? [
+      h("h3", {}, `Explain chain (${explain.chain.length} decisions)`),
+      h("ol", { class: "chain" }, explain.chain.map((c) => h("li", { dataset: { kind: c.kind, what: c.what } },
+        h("span", { class: "nowrap dim" }, fmtTime(c.at)), " ", h("b", {}, `${c.kind}: ${c.what}`), c.count > 1 ? ` x${c.count} (until ${fmtTime(c.last)})` : "",
+        c.reason ? h("div", { class: "reason-line" }, c.reason) : null,
+        Object.keys(c.inputs || {}).length ? h("div", { class: "mono dim" }, kv(c.inputs)) : null))),
+      (explain.waiting || []).length ? [h("h3", {}, "Waiting reasons"), h("ul", { class: "plain" }, explain.waiting.map((w) =>
+        h("li", {}, `${w.reason} (x${w.count}, ${fmtTime(w.first)} .. ${fmtTime(w.last)})`)))] : null,
+    ] : null,
+    history ? [
+      h("h3", {}, `Timeline (${history.events.length} events)`),
+      h("table", { class: "history" }, h("tbody", {}, history.events.map((e) => h("tr", {},
+        h("td", { class: "nowrap" }, fmtTime(e.occurred_at)), h("td", {}, e.kind), h("td", {}, h("b", {}, e.what)),
+        h("td", {}, e.reason, e.inputs && e.inputs.principal ? h("span", { class: "dim" }, ` (by ${e.inputs.principal})`) : ""),
+        h("td", { class: "mono dim" }, `${e.topic}/${e.partition}@${e.offset}`)))))
+    ] : null);
+}
