@@ -5,13 +5,20 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_SECONDS ?= 90
 
-.PHONY: install native demo test test-unit bench schemas proto clean
+.PHONY: install native chromium demo test test-unit bench schemas proto clean
 
-install: $(STAMP) native
+install: $(STAMP) native chromium
 
 # The xCUDA shim, its fake driver and test programs (native/xcuda).
 native:
 	$(MAKE) -C native/xcuda
+
+# Debian's chromium, which the console's browser tests (tests/browser) drive through Playwright;
+# installed only when missing (silent when it is there), with sudo unless run as root.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+chromium:
+	@test -x /usr/bin/chromium || { echo "installing Debian's chromium (browser tests)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 # Re-installs only when the project's dependency declaration changes (idempotent).
 $(STAMP): pyproject.toml setup.py
