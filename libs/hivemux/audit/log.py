@@ -147,8 +147,9 @@ class BrokerLog:
         for _ in range(3):  # the embedded broker can answer a fetch empty before its data is visible
             position = await self._consumer.position(tp)
             highwater = self._consumer.highwater(tp)
-            if highwater is not None and position >= highwater:
-                # That is the end as of the last fetch: on a live log it has moved since.
+            if highwater is None or position >= highwater:
+                # Never fetched, or the end as of the last fetch (on a live log it has moved since):
+                # ask, rather than wait out empty fetches at the end of a partition.
                 highwater = (await self._consumer.end_offsets([tp]))[tp]
                 if position >= highwater:
                     return False

@@ -55,10 +55,7 @@ def replay(
             raise click.BadParameter(f"{item!r}: expected SERVICE.PATH=VALUE with SERVICE one of {', '.join(AUDITED)}", param_hint="--set")
         changed[name][path] = value
     servers = BusSettings().kafka_bootstrap_servers
-    dsn = ServiceSettings().postgres_dsn if source != "broker" else None
-    if source == "archive" and not dsn:
-        raise click.UsageError("--log archive reads the archive in PostgreSQL: set HIVEMUX_POSTGRES_DSN (`hivemux up` prints it)")
-    log = LogSource(servers, dsn, required=source == "archive")
+    log = _choose_log(source, servers, ServiceSettings().postgres_dsn)
     jobs = [(name, log, dict(changed.get(name, {})), _utc(start), _utc(end)) for name in chosen]
     # The services' replays are independent (each has its own journal and inputs): one process
     # each, all at once (the health processor's and the matcher's, which fold every telemetry
@@ -83,25 +80,53 @@ def replay(
 
 @dataclass(frozen=True)
 class LogSource:
-    """Where a replay reads the log: the broker, or the archive in `dsn` (and the broker past it)."""
+    """Where a replay reads the log: the broker, or the archive in `dsn` and the broker past it."""
 
     servers: str
     dsn: str | None = None
-    required: bool = False  # the archive was asked for: its absence is an error, not a fallback
 
     async def open(self) -> Log:
         from ..audit import ArchiveLog, BrokerLog
 
-        if self.dsn is not None:
-            try:
-                return await ArchiveLog(self.dsn, BrokerLog(self.servers)).__aenter__()
-            except LookupError:
-                if self.required:
-                    raise
-            except KafkaConnectionError:  # a stopped system's history: the archive alone
-                click.echo(f"the broker at {self.servers} is not reachable: replaying the archive alone", err=True)
-                return await ArchiveLog(self.dsn).__aenter__()
-        return await BrokerLog(self.servers).__aenter__()
+        if self.dsn is None:
+            return await BrokerLog(self.servers).__aenter__()
+        try:
+            return await ArchiveLog(self.dsn, BrokerLog(self.servers)).__aenter__()
+        except KafkaConnectionError:  # a stopped system's history: the archive alone
+            click.echo(f"the broker at {self.servers} is not reachable: replaying the archive alone", err=True)
+            return await ArchiveLog(self.dsn).__aenter__()
+
+
+def _choose_log(source: str, servers: str, dsn: str | None) -> LogSource:
+    """`--log`: auto reads the archive when HIVEMUX_POSTGRES_DSN holds one, else the broker."""
+    if source == "broker":
+        return LogSource(servers)
+    if dsn is None:
+        if source == "archive":
+            raise click.UsageError("--log archive reads the archive in PostgreSQL: set HIVEMUX_POSTGRES_DSN (`hivemux up` prints it)")
+        return LogSource(servers)
+    try:
+        found = asyncio.run(_holds_archive(dsn))
+    except (OSError, asyncpg.PostgresError) as error:
+        if source == "archive":
+            raise click.ClickException(f"cannot read the archive in PostgreSQL ({error}); check HIVEMUX_POSTGRES_DSN") from error
+        found = False
+    if found:
+        click.echo("reading the log from its archive in PostgreSQL, and from the broker past it", err=True)
+        return LogSource(servers, dsn)
+    if source == "archive":
+        raise click.ClickException("HIVEMUX_POSTGRES_DSN holds no archive of the broker's history (`hivemux up` keeps one)")
+    return LogSource(servers)
+
+
+async def _holds_archive(dsn: str) -> bool:
+    from ..store.archive import has_archive
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await has_archive(conn)
+    finally:
+        await conn.close()
 
 
 def replay_service(name: str, source: LogSource, overrides: dict[str, str], start: datetime | None, end: datetime | None) -> AuditReport | str:
@@ -123,7 +148,7 @@ def replay_service(name: str, source: LogSource, overrides: dict[str, str], star
         return f"cannot reach Kafka at {source.servers} ({error}); set KAFKA_BOOTSTRAP_SERVERS to the address `hivemux up` printed"
     except (OSError, asyncpg.PostgresError) as error:
         return f"cannot read the archive in PostgreSQL ({error}); check HIVEMUX_POSTGRES_DSN"
-    except LookupError as error:  # KeyError: an override naming nothing that was recorded; else no archive
+    except KeyError as error:  # an override naming nothing that was recorded
         return f"{name}: {error.args[0]}"
 
 

@@ -472,9 +472,7 @@ async def archived_through(
     False after `timeout_s`, or at once when this database holds no archive."""
     conn = await asyncpg.connect(dsn)
     try:
-        if not await conn.fetchval(
-            "SELECT to_regclass('bus_archive.positions') IS NOT NULL"
-        ):
+        if not await has_archive(conn):
             return False
         deadline = time.monotonic() + timeout_s
         while True:
