@@ -13,6 +13,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.api.app import ApiConfig, create_app
+from hivemux.bus import connection
 from hivemux.errors import ConfigurationError
 from hivemux.observability import configure_logging
 from hivemux.settings import ServiceSettings
@@ -46,4 +47,5 @@ def build(settings: ApiSettings) -> uvicorn.Server:
 def main() -> None:
     settings = ApiSettings()
     configure_logging(settings.log_level)
+    connection.configure(settings)  # the bus's TLS and SASL options for its producer, as `observability.serve` does
     build(settings).run()

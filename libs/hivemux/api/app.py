@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import asyncpg
-from fastapi import FastAPI
+from aiokafka.errors import KafkaError
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, generate_latest
 
 from .. import __version__
 from ..bus import Publisher
+from ..errors import TransientError
 from ..store import connect, migrate
 from .changes import ChangeFeed
 from .routers import admin, cluster, console, jobs, stream, tokens
@@ -73,6 +75,13 @@ def create_app(config: ApiConfig) -> FastAPI:
         response = await call_next(request)
         REQUESTS.labels(f"{response.status_code // 100}xx").inc()
         return response
+
+    async def unavailable(request: Request, error: Exception) -> JSONResponse:
+        # the database or the broker away (a restart): the client may retry; nothing was half done
+        return JSONResponse({"detail": f"temporarily unavailable: {type(error).__name__}: {error}"[:500]}, status_code=503)
+
+    for kind in (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, KafkaError, TransientError):
+        app.add_exception_handler(kind, unavailable)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> JSONResponse:

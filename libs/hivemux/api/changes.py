@@ -127,7 +127,7 @@ class ChangeFeed:
             started = time.monotonic()
             try:
                 batch = await self.tick()
-            except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as error:
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError) as error:
                 log.warning("change feed tick failed (tried again next tick): %s", error)
                 batch = None
             if batch is not None:
@@ -195,7 +195,7 @@ class ChangeFeed:
                 cells = await conn.fetch("SELECT * FROM vc_cells ORDER BY vc")
                 queued = await conn.fetch(
                     "SELECT vc, count(*) AS n FROM jobs WHERE vc IS NOT NULL AND state = ANY($1::text[]) GROUP BY vc", list(QUEUED_STATES))
-        except (OSError, asyncpg.PostgresError, asyncio.TimeoutError) as error:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError) as error:
             log.warning("change feed: VC summary failed (tried again with the next job change): %s", error)
             return
         self.queries += 2
