@@ -1,0 +1,257 @@
+"""The web console in a real browser (issue 17 item 4): Debian's headless Chromium driven by
+Playwright, against a real api service on an embedded broker of this module's own and the
+session's PostgreSQL, with the projector, the job controller and the health processor running.
+
+Assertions are on the rendered page, which is never reloaded: an operator drains a GPU from its
+tile's panel and the tile turns Disabled; a job submitted through the API appears in its VC's
+queue and the jobs table; cancelling it from its panel changes its row; a tenant's console shows
+its own job and never another tenant's. Screenshots go to $HIVEMUX_TEST_ARTIFACTS/browser
+(default tests/artifacts/browser, git-ignored). `make install` installs /usr/bin/chromium.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import asyncpg
+import httpx
+import pytest
+import uvicorn
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
+from support.buskit import eventually
+
+from hivemux.api.app import ApiConfig, create_app
+from hivemux.bus import Publisher, ensure_topics
+from hivemux.events import HealthState, HealthTransition
+from hivemux.infra import EmbeddedInfra, Endpoints, InfraSettings, embedded_infra, free_port
+from hivemux.services.health_processor.service import HealthSettings
+from hivemux.services.health_processor.service import build as build_health
+from hivemux.services.job_controller.service import JobControllerSettings
+from hivemux.services.job_controller.service import build as build_controller
+from hivemux.services.projector.service import ProjectorSettings
+from hivemux.services.projector.service import build as build_projector
+from hivemux.store import connect, migrate
+from hivemux.store.tokens import TokenStore
+from hivemux.topics import ALL_TOPICS
+
+pytestmark = pytest.mark.integration
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # fmt: skip
+ARTIFACTS = Path(os.environ.get("HIVEMUX_TEST_ARTIFACTS") or Path(__file__).resolve().parents[1] / "artifacts") / "browser"
+NODE = "web-n0"
+GPUS = [f"{NODE}/gpu-{i}" for i in range(4)]
+LIVE_S = 30_000  # ms: how long a change may take from the bus to the page
+
+
+@dataclass
+class Console:
+    url: str
+    tokens: dict[str, str]
+
+    async def call(self, who: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        async with httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {self.tokens[who]}"}, timeout=30) as client:
+            return await client.request(method, path, **kwargs)
+
+    async def submit(self, who: str, job_id: str, vc: str) -> None:
+        body = {"job_id": job_id, "vc": vc, "kind": "offline", "workload": {"model": "resnet50", "batch_size": 32, "iterations": 100}}
+        response = await self.call(who, "POST", "/api/v1/jobs", json=body)
+        assert response.status_code == 202, response.text
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedInfra]:
+    with embedded_infra(InfraSettings.model_construct(schemas_dir=InfraSettings().schemas_dir), want_postgres=False) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+async def console(infra: Endpoints, broker: EmbeddedInfra) -> AsyncIterator[Console]:
+    bootstrap = broker.endpoints.bootstrap_servers
+    name = f"test_console_{uuid.uuid4().hex[:12]}"
+    admin_conn = await asyncpg.connect(infra.postgres_dsn)
+    await admin_conn.execute(f'CREATE DATABASE "{name}"')
+    await admin_conn.close()
+    dsn = urlsplit(infra.postgres_dsn)._replace(path=f"/{name}").geturl()
+    await ensure_topics(bootstrap, ALL_TOPICS)
+    pool = await connect(dsn, max_size=2)
+    await migrate(pool)
+    store = TokenStore(pool)
+    made = {"admin": await store.create(tenant="ops", admin=True), "a": await store.create(tenant="tenant-a", vcs=["vc-a"]),
+            "b": await store.create(tenant="tenant-b", vcs=["vc-b"])}  # fmt: skip
+    await pool.close()
+    common = {"kafka_bootstrap_servers": bootstrap, "group_prefix": "console"}
+    services = [build_projector(ProjectorSettings(**common, postgres_dsn=dsn)),
+                build_controller(JobControllerSettings(**common, unknown_job_wait_s=0.5)), build_health(HealthSettings(**common))]  # fmt: skip
+    tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
+    port = free_port()
+    app = create_app(ApiConfig(postgres_dsn=dsn, kafka_bootstrap_servers=bootstrap, stream_interval_s=0.2))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
+    serving = asyncio.create_task(server.serve())
+    try:
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 90)
+        await eventually(lambda: _started(server), timeout_s=30, every_s=0.05)
+        await _seed_gpus(bootstrap)
+        yield Console(f"http://127.0.0.1:{port}", {k: t for k, (_, t) in made.items()})
+    finally:
+        server.should_exit = True
+        await serving
+        for s in services:
+            s.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        admin_conn = await asyncpg.connect(infra.postgres_dsn)
+        await admin_conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        await admin_conn.close()
+
+
+async def _started(server: uvicorn.Server) -> bool:
+    return server.started
+
+
+async def _seed_gpus(bootstrap: str) -> None:
+    """Four GPUs turn Healthy, as the health processor reports them after their first sample."""
+    at = datetime.now(UTC)
+    async with Publisher(bootstrap, source="health-processor/0") as publisher:
+        for i, gpu in enumerate(GPUS):
+            await publisher.publish(HealthTransition(
+                occurred_at=at, source="health-processor/0", gpu_id=gpu, node_id=NODE, gpu_type="T4", from_state=HealthState.INIT,
+                to_state=HealthState.HEALTHY, reason="initialization finished: first sample", cause="metrics",
+                metrics={"gpu_util": 40.0 + 10 * i, "sm_activity": 30.0 + 10 * i}, online_workload=f"infer-{i}" if i % 2 == 0 else None,
+            ))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+async def browser() -> AsyncIterator[Browser]:
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: `make install` installs Debian's chromium (apt-get install chromium)")
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            await launched.close()
+
+
+Opener = Callable[[], Awaitable[Page]]
+
+
+@pytest.fixture
+async def new_page(browser: Browser) -> AsyncIterator[Opener]:
+    """Opens pages for this test, each in a context of its own (its own sessionStorage); the
+    test fails on any JavaScript error they raised."""
+    errors: list[str] = []
+    contexts: list[BrowserContext] = []
+
+    async def open_page() -> Page:
+        context = await browser.new_context(viewport={"width": 1500, "height": 1100})
+        contexts.append(context)
+        page = await context.new_page()
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        return page
+
+    yield open_page
+    for context in contexts:
+        await context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+async def shot(page: Page, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+async def logged_in(new_page: Opener, console: Console, who: str, *, paste: bool = False) -> Page:
+    page = await new_page()
+    if paste:  # the login form: paste the token
+        await page.goto(f"{console.url}/")
+        await page.fill("#token", console.tokens[who])
+        await page.click("#login-form button[type=submit]")
+    else:
+        await page.goto(f"{console.url}/console?token={console.tokens[who]}")
+    await expect(page.locator("#live [data-status]")).to_have_attribute("data-status", "live", timeout=LIVE_S)
+    assert "token=" not in page.url  # the token leaves the address bar (and the history)
+    return page
+
+
+async def test_a_drained_gpu_tile_changes_state(console: Console, new_page: Opener) -> None:
+    page = await logged_in(new_page, console, "admin")
+    tile = page.locator(f'[data-gpu-id="{GPUS[1]}"]')
+    await expect(tile).to_have_attribute("data-health", "Healthy", timeout=LIVE_S)
+    await expect(page.locator("[data-gpu-id]")).to_have_count(len(GPUS))
+    await expect(tile).to_contain_text("on: -")
+    await expect(page.locator(f'[data-gpu-id="{GPUS[0]}"]')).to_contain_text("on: infer-0")
+    await tile.click()  # its panel: state history with causes, and the admin's drain
+    panel = page.locator("#panel")
+    await expect(panel.locator("h2")).to_contain_text(GPUS[1])
+    await expect(panel.locator("table.history tbody tr")).to_have_count(1)
+    await panel.locator("input.reason").fill("reseat the card")
+    await panel.locator('[data-action="drain"]').click()
+    # gpu.control -> the health processor -> gpu.health -> the projector -> the change stream -> the tile
+    await expect(tile).to_have_attribute("data-health", "Disabled", timeout=LIVE_S)
+    await expect(panel.locator('tr[data-to="Disabled"]')).to_contain_text("reseat the card", timeout=LIVE_S)
+    await expect(panel.locator('tr[data-to="Disabled"]')).to_contain_text("drained")
+    await expect(page.locator(f'[data-gpu-id="{GPUS[2]}"]')).to_have_attribute("data-health", "Healthy")
+    await shot(page, "drained-gpu")
+
+
+async def test_a_submitted_job_appears_in_the_queue_and_a_cancelled_one_changes_its_row(console: Console, new_page: Opener) -> None:
+    page = await logged_in(new_page, console, "admin")
+    job = f"web-a-{uuid.uuid4().hex[:6]}"
+    await console.submit("a", job, "vc-a")  # through the API, while the page is open
+    queued = page.locator(f'[data-vc="vc-a"] li[data-job-id="{job}"]')
+    await expect(queued).to_be_visible(timeout=LIVE_S)
+    assert await queued.get_attribute("data-position") == "1"
+    row = page.locator(f'tr[data-job-id="{job}"]')
+    await expect(row).to_be_visible()
+    assert await row.get_attribute("data-state") in ("submitted", "waiting")
+    await shot(page, "submitted-job")
+    await row.click()  # its panel: explain chain and timeline, and the owner's commands
+    panel = page.locator("#panel")
+    await expect(panel.locator("h2")).to_contain_text(job)
+    await expect(panel.locator("ol.chain li").first).to_contain_text("submitted")
+    await panel.locator("input.reason").fill("not needed any more")
+    await panel.locator('[data-action="cancel"]').click()
+    await expect(row).to_have_attribute("data-state", "cancelled", timeout=LIVE_S)
+    await expect(panel.locator("[data-panel-state]")).to_have_attribute("data-panel-state", "cancelled", timeout=LIVE_S)
+    await expect(panel.locator("ol.chain")).to_contain_text("not needed any more")
+    await expect(queued).to_have_count(0, timeout=LIVE_S)  # out of the queue
+    await shot(page, "cancelled-job")
+
+
+async def test_a_tenant_sees_its_own_jobs_only(console: Console, new_page: Opener) -> None:
+    mine, theirs = f"web-b-{uuid.uuid4().hex[:6]}", f"web-a-{uuid.uuid4().hex[:6]}"
+    await console.submit("a", theirs, "vc-a")
+    await console.submit("b", mine, "vc-b")
+    page = await logged_in(new_page, console, "b", paste=True)
+    await expect(page.locator("[data-principal]")).to_contain_text("tenant-b")
+    await expect(page.locator(f'tr[data-job-id="{mine}"]')).to_be_visible(timeout=LIVE_S)
+    await expect(page.locator(f'[data-vc="vc-b"] li[data-job-id="{mine}"]')).to_be_visible(timeout=LIVE_S)
+    await expect(page.locator("[data-gpu-id]")).to_have_count(len(GPUS))  # health is cluster-wide
+    other = page.locator(f'tr[data-job-id="{theirs}"]')
+    later = f"web-a-{uuid.uuid4().hex[:6]}"
+    await console.submit("a", later, "vc-a")  # while B's console is open: not streamed to it either
+    mine_later = f"web-b-{uuid.uuid4().hex[:6]}"
+    await console.submit("b", mine_later, "vc-b")
+    await expect(page.locator(f'tr[data-job-id="{mine_later}"]')).to_be_visible(timeout=LIVE_S)
+    await expect(other).to_have_count(0)
+    await expect(page.locator('[data-vc="vc-a"]')).to_have_count(0)
+    html = await page.content()
+    assert theirs not in html and later not in html and "web-a-" not in html
+    await page.locator(f'[data-gpu-id="{GPUS[0]}"]').click()
+    await expect(page.locator("#panel h2")).to_contain_text(GPUS[0])
+    await expect(page.locator('#panel [data-action="drain"]')).to_have_count(0)  # a tenant token drains nothing
+    await shot(page, "tenant-b")
+    page_a = await logged_in(new_page, console, "a")
+    await expect(page_a.locator(f'tr[data-job-id="{later}"]')).to_be_visible(timeout=LIVE_S)
+    await expect(page_a.locator(f'tr[data-job-id="{mine}"]')).to_have_count(0)
+    assert "web-b-" not in await page_a.content()
