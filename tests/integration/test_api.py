@@ -125,7 +125,7 @@ def endpoints(job_id: str) -> list[tuple[str, str, dict[str, Any] | None]]:
         ("GET", f"/api/v1/jobs/{job_id}/explain", None), ("POST", f"/api/v1/jobs/{job_id}/cancel", {}),
         ("POST", f"/api/v1/jobs/{job_id}/suspend", {}), ("POST", f"/api/v1/jobs/{job_id}/resume", {}),
         ("POST", f"/api/v1/jobs/{job_id}/priority", {"value": 3}),
-        ("GET", "/api/v1/cluster/status", None), ("GET", "/api/v1/cluster/nodes", None), ("GET", "/api/v1/cluster/gpus", None),
+        ("GET", "/api/v1/cluster/status", None), ("GET", "/api/v1/cluster/metrics", None), ("GET", "/api/v1/cluster/nodes", None), ("GET", "/api/v1/cluster/gpus", None),
         ("GET", "/api/v1/cluster/gpus/n0/gpu-0", None), ("GET", "/api/v1/cluster/vcs", None), ("GET", "/api/v1/cluster/placements", None),
         ("GET", "/api/v1/cluster/faults", None), ("POST", "/api/v1/admin/gpus/drain", {"gpu_id": "n0/gpu-0"}),
         ("POST", "/api/v1/admin/gpus/undrain", {"gpu_id": "n0/gpu-0"}), ("POST", "/api/v1/admin/cells/config", {"config": {}}),
@@ -248,6 +248,9 @@ async def test_cluster_views_show_health_to_all_and_jobs_to_their_tenant(api: Ap
     assert (await api.call("a", "GET", "/api/v1/cluster/vcs", params={"vc": "vc-b"})).status_code == 403
     assert (await api.call("a", "GET", "/api/v1/cluster/placements")).status_code == 200
     assert (await api.call("a", "GET", "/api/v1/cluster/placements", params={"vc": "vc-b"})).status_code == 403
+    gauges = (await api.call("b", "GET", "/api/v1/cluster/metrics")).json()
+    assert gauges["gpus_by_health"].get("Unhealthy", 0) >= 1 and gauges["gpus"] >= 1 and set(gauges["queue_length"]) <= {"vc-b"}
+    assert "vc-a" in (await api.call("admin", "GET", "/api/v1/cluster/metrics")).json()["queue_length"]
     status = (await api.call("b", "GET", "/api/v1/cluster/status")).json()
     assert status["gpus_by_health"].get("Unhealthy", 0) >= 1 and job not in json.dumps(status)
     assert status["jobs"]["submitted"] >= 2 and [v["vc"] for v in status["vcs"]] == ["vc-b"]  # counts are cluster-wide, VCs its own
@@ -325,6 +328,8 @@ async def test_the_change_stream_tells_each_tenant_its_own_changes(api: Api) -> 
         assert {"cursor", "at", "jobs", "gpus", "vcs", "resync"} <= set(change)
         # the VC summary follows in a batch of its own, each tenant's VCs only
         await until(lambda: any(body["vcs"] for e, body in seen["a"] if e == "change"), timeout_s=10)
+        await until(lambda: any(e == "metrics" for e, _ in seen["b"]), timeout_s=10)
+        assert all(set(body["queue_length"]) <= {"vc-b"} for e, body in seen["b"] if e == "metrics")
         assert {v["vc"] for e, body in seen["a"] if e == "change" for v in body["vcs"] or ()} == {"vc-a"}
         await asyncio.sleep(1.0)
         assert job not in jobs_seen("b")

@@ -22,8 +22,12 @@ The wire format (server-sent events, ``GET /api/v1/stream``)::
     data: {"cursor": 1240, "at": "2026-…Z", "jobs": [<job>...], "gpus": [<gpu>...], "vcs": [<vc summary>...] | null,
            "resync": false}
 
+    event: metrics
+    data: {"at": "…", "gpus": 16, "gpus_by_health": {"Healthy": 15, ...}, "gpu_util_mean": 41.2, "sm_activity_mean": 30.1,
+           "oversold_gpus": 3, "online_slowdown_mean": 0.08, "queue_length": {"vc-a": 2}, "running_jobs": {"vc-a": 1}}
+
 A job is `views.job_json`, a GPU `views.gpu_json`, a VC summary `projection.explain.vc_summary`'s
-row. Rows are the current state (apply them as upserts by ``job_id``/``gpu_id``). ``resync``
+row; ``metrics`` (every ``metrics_interval_s``, 5 s: `api.metrics`) are the gauges a console charts. Rows are the current state (apply them as upserts by ``job_id``/``gpu_id``). ``resync``
 true (more than ``max_rows`` changed, or this client fell behind): reload from the REST
 endpoints. A comment line (``: keepalive``) is sent every 15 s of silence. On (re)connect,
 load the snapshot from the REST endpoints after ``hello``.
@@ -44,6 +48,7 @@ import asyncpg
 
 from ..projection.explain import QUEUED_STATES, vc_summary
 from ..store.read_models import _JOB_COLUMNS, _gpu, _job
+from .metrics import cluster_metrics, scoped
 from .views import gpu_json, job_json
 
 log = logging.getLogger("hivemux.api.changes")
@@ -70,6 +75,7 @@ class ChangeBatch:
     gpus: list[dict[str, Any]]  # rows with "offline_vc"
     vcs: list[dict[str, Any]] | None
     resync: bool = False
+    metrics: dict[str, Any] | None = None  # a ``metrics`` event instead (`api.metrics`)
     _rendered: dict[tuple[str, ...] | None, str | None] = field(default_factory=dict)
 
     def render(self, scope: Sequence[str] | None) -> str | None:
@@ -80,6 +86,8 @@ class ChangeBatch:
         return self._rendered[key]
 
     def _render(self, scope: tuple[str, ...] | None) -> str | None:
+        if self.metrics is not None:
+            return f"event: metrics\ndata: {json.dumps(scoped(self.metrics, scope), default=str)}\n\n"
         jobs = self.jobs if scope is None else [j for j in self.jobs if j["vc"] in scope]
         vcs = self.vcs if self.vcs is None or scope is None else [v for v in self.vcs if v["vc"] in scope]
         if not (jobs or self.gpus or vcs or self.resync):
@@ -93,7 +101,8 @@ class ChangeFeed:
     """One poller, many subscribers (bounded queues; a subscriber that falls behind gets a resync)."""
 
     def __init__(
-        self, pool: asyncpg.Pool, *, interval_s: float = 0.5, max_rows: int = 2000, queue_size: int = 32, vcs_interval_s: float = 5.0
+        self, pool: asyncpg.Pool, *, interval_s: float = 0.5, max_rows: int = 2000, queue_size: int = 32, vcs_interval_s: float = 5.0,
+        metrics_interval_s: float = 5.0,
     ) -> None:  # fmt: skip
         self._pool = pool
         self.interval_s = interval_s
@@ -101,6 +110,9 @@ class ChangeFeed:
         self._vcs_task: asyncio.Task[None] | None = None
         self._vcs_at = float("-inf")
         self._vcs_pending = False
+        self.metrics_interval_s = metrics_interval_s
+        self._metrics_at = float("-inf")
+        self._metrics_task: asyncio.Task[None] | None = None
         self._max_rows = max_rows
         self._queue_size = queue_size
         self._subscribers: set[asyncio.Queue[ChangeBatch]] = set()
@@ -132,6 +144,7 @@ class ChangeFeed:
                 batch = None
             if batch is not None:
                 self.publish(batch)
+            self._refresh_metrics()
             await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def publish(self, batch: ChangeBatch) -> None:
@@ -184,6 +197,25 @@ class ChangeFeed:
             return
         self._vcs_at = loop.time()
         self._vcs_task = asyncio.create_task(self._send_vcs(), name="change-feed-vcs")
+
+    def _refresh_metrics(self) -> None:
+        """The cluster gauges every `metrics_interval_s` while anyone listens, beside the ticks."""
+        loop = asyncio.get_running_loop()
+        running = self._metrics_task is not None and not self._metrics_task.done()
+        if not self._subscribers or running or loop.time() - self._metrics_at < self.metrics_interval_s:
+            return
+        self._metrics_at = loop.time()
+        self._metrics_task = asyncio.create_task(self._send_metrics(), name="change-feed-metrics")
+
+    async def _send_metrics(self) -> None:
+        try:
+            async with self._pool.acquire() as conn:
+                metrics = await cluster_metrics(conn)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError) as error:
+            log.warning("change feed: cluster metrics failed (tried again next period): %s", error)
+            return
+        self.queries += 5
+        self.publish(ChangeBatch(self.cursor, datetime.now(UTC), [], [], None, metrics=metrics))
 
     def _pending_vcs(self) -> None:
         self._vcs_pending = False

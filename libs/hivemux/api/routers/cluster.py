@@ -15,6 +15,7 @@ from ...projection.explain import QUEUED_STATES, explain_gpu, last_sample, vc_qu
 from ...store.read_models import ReadModelStore
 from ...store.tokens import Principal
 from ..auth import principal, require_vc
+from ..metrics import cluster_metrics, scoped
 from ..views import gpu_json
 
 router = APIRouter(prefix="/api/v1/cluster", tags=["cluster"])
@@ -37,6 +38,12 @@ async def status(request: Request, who: Principal = Depends(principal)) -> dict[
         summary[key] = [row for row in summary[key] if row["job_id"] in mine]
     summary["vcs"] = [v for v in summary["vcs"] if v["vc"] in scope]
     return summary
+
+
+@router.get("/metrics", summary="Cluster gauges for charts: GPUs by health, mean utilization and SM activity, oversold GPUs, queues")
+async def metrics(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
+    async with request.app.state.pool.acquire() as conn:
+        return scoped(await cluster_metrics(conn), who.scope())
 
 
 @router.get("/nodes", summary="Nodes: their GPUs by health state, and whether the cell allocator treats them as bad")
