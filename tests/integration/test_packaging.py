@@ -46,7 +46,8 @@ def test_regular_wheel_install_has_library_services_and_data(tmp_path: Path) -> 
     )
     (wheel,) = wheels.glob("hivemux-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"hivemux/store/migrations/0001_profiles.sql", "hivemux/cli/demo_jobs.yaml", "hivemux/services/matcher/service.py"} <= names
+    assert {"hivemux/store/migrations/0001_profiles.sql", "hivemux/cli/demo_jobs.yaml", "hivemux/services/matcher/service.py",
+            "hivemux/api/console/index.html", "hivemux/api/console/app.js"} <= names
     assert not any(n.startswith(("libs/", "services/")) for n in names)
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site), str(wheel)], check=True, capture_output=True)

@@ -237,6 +237,7 @@ def announce_api(children: list[Child], dsn: str | None) -> None:
     print(f"HIVEMUX_API_URL={url}", flush=True)
     print(f"HIVEMUX_TOKEN={token}", flush=True)
     print(f"  (admin token {record.token_id}, created for this run; `hivemux tokens revoke {record.token_id}` ends it)", flush=True)
+    print(f"Console: {url}/console?token={token}  (open it in a browser; the page keeps the token in that tab only)", flush=True)
 
 
 def demo_jobs_path() -> Path:
