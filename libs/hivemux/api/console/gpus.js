@@ -2,7 +2,7 @@
 // (Init, Healthy, Unhealthy, Overlimit, Disabled), with its online service, its offline job and
 // that job's SM share. Clicking a tile opens the GPU's state history with causes (gpu panel).
 
-import { fmtAgo, fmtNum, h, replace } from "./dom.js";
+import { fmtAgo, fmtNum, fmtTime, h, replace } from "./dom.js";
 
 export const HEALTH = ["Init", "Healthy", "Unhealthy", "Overlimit", "Disabled"];
 
@@ -56,7 +56,7 @@ export function renderGpuPanel(root, x, { admin, onDrain }) {
       fact("cause", x.cause ? `${x.cause}: ${x.reason || ""}` : "-"),
       fact("online service", x.online_workload || "-"),
       fact("offline job", x.offline_job ? `${x.offline_job} (${fmtNum(x.sm_share, 0)}% SM since ${x.offline_since || "?"})` : "-"),
-      fact("last sample", x.last_sample ? `${x.last_sample.at}  ${metricText(x.last_sample.metrics)}` : "-"),
+      fact("last sample", x.last_sample ? `${fmtTime(x.last_sample.at)}  ${metricText(x.last_sample.metrics)}` : "-"),
       fact("entries by state", Object.entries(x.entries_by_state || {}).map(([s, n]) => `${s} ${n}`).join(", ") || "-")),
     actions,
     h("h3", {}, `State history (${transitions.length}, newest first)`),
@@ -64,15 +64,16 @@ export function renderGpuPanel(root, x, { admin, onDrain }) {
       ? h("table", { class: "history" },
           h("thead", {}, h("tr", {}, ["time", "from", "to", "cause", "reason", "metrics / offending"].map((c) => h("th", {}, c)))),
           h("tbody", {}, transitions.map((t) => h("tr", { dataset: { to: t.to } },
-            h("td", { class: "nowrap" }, t.at), h("td", {}, t.from || "?"), h("td", {}, h("span", { class: `chip health-${t.to}` }, t.to)),
+            h("td", { class: "nowrap" }, fmtTime(t.at)), h("td", {}, t.from || "?"), h("td", {}, h("span", { class: `chip health-${t.to}` }, t.to)),
             h("td", {}, t.cause || "-"), h("td", {}, t.reason || "", (t.evicted || []).length ? ` (evicted ${t.evicted.join(", ")})` : ""),
-            h("td", { class: "mono" }, metricText(t.metrics), (t.offending || []).map((o) => h("div", { class: "offending" }, offending(o))))))))
+            h("td", { class: "mono metrics", title: (t.offending || []).map(offending).join("\n") },
+              Object.entries(t.metrics || {}).map(([k, v]) => h("span", { class: "metric" }, `${k}=${typeof v === "number" ? fmtNum(v, 1) : v}`)))))))
       : h("p", { class: "empty" }, "No state change recorded."),
     h("h3", {}, `Offline placements (${(x.placements || []).length})`),
     h("ul", { class: "plain" }, (x.placements || []).slice(-20).reverse().map((p) =>
-      h("li", {}, `${p.at}  ${p.action} ${p.job_id || ""} sm ${fmtNum(p.sm_share, 0)}% (predicted online slowdown ${fmtNum(100 * (p.predicted_online_slowdown ?? NaN), 1)}%) ${p.reason || ""}`))),
+      h("li", {}, `${fmtTime(p.at)}  ${p.action} ${p.job_id || ""} sm ${fmtNum(p.sm_share, 0)}% (predicted online slowdown ${fmtNum(100 * (p.predicted_online_slowdown ?? NaN), 1)}%) ${p.reason || ""}`))),
     h("h3", {}, `Faults (${(x.faults || []).length})`),
-    h("ul", { class: "plain" }, (x.faults || []).slice(-20).reverse().map((f) => h("li", {}, `${f.at}  ${f.kind}: ${f.detail}`))));
+    h("ul", { class: "plain" }, (x.faults || []).slice(-20).reverse().map((f) => h("li", {}, `${fmtTime(f.at)}  ${f.kind}: ${f.detail}`))));
 }
 
 function fact(name, value) {

@@ -40,7 +40,7 @@ export function renderJobs(root, jobs, { filters, selected, onSelect, limit }) {
     h("table", { class: "jobs" },
       h("thead", {}, h("tr", {}, ["job", "state", "VC", "kind", "priority", "where", "submitted", "updated", "last reason"].map((c) => h("th", {}, c)))),
       h("tbody", {}, rows)),
-    h("p", { class: "dim" }, `${Math.min(shown.length, limit)} of ${shown.length} shown` + (jobs.size >= limit ? ` (the newest ${limit} loaded per filter)` : "")));
+    h("p", { class: "dim" }, `${Math.min(shown.length, limit)} of ${shown.length} shown` + (jobs.size >= limit ? ` (the first ${limit} by job id match the filters on load, and every job that changed since: narrow the filters)` : "")));
 }
 
 function where(job) {
