@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -60,3 +61,9 @@ def test_up_runs_everything_and_writes_the_summary(tmp_path: Path) -> None:
     assert [r["job_id"] for r in summary["training_bound"]] == ["up-training"]
     assert sum(summary["gpus_by_health"].values()) == 16
     assert "Offline jobs sharing online GPUs" in stdout and "up-training" in stdout
+    # The database asks for a password (issue 18 item 3): made at the first start, kept 0600 in
+    # the work directory, carried by the DSN `up` prints (and kept across the restart above).
+    password_file = tmp_path / "work" / "infra" / "postgres.password"
+    assert oct(password_file.stat().st_mode & 0o777) == "0o600"
+    [dsn] = [line.split("=", 1)[1] for line in stdout.splitlines() if line.startswith("HIVEMUX_POSTGRES_DSN=")]
+    assert urlsplit(dsn).password == password_file.read_text().strip() and urlsplit(dsn).hostname == "127.0.0.1"
