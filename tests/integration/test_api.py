@@ -41,8 +41,8 @@ DEMO_CLUSTER = Path(__file__).resolve().parents[2] / "libs" / "hivemux" / "cells
 
 
 class Api:
-    def __init__(self, url: str, bootstrap: str, tokens: dict[str, str], names: dict[str, str], prefix: str) -> None:
-        self.url, self.bootstrap, self.tokens, self.names, self.prefix = url, bootstrap, tokens, names, prefix
+    def __init__(self, url: str, bootstrap: str, tokens: dict[str, str], names: dict[str, str], prefix: str, dsn: str = "") -> None:
+        self.url, self.bootstrap, self.tokens, self.names, self.prefix, self.dsn = url, bootstrap, tokens, names, prefix, dsn
 
     def client(self, who: str | None) -> httpx.AsyncClient:
         headers = {} if who is None else {"Authorization": f"Bearer {self.tokens.get(who, who)}"}
@@ -94,7 +94,7 @@ async def api(infra: Endpoints) -> AsyncIterator[Api]:
         await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 60)
         await until(lambda: server.started, timeout_s=30)
         yield Api(f"http://127.0.0.1:{port}", infra.bootstrap_servers, {k: t for k, (_, t) in made.items()}, {k: r.tenant + ":" + r.token_id for k, (r, _) in made.items()},
-                  uuid.uuid4().hex[:6])  # fmt: skip
+                  uuid.uuid4().hex[:6], dsn)  # fmt: skip
     finally:
         server.should_exit = True
         await serving
@@ -374,3 +374,23 @@ async def test_the_cli_goes_through_the_api(api: Api, tmp_path: Path) -> None:
     assert code == 1 and "403" in out and "not in your VCs" in out, out
     code, out = await cli("list", token="hmx_0_forged")
     assert code == 1 and "401" in out and "unknown or revoked token" in out, out
+
+
+async def test_a_second_instance_serves_the_same_tokens_jobs_and_commands(api: Api) -> None:
+    """Stateless: another instance on the same database and broker answers the same, at once."""
+    port = free_port()
+    app = create_app(ApiConfig(postgres_dsn=api.dsn, kafka_bootstrap_servers=api.bootstrap, source="api:1"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
+    serving = asyncio.create_task(server.serve())
+    try:
+        await until(lambda: server.started, timeout_s=30)
+        job = f"api-a-{api.prefix}-4"
+        await submitted(api, "a", job, "vc-a")  # through the first instance
+        other = Api(f"http://127.0.0.1:{port}", api.bootstrap, api.tokens, api.names, api.prefix, api.dsn)
+        assert (await other.call("a", "GET", f"/api/v1/jobs/{job}")).json()["vc"] == "vc-a"
+        outcome = (await other.call("a", "POST", f"/api/v1/jobs/{job}/cancel", json={})).json()["outcome"]
+        assert outcome["what"] == "cancelled", outcome
+        assert (await other.call("b", "GET", f"/api/v1/jobs/{job}")).status_code == 403
+    finally:
+        server.should_exit = True
+        await serving
