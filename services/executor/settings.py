@@ -41,6 +41,9 @@ class ExecutorSettings(ServiceSettings):
     online_cpu_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
     min_available_memory_fraction: float = Field(default=0.05, ge=0.0, lt=1.0,
                                                  description="Below this MemAvailable/MemTotal offline work is evicted")
+    gpu_memory_allowance_mib: float = Field(
+        default=512.0, ge=0.0,
+        description="GPU memory NVML may show per workload process beyond its xCUDA quota (its CUDA context) before the memory guard evicts it")
     online_services: dict[str, str] = Field(default_factory=dict, description="GPU id -> online service run beside offline work")
     online_args: list[str] = Field(default_factory=list, description="Extra arguments of hivemux.workloads.online")
     observation_window_s: float = Field(default=5.0, gt=0.0)
@@ -73,6 +76,7 @@ class ExecutorSettings(ServiceSettings):
             default_gpu_type=self.default_gpu_type, xcuda=self.xcuda, real_libcuda=self.real_libcuda,
             cgroup_root=self.cgroup_root, online_cpu_fraction=self.online_cpu_fraction,
             min_available_memory_fraction=self.min_available_memory_fraction,
+            gpu_memory_allowance_mib=self.gpu_memory_allowance_mib,
             online_services=dict(self.online_services), online_args=tuple(self.online_args),
             observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
             salus_policy=None if self.salus_policy == "off" else self.salus_policy,
