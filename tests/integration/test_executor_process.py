@@ -137,6 +137,8 @@ async def test_start_evict_timeline_and_redelivery(node: ProcessNode) -> None:
     w = node.workloads["offline-a"]
     env = environ(w.proc.pid)
     daemon = node.mps[0]
+    if os.geteuid() == 0:  # the workload runs as its own uid, and the GPU's MPS server serves that uid
+        assert daemon.uid == w.owner.uid == os.stat(w.files.root).st_uid != 0
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "60" and env["CUDA_VISIBLE_DEVICES"] == "0"
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(daemon.pipe_dir) and env["CUDA_MPS_LOG_DIRECTORY"] == str(daemon.log_dir)
     assert str(library_path()) in env["LD_PRELOAD"] and env["XCUDA_CONTROL"] == str(w.files.control)

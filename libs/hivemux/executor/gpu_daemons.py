@@ -29,11 +29,13 @@ class GpuDaemons:
         self.mps_state: dict[int, str] = {}  # gpu index -> the last known state of its MPS server
         self.lanes: dict[int, LaneServer] = {}
 
-    async def daemon(self, gpu: int) -> MpsDaemon:
-        """The GPU's MPS daemon, with a server running."""
+    async def daemon(self, gpu: int, uid: int | None = None) -> MpsDaemon:
+        """The GPU's MPS daemon, with a server running — for ``uid``, the uid of its first client
+        (MPS serves the clients of one uid at a time; a server for the agent's root would make
+        workloads under their own uids wait), else the agent's."""
         daemon = self.mps.get(gpu)
         if daemon is None:
-            daemon = MpsDaemon(gpu, self.config.work_dir / "mps", binary=self.config.mps_binary,
+            daemon = MpsDaemon(gpu, self.config.work_dir / "mps", binary=self.config.mps_binary, uid=uid,
                                timeout_s=self.config.mps_timeout_s, base_env=self.base_env)
             self.mps[gpu] = daemon
         if daemon.server_pid is None:

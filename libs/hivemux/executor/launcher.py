@@ -75,7 +75,7 @@ class Launcher:
         w.files.create(w.owner)  # its private directory (its uid, 0700) and the agent's about it
         mps_env = None
         if w.kind in ("offline", "online"):
-            mps_env = (await self.daemons.daemon(indices[0])).client_env()
+            mps_env = (await self.daemons.daemon(indices[0], w.owner.uid if w.owner.switch else None)).client_env()
         if w.kind == "offline" and self.config.xcuda and w.control is None:
             ids = (w.owner.uid, w.owner.gid) if w.owner.switch else None
             w.control, w.state = create_xcuda_files(w.files, mem_quota_bytes=self.quota_bytes(w),

@@ -252,9 +252,11 @@ class ProcessNode:
                 w.control, w.state = ControlBlock.open(w.files.control), StateFile.open(w.files.state)
             except (OSError, ValueError) as error:
                 log.warning("%s: xCUDA files not reopened: %s", w.job_id, error)
+        w.owner = self.launcher.owner(w)  # the uid it runs as, recorded in its directory (`users`)
         if w.kind == "offline":
             try:
-                await self.daemons.daemon(gpu_index(w.gpu))  # the daemon outlived the agent: found by its pid file
+                uid = w.owner.uid if w.owner.switch else None
+                await self.daemons.daemon(gpu_index(w.gpu), uid)  # the daemon outlived the agent: found by its pid file
             except (MpsError, OSError) as error:
                 log.warning("%s: MPS daemon of %s not reattached: %s", w.job_id, w.gpu, error)
         w.observed_until = w.reported_at = self.clock()

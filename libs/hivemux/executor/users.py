@@ -59,8 +59,8 @@ class WorkloadUsers:
             return Owner(os.geteuid(), os.getegid(), key, switch=False)
         taken = _recorded(node_dirs)
         mine = taken.get(name)
-        if mine is not None and mine[1] == key:
-            return Owner(mine[0], mine[0], key, switch=True)
+        if mine is not None:  # its recorded uid (a restarted agent may not know the tenant yet)
+            return Owner(mine[0], mine[0], mine[1], switch=True)
         holders = {uid: k for n, (uid, k) in taken.items() if n != name}
         same = next((uid for uid, k in holders.items() if k == key), None)  # a tenant's uid
         uid = same if same is not None else self._free(key, holders)
