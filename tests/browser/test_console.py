@@ -255,3 +255,11 @@ async def test_a_tenant_sees_its_own_jobs_only(console: Console, new_page: Opene
     await expect(page_a.locator(f'tr[data-job-id="{later}"]')).to_be_visible(timeout=LIVE_S)
     await expect(page_a.locator(f'tr[data-job-id="{mine}"]')).to_have_count(0)
     assert "web-b-" not in await page_a.content()
+
+
+async def test_an_unknown_token_is_refused_at_the_login(console: Console, new_page: Opener) -> None:
+    page = await new_page()
+    await page.goto(f"{console.url}/console?token=hmx_nothing_wrong")
+    await expect(page.locator("#login-error")).to_contain_text("401: unknown or revoked token", timeout=LIVE_S)
+    await expect(page.locator("#app")).to_be_hidden()
+    assert await page.evaluate("sessionStorage.getItem('hivemux.token')") is None

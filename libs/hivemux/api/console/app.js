@@ -19,6 +19,7 @@ const state = {
 const sampler = new Sampler();
 let dirty = new Set();
 let vcsTimer = null;
+let sampling = null;
 
 function mark(...parts) {
   for (const p of parts) dirty.add(p);
@@ -198,11 +199,37 @@ function toast(text, bad = false) {
 
 function logout(message) {
   forgetToken();
+  sampler.clear();
   if (state.source) state.source.close();
   state.me = null;
   $("#app").hidden = true;
   $("#login").hidden = false;
   replace($("#login-error"), message || "");
+}
+
+// EventSource reconnects by itself after a network error, not after an HTTP error (a revoked
+// token's 401, a 503): then the token is checked (401: back to the login) and the stream reopened.
+function connect() {
+  state.source = subscribe({
+    onHello: () => loadAll().catch(showError),
+    onChange: applyChange,
+    onStatus: (s) => {
+      state.status = s;
+      mark("status");
+      if (s === "closed") setTimeout(reconnect, 3000);
+    },
+  });
+}
+
+async function reconnect() {
+  if (!state.me) return;
+  try {
+    await api("/api/v1/whoami");
+  } catch (err) {
+    showError(err);
+    if (!state.me) return;
+  }
+  connect();
 }
 
 async function start() {
@@ -215,17 +242,15 @@ async function start() {
   }
   $("#app").hidden = false;
   mark("status", "filters");
-  state.source = subscribe({
-    onHello: () => loadAll().catch(showError),
-    onChange: applyChange,
-    onStatus: (s) => { state.status = s; mark("status"); },
-  });
-  setInterval(() => {
-    if (!state.me) return;
-    sampler.sample(state);
-    mark("charts", "gpus"); // the tiles' "changed ... ago" too
-  }, SAMPLE_INTERVAL_MS);
-  setTimeout(() => { sampler.sample(state); mark("charts"); }, 1500);
+  connect();
+  if (!sampling) { // once per page, whoever logs in
+    sampling = setInterval(() => {
+      if (!state.me) return;
+      sampler.sample(state);
+      mark("charts", "gpus"); // the tiles' "changed ... ago" too
+    }, SAMPLE_INTERVAL_MS);
+    setTimeout(() => { if (state.me) { sampler.sample(state); mark("charts"); } }, 1500);
+  }
   mark("charts");
 }
 

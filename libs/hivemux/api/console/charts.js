@@ -28,6 +28,11 @@ export class Sampler {
     }
   }
 
+  clear() { // on logout: the next token's series starts empty
+    this.points = [];
+    sessionStorage.removeItem(KEY);
+  }
+
   sample(state, now = Date.now()) {
     const gpus = [...state.gpus.values()];
     const metric = (name) => {

@@ -43,10 +43,14 @@ export function renderJobs(root, jobs, { filters, selected, onSelect, limit }) {
     h("p", { class: "dim" }, `${Math.min(shown.length, limit)} of ${shown.length} shown` + (jobs.size >= limit ? ` (the first ${limit} by job id match the filters on load, and every job that changed since: narrow the filters)` : "")));
 }
 
+// Where a job runs; a finished job's last placement or binding is marked "was" (the read model keeps it).
+const ENDED = new Set(["completed", "failed", "rejected", "cancelled", "stopped", "suspended", "evicted", "preempted"]);
+
 function where(job) {
-  if (job.placement) return `${job.placement.gpu_id} ${fmtNum(job.placement.sm_share, 0)}% SM`;
+  const was = ENDED.has(job.state) ? "was " : "";
+  if (job.placement) return `${was}${job.placement.gpu_id} ${fmtNum(job.placement.sm_share, 0)}% SM`;
   const pods = Object.values(job.binding || {});
-  if (pods.length) return [...new Set(pods.flatMap((p) => p.node_ids || []))].join(", ") + ` (${pods.length} pod${pods.length > 1 ? "s" : ""})`;
+  if (pods.length) return was + [...new Set(pods.flatMap((p) => p.node_ids || []))].join(", ") + ` (${pods.length} pod${pods.length > 1 ? "s" : ""})`;
   return job.gpus ? `${job.pods || 1}x${job.gpus} GPU` : "-";
 }
 
