@@ -6,7 +6,8 @@ Figures:
   page of 100 by job id: as an admin, as an admin filtered by state, as a tenant limited to its
   VC) and GET /api/v1/jobs/{id} (describe, random ids), bearer token checked on every request;
   median and p99 in ms over sequential requests on one keep-alive connection, after a warm-up
-  (target p99 <= 50 ms);
+  (target p99 <= 50 ms); also GET /api/v1/cluster/gpus (400 GPUs), /metrics and /vcs (a
+  tenant's: the VC summary folds every job and its queue is ranked), with fewer repeats;
 - change-stream fan-out: 100 clients connected to GET /api/v1/stream (half admins, half
   tenants of the VC that changes) while a writer changes one job per second the way the
   projector does (the row, its history row and the projector offsets in one transaction):
@@ -106,14 +107,18 @@ async def latency(url: str, admin: str, tenant: str, jobs: int, repeats: int) ->
         "list_waiting": (admin, lambda: "/api/v1/jobs?state=waiting"),
         "list_tenant": (tenant, lambda: "/api/v1/jobs"),
         "describe": (admin, lambda: f"/api/v1/jobs/job-{rng.randint(1, jobs):07d}"),
+        "cluster_gpus": (admin, lambda: "/api/v1/cluster/gpus"),
+        "cluster_metrics": (admin, lambda: "/api/v1/cluster/metrics"),
+        "cluster_vcs": (tenant, lambda: "/api/v1/cluster/vcs"),  # folds every job (the vc_cells view) and ranks the queue
     }
     figures: dict[str, float] = {}
     for name, (token, path) in cases.items():
+        count = repeats if name.startswith(("list", "describe")) else max(20, repeats // 10)
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
             for _ in range(20):  # warm-up: connections, prepared statements
                 (await client.get(path())).raise_for_status()
             samples = []
-            for _ in range(repeats):
+            for _ in range(count):
                 target = path()
                 began = time.perf_counter()
                 response = await client.get(target)
@@ -219,7 +224,7 @@ def main() -> None:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
     print(f"{'figure':<36} {'value':>10}")
-    for name in ("list", "list_waiting", "list_tenant", "describe"):
+    for name in ("list", "list_waiting", "list_tenant", "describe", "cluster_gpus", "cluster_metrics", "cluster_vcs"):
         print(f"{'GET ' + name + ' median (ms)':<36} {requests[name + '_median_ms']:>10.2f}")
         print(f"{'GET ' + name + ' p99 (ms)':<36} {requests[name + '_p99_ms']:>10.2f}")
     print(f"{'stream clients':<36} {stream['clients']:>10}")

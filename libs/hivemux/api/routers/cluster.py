@@ -90,9 +90,18 @@ async def vcs(request: Request, who: Principal = Depends(principal), vc: str | N
     if vc is not None:
         require_vc(who, vc, f"VC {vc}")
     store = ReadModelStore(request.app.state.pool)
-    queued, since = await store.queues(QUEUED_STATES)
-    shown = vc_queues(await store.vc_cells(), queued, since)
     scope = who.scope()
+    wanted = [vc] if vc is not None else None if scope is None else list(scope)
+    if wanted is None:
+        queued, since = await store.queues(QUEUED_STATES)
+        cells = await store.vc_cells()
+    else:  # only the VCs asked for: their queues, their rows of the summary
+        queued, since = [], {}
+        for name in wanted:
+            jobs, when = await store.queue(name, QUEUED_STATES)
+            queued, since = queued + jobs, since | when
+        cells = [dict(r) for r in await request.app.state.pool.fetch("SELECT * FROM vc_cells WHERE vc = ANY($1::text[]) ORDER BY vc", wanted)]
+    shown = vc_queues(cells, queued, since)
     return {"vcs": [v for v in shown if (vc is None or v["vc"] == vc) and (scope is None or v["vc"] in scope)]}
 
 
