@@ -201,6 +201,9 @@ async def test_a_drained_gpu_tile_changes_state(console: Console, new_page: Open
     await expect(panel.locator('tr[data-to="Disabled"]')).to_contain_text("reseat the card", timeout=LIVE_S)
     await expect(panel.locator('tr[data-to="Disabled"]')).to_contain_text("drained")
     await expect(page.locator(f'[data-gpu-id="{GPUS[2]}"]')).to_have_attribute("data-health", "Healthy")
+    # the chart of the API's gauges (the stream's metrics event every 5 s) counts it
+    await expect(page.locator('[data-series="not_healthy"] [data-value]')).to_have_attribute("data-value", "1", timeout=LIVE_S)
+    await expect(page.locator('[data-series="gpu_util"] [data-value]')).to_have_attribute("data-value", "55")  # mean of 40, 50, 60, 70
     await shot(page, "drained-gpu")
 
 

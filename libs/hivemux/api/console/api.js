@@ -44,13 +44,14 @@ export async function api(path, { method = "GET", body } = {}) {
 
 // Subscribe to the change stream. onHello(hello) after each (re)connect: reload the snapshot;
 // onChange(batch); onStatus("live" | "reconnecting"). EventSource reconnects by itself.
-export function subscribe({ onHello, onChange, onStatus }) {
+export function subscribe({ onHello, onChange, onMetrics, onStatus }) {
   const source = new EventSource(`/api/v1/stream?access_token=${encodeURIComponent(token())}`);
   source.addEventListener("hello", (e) => {
     onStatus("live");
     onHello(JSON.parse(e.data));
   });
   source.addEventListener("change", (e) => onChange(JSON.parse(e.data)));
+  source.addEventListener("metrics", (e) => onMetrics(JSON.parse(e.data)));
   source.onerror = () => onStatus(source.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   return source;
 }

@@ -4,7 +4,7 @@
 // may see: the API answers a tenant with its VCs' jobs only, and this page shows what it answers.
 
 import { api, ApiError, forgetToken, setToken, subscribe, takeTokenFromUrl, token } from "./api.js";
-import { renderCharts, Sampler, SAMPLE_INTERVAL_MS } from "./charts.js";
+import { renderCharts, Sampler } from "./charts.js";
 import { $, h, replace } from "./dom.js";
 import { renderGpuPanel, renderGpus } from "./gpus.js";
 import { matches, renderFilters, renderJobPanel, renderJobs } from "./jobs.js";
@@ -12,14 +12,14 @@ import { renderVcs } from "./vcs.js";
 
 const JOB_LIMIT = 500;
 const state = {
-  me: null, gpus: new Map(), vcs: [], jobs: new Map(), placements: [], filters: { state: "", vc: "", kind: "", text: "" },
+  me: null, gpus: new Map(), vcs: [], jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
   panel: null, // {type: "gpu" | "job", id}
   status: "connecting", cursor: 0, lastChange: null, source: null,
 };
 const sampler = new Sampler();
 let dirty = new Set();
 let vcsTimer = null;
-let sampling = null;
+let ticking = null;
 
 function mark(...parts) {
   for (const p of parts) dirty.add(p);
@@ -54,9 +54,9 @@ function renderStatus() {
 // --- loading -------------------------------------------------------------------------------
 
 async function loadAll() {
-  const [gpus, placements] = await Promise.all([api("/api/v1/cluster/gpus"), api("/api/v1/cluster/placements")]);
+  const [gpus, metrics] = await Promise.all([api("/api/v1/cluster/gpus"), api("/api/v1/cluster/metrics")]);
   state.gpus = new Map(gpus.gpus.map((g) => [g.gpu_id, g]));
-  state.placements = placements.placements;
+  addMetrics(metrics);
   await Promise.all([loadVcs(), loadJobs()]);
   mark("gpus", "vcs", "jobs", "filters", "status");
   if (state.panel) refreshPanel();
@@ -75,17 +75,23 @@ async function loadJobs() {
   mark("jobs");
 }
 
-function reloadVcsSoon() { // queues with positions come from the REST endpoint; at most every second
+// Queues with positions come from the REST endpoint (it ranks every queued job): reloaded at most
+// every second, or every 5 times as long as the last load took (a long queue costs the server).
+let vcsLoadMs = 0;
+
+function reloadVcsSoon() {
   if (vcsTimer) return;
   vcsTimer = setTimeout(async () => {
-    vcsTimer = null;
+    const started = performance.now();
     try {
       await loadVcs();
-      state.placements = (await api("/api/v1/cluster/placements")).placements;
     } catch (error) {
       showError(error);
+    } finally {
+      vcsLoadMs = performance.now() - started;
+      vcsTimer = null;
     }
-  }, 1000);
+  }, Math.max(1000, 5 * vcsLoadMs));
 }
 
 function applyChange(batch) {
@@ -104,6 +110,10 @@ function applyChange(batch) {
   mark("status", batch.gpus?.length ? "gpus" : null, batch.jobs?.length ? "jobs" : null);
   if (state.panel && ((state.panel.type === "job" && (batch.jobs || []).some((j) => j.job_id === state.panel.id)) ||
       (state.panel.type === "gpu" && (batch.gpus || []).some((g) => g.gpu_id === state.panel.id)))) refreshPanel();
+}
+
+function addMetrics(metrics) {
+  if (sampler.add(metrics)) mark("charts");
 }
 
 function sampleOf(gpu) { // the stream sends the GPU row; the REST list adds last_sample from the same columns
@@ -213,6 +223,7 @@ function connect() {
   state.source = subscribe({
     onHello: () => loadAll().catch(showError),
     onChange: applyChange,
+    onMetrics: addMetrics,
     onStatus: (s) => {
       state.status = s;
       mark("status");
@@ -243,14 +254,7 @@ async function start() {
   $("#app").hidden = false;
   mark("status", "filters");
   connect();
-  if (!sampling) { // once per page, whoever logs in
-    sampling = setInterval(() => {
-      if (!state.me) return;
-      sampler.sample(state);
-      mark("charts", "gpus"); // the tiles' "changed ... ago" too
-    }, SAMPLE_INTERVAL_MS);
-    setTimeout(() => { if (state.me) { sampler.sample(state); mark("charts"); } }, 1500);
-  }
+  if (!ticking) ticking = setInterval(() => state.me && mark("gpus"), 5000); // the tiles' "changed ... ago"
   mark("charts");
 }
 

@@ -1,22 +1,23 @@
-// Charts over time, drawn as plain SVG. The read models keep each GPU's current state and its
-// last metric-driven health sample, not a telemetry time series (the projector does not fold the
-// 1 Hz telemetry), so these series are sampled by this console from the live state it holds:
-// every SAMPLE_MS and kept in this tab's sessionStorage (a reload keeps them, a new tab starts
-// empty). Each chart says what it is computed from.
+// Charts over time, drawn as plain SVG, of the API's cluster gauges (`GET /api/v1/cluster/metrics`
+// once at load, then the change stream's ``metrics`` event every 5 s), kept by this page in the
+// tab's sessionStorage for an hour (a reload keeps them, a new tab starts with one point). The
+// read models hold each GPU's current state and its last metric-driven health sample, not a
+// telemetry time series (the projector does not fold the 1 Hz telemetry), and no measured online
+// latency: each chart says what it is computed from.
 
 import { fmtNum, h, replace } from "./dom.js";
 
 const KEY = "hivemux.series";
-const SAMPLE_MS = 5000;
 const KEEP = 720; // one hour at 5 s
 
 export const SERIES = [
-  { key: "gpu_util", title: "GPU utilization", unit: "%", from: "mean gpu_util of each GPU's last health sample" },
-  { key: "sm_activity", title: "SM activity", unit: "%", from: "mean sm_activity of each GPU's last health sample" },
+  { key: "gpu_util", title: "GPU utilization", unit: "%", from: "mean gpu_util of each GPU's last health sample (moves when health does)" },
+  { key: "sm_activity", title: "SM activity", unit: "%", from: "mean sm_activity of each GPU's last health sample (moves when health does)" },
   { key: "online_latency", title: "Online latency (predicted)", unit: "% slower",
-    from: "mean predicted online slowdown of the offline placements now (the matcher's prediction; measured latency is not in the read models)" },
-  { key: "oversold", title: "Oversold GPUs", unit: "GPUs", from: "GPUs serving online and running an offline job" },
+    from: "mean predicted online slowdown of the offline jobs sharing GPUs now (the matcher's prediction; measured latency is not in the read models)" },
+  { key: "oversold", title: "Oversold GPUs", unit: "GPUs", from: "online GPUs lent to an offline job (MuxFlow sharing)" },
   { key: "queue", title: "Queue length", unit: "jobs", from: "jobs queued in the VCs this token sees" },
+  { key: "not_healthy", title: "GPUs not Healthy", unit: "GPUs", from: "GPUs Unhealthy, Overlimit or Disabled" },
 ];
 
 export class Sampler {
@@ -33,19 +34,16 @@ export class Sampler {
     sessionStorage.removeItem(KEY);
   }
 
-  sample(state, now = Date.now()) {
-    const gpus = [...state.gpus.values()];
-    const metric = (name) => {
-      const values = gpus.map((g) => (g.last_sample ? g.last_sample.metrics || {} : g.sample_metrics || {})[name]).filter((v) => typeof v === "number");
-      return values.length ? values.reduce((a, b) => a + b, 0) / values.length : null;
-    };
-    const slowdowns = state.placements.map((p) => p.placement && p.placement.predicted_online_slowdown).filter((v) => typeof v === "number");
+  // One gauge reading (`api.metrics`: the REST answer or a stream event) as a point.
+  add(m) {
+    const byHealth = m.gpus_by_health || {};
     const point = {
-      t: now, gpu_util: metric("gpu_util"), sm_activity: metric("sm_activity"),
-      online_latency: slowdowns.length ? (100 * slowdowns.reduce((a, b) => a + b, 0)) / slowdowns.length : null,
-      oversold: gpus.filter((g) => g.online_workload && g.offline_job).length,
-      queue: state.vcs.reduce((n, vc) => n + (vc.queue || 0), 0),
+      t: Date.parse(m.at) || Date.now(), gpu_util: m.gpu_util_mean ?? null, sm_activity: m.sm_activity_mean ?? null,
+      online_latency: typeof m.online_slowdown_mean === "number" ? 100 * m.online_slowdown_mean : null,
+      oversold: m.oversold_gpus ?? null, queue: Object.values(m.queue_length || {}).reduce((a, b) => a + b, 0),
+      not_healthy: (byHealth.Unhealthy || 0) + (byHealth.Overlimit || 0) + (byHealth.Disabled || 0),
     };
+    if (this.points.length && this.points[this.points.length - 1].t >= point.t) return null; // a repeat (reconnect)
     this.points.push(point);
     if (this.points.length > KEEP) this.points.splice(0, this.points.length - KEEP);
     try {
@@ -57,7 +55,6 @@ export class Sampler {
   }
 }
 
-export const SAMPLE_INTERVAL_MS = SAMPLE_MS;
 
 export function renderCharts(root, points) {
   replace(root, SERIES.map((s) => chart(s, points)));

@@ -3,6 +3,8 @@
 
 import { fmtAgo, h, replace } from "./dom.js";
 
+const SHOWN = 50; // per queue: the head of a long queue is what an operator reads
+
 export function renderVcs(root, vcs, { onJob }) {
   if (!vcs.length) {
     replace(root, h("p", { class: "empty" }, "No VC visible to this token yet."));
@@ -24,10 +26,11 @@ function card(vc, onJob) {
     queues.length
       ? queues.map(([kind, jobs]) => h("div", { class: "queue", dataset: { kind } },
           h("div", { class: "queue-title" }, `${kind} queue (${jobs.length})`),
-          h("ol", {}, jobs.map((q, i) => h("li", { dataset: { jobId: q.job_id, position: i + 1 }, onclick: () => onJob(q.job_id), title: q.reason || "" },
+          h("ol", {}, jobs.slice(0, SHOWN).map((q, i) => h("li", { dataset: { jobId: q.job_id, position: i + 1 }, onclick: () => onJob(q.job_id), title: q.reason || "" },
             h("span", { class: "pos" }, `#${i + 1}`), " ", h("b", {}, q.job_id), " ", h("span", { class: `state state-${q.state}` }, q.state),
             " ", h("span", { class: "dim" }, `${q.priority || ""}${q.priority_value !== null && q.priority_value !== undefined ? ` ${q.priority_value}` : ""}, since ${fmtAgo(q.since)}`),
-            q.reason ? h("div", { class: "reason-line" }, q.reason) : null)))))
+            q.reason ? h("div", { class: "reason-line" }, q.reason) : null))),
+          jobs.length > SHOWN ? h("div", { class: "dim" }, `... and ${jobs.length - SHOWN} more (the jobs table, filtered by this VC, lists them)`) : null))
       : h("p", { class: "empty" }, "Queue empty."));
 }
 
