@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import sys
@@ -394,3 +395,32 @@ async def test_a_second_instance_serves_the_same_tokens_jobs_and_commands(api: A
     finally:
         server.should_exit = True
         await serving
+
+
+async def test_tokens_are_created_listed_and_revoked_from_the_command_line(api: Api) -> None:
+    env = {**os.environ, "HIVEMUX_POSTGRES_DSN": api.dsn}
+
+    async def tokens(*args: str) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "hivemux.cli.main", "tokens", *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )  # fmt: skip
+        out, _ = await process.communicate()
+        return process.returncode or 0, out.decode().strip()
+
+    code, out = await tokens("create", "--tenant", "cli-tenant", "--vc", "vc-a", "--vc", "vc-b", "--json")
+    made = json.loads(out)
+    assert code == 0 and made["vcs"] == ["vc-a", "vc-b"] and made["admin"] is False and made["token"].startswith("hmx_")
+    assert (await api.call(made["token"], "GET", "/api/v1/whoami")).json()["principal"] == f"cli-tenant:{made['token_id']}"
+    code, out = await tokens("list")
+    assert code == 0 and made["token_id"] in out and made["token"] not in out
+    assert await tokens("revoke", made["token_id"]) == (0, f"revoked {made['token_id']} (cli-tenant)")
+    assert (await api.call(made["token"], "GET", "/api/v1/whoami")).status_code == 401
+    code, out = await tokens("create", "--tenant", "nobody")
+    assert code == 1 and "needs at least one VC" in out
+    assert (await tokens("revoke", "nope"))[0] == 1
+    conn = await asyncpg.connect(api.dsn)
+    try:  # only the token's hash is stored
+        stored = await conn.fetchval("SELECT secret_sha256 FROM api_tokens WHERE token_id = $1", made["token_id"])
+    finally:
+        await conn.close()
+    assert stored == hashlib.sha256(made["token"].encode()).digest()
