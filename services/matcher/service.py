@@ -30,6 +30,7 @@ from hivemux.events import (
 )
 from hivemux.events.versions import LatestVersions
 from hivemux.matching.efficiency import EfficiencyReport
+from hivemux.matching.fairness import VcFairness
 from hivemux.matching.matcher import MatcherCore
 from hivemux.matching.policy import MatchingPolicy
 from hivemux.observability import serve
@@ -61,10 +62,10 @@ class MatcherSettings(ServiceSettings):
     policy: Literal["matching", "fcfs"] = "matching"
     slowdown_bound: float = Field(default=0.2, ge=0, description="Largest predicted online slowdown accepted")
     memory_quota_fraction: float = Field(default=0.4, gt=0, le=1, description="xCUDA memory quota, fraction of the GPU")
-    restart_cost: float = Field(
-        default=0.1, ge=0, description="Normalized throughput a running job loses when moved or stopped (hysteresis)"
-    )
+    restart_cost: float = Field(default=0.1, ge=0, description="Normalized throughput a running job loses when moved or stopped (hysteresis)")
     executor_silence_s: float = Field(default=60.0, gt=0, description="A placement not reported for this long (event time) expires")
+    vc_weights: dict[str, float] = Field(default_factory=dict, description="Offline slots by weighted max-min fairness: VC -> weight (default 1)")
+    vc_caps: dict[str, int] = Field(default_factory=dict, description="VC -> most offline slots it gets in a round")
 
 
 class Matcher:
@@ -76,6 +77,7 @@ class Matcher:
             memory_quota_fraction=settings.memory_quota_fraction,
             restart_cost=settings.restart_cost,
             executor_silence_s=settings.executor_silence_s,
+            fairness=VcFairness(settings.vc_weights, settings.vc_caps),
         )
         interval = timedelta(seconds=settings.interval_s)
         self.core = MatcherCore(policy, interval=interval, placement=settings.policy, source=f"{NAME}/{settings.instance}")

@@ -14,6 +14,7 @@ Modules by paper section (MuxFlow preprint §3-§6; journal §4-§6):
   bound (§7.2), restart cost (hysteresis for moved workloads, §6), fixed-share ablation (§7.4).
 - `plan` — §5 Algorithm 1 lines 9-10: matching-based scheduling (Kuhn-Munkres, solved exactly
   over classes) and FCFS (journal §6), with the dense reference; a round's `RoundPlan`.
+- `fairness` — tenants' weighted max-min shares of a round's offline slots (ours, issue 19).
 - `classes` — the class-level matching as a transportation problem (exact by total
   unimodularity); `kuhn_munkres` — the dense maximum-weight bipartite matching (Figure 9).
 - `explanations` — why a job was placed, why it is not placed, why it was stopped.

@@ -64,6 +64,7 @@ class PendingJob:
     memory_peak_mib: float
     iteration_time_ms: float  # alone (profile)
     running_on: str | None = None  # the GPU a running job shares now; None: pending
+    vc: str = ""  # the tenant's virtual cluster (its share of the round's slots, `fairness`)
 
 
 def online_activity_class(sm_activity: float) -> int:

@@ -93,6 +93,18 @@ class Stays:
 
 
 @dataclass(frozen=True)
+class VcRows:
+    """Tenants' shares (`fairness`): pool ``p`` and stays group ``g`` belong to VC
+    ``pool_vc[p]`` / ``stay_vc[g]``; per VC, the jobs placed from its pools plus its stays lie
+    in ``[lower, upper]``."""
+
+    pool_vc: np.ndarray
+    stay_vc: np.ndarray
+    upper: np.ndarray
+    lower: np.ndarray
+
+
+@dataclass(frozen=True)
 class Flow:
     units: np.ndarray  # per edge: GPUs of the row class given to jobs of the column class
     stay: np.ndarray  # per stays group: jobs that keep their GPU
@@ -105,7 +117,7 @@ def transport_assignment(supply: Sequence[int], demand: Sequence[int], edges: Cl
     return transport_with_stays(supply, demand, edges, Stays.none()).units
 
 
-def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: ClassEdges, stays: Stays) -> Flow:
+def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: ClassEdges, stays: Stays, vcs: VcRows | None = None) -> Flow:
     """The transportation problem with running jobs (hysteresis), as one network LP.
 
     Job class ``b``'s *pool* holds its ``pending[b]`` jobs plus the running ones that leave
@@ -116,6 +128,13 @@ def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: C
     has at most two nonzeros of the pattern of a network matrix (rows in one part, pools and
     groups in the other; ``t_g`` has -1 at its pool and +1 at its group), so the matrix is
     totally unimodular and the vertex HiGHS returns is integral, as in the plain problem.
+
+    Tenants' shares (``vcs``) add per VC v the rows ``lower_v <= sum x_ab (b in v) + sum s_g
+    (g in v) <= upper_v``. Still totally unimodular (Ghouila-Houri: for any set of rows, put
+    GPU-class rows on one side and VC rows on the other; the pools and groups of a VC whose
+    row is in the set go with the GPU classes, those of the others with the VC rows. Every
+    column lies in one VC: x_ab sums to 1, 0 or -1, s_g likewise, t_g to 0 or +-1; a lower
+    bound row is the negated row, on the other side).
     """
     n_rows, n_cols, n_groups = len(supply), len(pending), len(stays.rows)
     units = np.zeros(len(edges.rows), dtype=np.int64)
@@ -139,6 +158,8 @@ def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: C
     values = np.concatenate([np.ones(2 * k), np.ones(2 * n_groups), -np.ones(n_groups), np.ones(n_groups)])
     matrix = coo_matrix((values, (entries_row, entries_col)), shape=(n_rows + n_cols + n_groups, k + 2 * n_groups)).tocsr()
     bounds = np.concatenate([np.asarray(supply, float), np.asarray(pending, float), stays.counts.astype(float)])
+    if vcs is not None:
+        matrix, bounds = _with_vc_rows(matrix, bounds, cols, vcs, k, n_groups)
     cost = -np.concatenate([weights, stay_weight, np.zeros(n_groups)])
     upper = np.concatenate([np.full(k, np.inf), np.where(stay_weight > 0, np.inf, 0.0), np.full(n_groups, np.inf)])
     result = linprog(cost, A_ub=matrix, b_ub=bounds, bounds=np.column_stack([np.zeros(len(cost)), upper]), method=_METHOD)
@@ -151,6 +172,22 @@ def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: C
     solution = rounded.astype(np.int64)
     units[useful] = solution[:k]
     return Flow(units, solution[k : k + n_groups], solution[k + n_groups :])
+
+
+def _with_vc_rows(matrix, bounds: np.ndarray, cols: np.ndarray, vcs: VcRows, k: int, n_groups: int):  # type: ignore[no-untyped-def]
+    """The LP's matrix and bounds with the VC rows (upper, then negated lower where positive)."""
+    from scipy.sparse import vstack
+
+    n_vcs = len(vcs.upper)
+    columns = np.concatenate([np.arange(k), k + np.arange(n_groups)])
+    rows = np.concatenate([vcs.pool_vc[cols], vcs.stay_vc]).astype(np.int64)
+    upper = coo_matrix((np.ones(len(columns)), (rows, columns)), shape=(n_vcs, matrix.shape[1])).tocsr()
+    blocks, extra = [matrix, upper], [bounds, vcs.upper.astype(float)]
+    needed = np.flatnonzero(vcs.lower > 0)
+    if len(needed):
+        blocks.append(-upper[needed])
+        extra.append(-vcs.lower[needed].astype(float))
+    return vstack(blocks).tocsr(), np.concatenate(extra)
 
 
 # HiGHS' interior point method with crossover returns a vertex (integral here) and was 3-4x

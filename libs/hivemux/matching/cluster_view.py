@@ -67,6 +67,7 @@ class GpuReading(NamedTuple):
 class OfflineSubmission:
     job_id: str
     workload: object  # the submitted spec, passed to the executor unread
+    vc: str = ""  # the tenant's virtual cluster (`fairness`)
 
 
 @dataclass(frozen=True)
@@ -272,7 +273,7 @@ class ClusterView:
             )
         in_round = {g.gpu_id for g in candidates}
         jobs = []
-        for job_id, (seq, _) in sorted(self.submissions.items(), key=lambda item: item[1][0]):
+        for job_id, (seq, submission) in sorted(self.submissions.items(), key=lambda item: item[1][0]):
             profile = self.profiles.get(job_id)
             placed = self.running.get(job_id)
             if profile is None or (placed is not None and placed.gpu_id not in in_round):
@@ -287,6 +288,7 @@ class ClusterView:
                     memory_peak_mib=profile.memory_peak_mib,
                     iteration_time_ms=profile.iteration_time_ms,
                     running_on=placed.gpu_id if placed is not None else None,
+                    vc=submission.vc,
                 )
             )
         return candidates, jobs

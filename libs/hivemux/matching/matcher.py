@@ -190,7 +190,7 @@ class MatcherCore:
 
     def on_submission(self, job: JobSubmission) -> None:
         if job.kind is JobKind.OFFLINE:  # online and training jobs are not the matcher's
-            self.scheduler.on_submission(OfflineSubmission(job.job_id, job.workload))
+            self.scheduler.on_submission(OfflineSubmission(job.job_id, job.workload, job.vc))
 
     def on_profile(self, p: Profile) -> None:
         self.scheduler.on_profile(SoloProfile(p.job_id, p.sm_activity, p.gpu_util, p.sm_occupancy, p.memory_peak_mib, p.iteration_time_ms))

@@ -13,7 +13,9 @@ flow to concrete pairs; `plan_dense` solves the same weights with dense Kuhn-Mun
 (`kuhn_munkres.max_weight_matching`) and is the reference: tests and `benchmarks/matching.py`
 check the totals agree. Running jobs (`PendingJob.running_on`) take part in every round and
 leave their GPU only past their restart cost (`policy`, hysteresis). Every placement, refusal
-and stop carries its reason (`explanations`).
+and stop carries its reason (`explanations`). Tenants: when the VCs' weighted max-min shares of
+the round's slots bind (`fairness`), the LP's pools are (job class, VC) and each VC gets a row
+"placed + kept <= its share"; the objective is the paper's within those rows.
 
 How it departs from the paper: the caller passes only GPUs that may take an offline job
 (SysMonitor Healthy, preprint §4.1 "offline workloads can only be scheduled to Healthy GPUs";
@@ -36,8 +38,9 @@ import numpy as np
 from hivemux.prediction.features import SpeedModel
 
 from .bipartite_graph import BipartiteGraph, OnlineGpu, PendingJob, build_graph, dense_weights
-from .classes import ClassEdges, Stays, transport_with_stays
+from .classes import ClassEdges, Stays, VcRows, transport_with_stays
 from .explanations import fcfs_reason, pair_inputs, placement_reason, why_not_placed, why_stopped
+from .fairness import at_share_reason, fair_shares, redistribute, vc_demands
 from .kuhn_munkres import max_weight_matching
 from .policy import MatchingPolicy
 
@@ -84,6 +87,7 @@ class RoundPlan:
     stopped: tuple[Stopped, ...] = ()
     total_weight: float = 0.0  # predicted normalized throughput of every matched job
     classes: tuple[int, int] = field(default=(0, 0), compare=False)  # (GPU classes, job classes)
+    vc_shares: tuple[tuple[str, int], ...] = ()  # (VC, slots) when tenants' shares bound the round (`fairness`)
 
 
 def _placement(graph: BipartiteGraph, gi: int, ji: int, why: str, name: str, moved_from: str | None) -> PlannedPlacement:
@@ -146,39 +150,109 @@ def plan_matching(
     policy: MatchingPolicy,
 ) -> RoundPlan:
     """Maximum total predicted normalized throughput (MuxFlow Algorithm 1), solved over classes
-    (see the module docstring). Placements and refusals are listed by ``job_id``."""
+    (see the module docstring), within each VC's fair share of the round's slots
+    (`fairness`). Placements and refusals are listed by ``job_id``."""
     r = build_graph(gpus, jobs, models, policy)
+    fairness = policy.fairness
+    demands = vc_demands([j.vc for j in r.jobs])
+    shares = fair_shares(len(r.gpus), demands, fairness) if fairness.enabled else {}
+    slots = len(r.gpus)
+    if not any(shares[vc] < min(d, slots) for vc, d in demands.items() if vc in shares):  # one VC alone: slots bound it, not a share
+        assigned = _match(r, policy, None)[0]
+        why = _MATCHING_WHY.format(gpus=len(r.gpus), jobs=len(r.jobs))
+        return _plan(r, assigned, "matching", why, _MATCHING_LOST)
+    # tenants' shares bind: the LP gets a row per VC; a VC that cannot use its share keeps
+    # what it got and the rest is shared again (`fairness.redistribute`)
+    lower: dict[str, int] = {}
+    for passes_left in range(len(shares), -1, -1):  # each pass holds at least one more VC at what it used
+        assigned, used = _match(r, policy, (shares, lower))
+        again = redistribute(len(r.gpus), demands, shares, used, fairness) if passes_left else None
+        if again is None:
+            break
+        shares, lower = again, used
+    why = _MATCHING_WHY.format(gpus=len(r.gpus), jobs=len(r.jobs)) + f"; offline slots by VC fair share {_shares_text(shares)}"
+    plan = _plan(r, assigned, "matching", why, _MATCHING_LOST)
+    return _at_share(r, plan, shares, used, demands)
+
+
+def _shares_text(shares: Mapping[str, int]) -> str:
+    return ", ".join(f"{vc or '-'} {n}" for vc, n in sorted(shares.items()))
+
+
+def _at_share(r: BipartiteGraph, plan: RoundPlan, shares: Mapping[str, int], used: Mapping[str, int], demands: Mapping[str, int]) -> RoundPlan:
+    """Refusals and stops of jobs whose VC is held at its share say so (when a GPU was feasible)."""
+    slots = len(r.gpus)
+    full = {vc for vc, s in shares.items() if used.get(vc, 0) >= s and s < min(demands.get(vc, 0), slots)}
+    if not full:
+        return replace(plan, vc_shares=tuple(sorted(shares.items())))
+    index = {j.job_id: i for i, j in enumerate(r.jobs)}
+    feasible_any = r.feasible.any(axis=0)
+
+    def held(job_id: str) -> str | None:
+        j = r.jobs[index[job_id]]
+        if j.vc in full and feasible_any[int(r.job_class[index[job_id]])]:
+            return at_share_reason(j.vc, shares[j.vc], slots)
+        return None
+
+    not_placed = tuple(NotPlaced(n.job_id, held(n.job_id) or n.reason) for n in plan.not_placed)
+    stopped = tuple(
+        Stopped(s.job_id, s.gpu_id, f"{s.job_id} leaves {s.gpu_id}: {why}") if (why := held(s.job_id)) else s for s in plan.stopped
+    )
+    return replace(plan, not_placed=not_placed, stopped=stopped, vc_shares=tuple(sorted(shares.items())))
+
+
+def _match(r: BipartiteGraph, policy: MatchingPolicy, fair: tuple[Mapping[str, int], Mapping[str, int]] | None) -> tuple[dict[int, int], dict[str, int]]:
+    """The class-level LP (with VC rows when ``fair`` = (shares, lower bounds)) expanded to
+    {job index: GPU index}, and the jobs each VC got. Pools are job classes, split by VC when
+    shares bind (a pool is then (job class, VC))."""
     feasible = r.feasible
     own = r.own_gpu()
-    n_profiles = len(r.job_rep)
+    by_vc = fair is not None
+    pool_keys = sorted({(int(r.job_class[ji]), r.jobs[ji].vc if by_vc else "") for ji in range(len(r.jobs))})
+    pool_index = {k: i for i, k in enumerate(pool_keys)}
+    pool_of = [pool_index[(int(r.job_class[ji]), r.jobs[ji].vc if by_vc else "")] for ji in range(len(r.jobs))]
+    pool_class = np.array([b for b, _ in pool_keys], dtype=np.int64)
     order = sorted(range(len(r.jobs)), key=lambda i: (r.jobs[i].submitted_seq, r.jobs[i].job_id))
-    pending = np.zeros(n_profiles, dtype=np.int64)
-    groups: dict[tuple[int, int], list[int]] = defaultdict(list)  # (own GPU class, job class) -> running jobs
+    pending = np.zeros(len(pool_keys), dtype=np.int64)
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)  # (own GPU class, pool) -> running jobs
     for ji in order:
-        b = int(r.job_class[ji])
+        p = pool_of[ji]
         if own[ji] < 0:
-            pending[b] += 1
+            pending[p] += 1
         else:
-            groups[(int(r.gpu_class[own[ji]]), b)].append(ji)
+            groups[(int(r.gpu_class[own[ji]]), p)].append(ji)
     group_keys = sorted(groups)
     stays = Stays(
         np.array([a for a, _ in group_keys], dtype=np.int64),
-        np.array([b for _, b in group_keys], dtype=np.int64),
+        np.array([p for _, p in group_keys], dtype=np.int64),
         np.array([len(groups[k]) for k in group_keys], dtype=np.int64),
-        np.array([policy.stay_weight(r.throughput[a, b], feasible[a, b]) for a, b in group_keys]),
+        np.array([policy.stay_weight(r.throughput[a, pool_class[p]], feasible[a, pool_class[p]]) for a, p in group_keys]),
     )
-    e_rows, e_cols = np.nonzero(feasible)
-    edges = ClassEdges(e_rows, e_cols, r.throughput[e_rows, e_cols])
-    flow = transport_with_stays(r.class_size.tolist(), pending.tolist(), edges, stays)
-    # expansion: stays keep their GPU; each class's pool (pending jobs, then running ones that
-    # left, each by submission order) takes free GPUs of the classes the flow gives it, a
-    # running job first taking its own GPU if the flow sends its pool there
+    pool_feasible = feasible[:, pool_class] if len(pool_keys) else np.zeros((feasible.shape[0], 0), dtype=bool)
+    e_rows, e_cols = np.nonzero(pool_feasible)
+    edges = ClassEdges(e_rows, e_cols, r.throughput[e_rows, pool_class[e_cols]])
+    rows = None
+    if fair is not None:
+        shares, lower = fair
+        vcs = sorted({vc for _, vc in pool_keys})
+        vc_index = {vc: i for i, vc in enumerate(vcs)}
+        pool_vc = np.array([vc_index[vc] for _, vc in pool_keys], dtype=np.int64)
+        rows = VcRows(
+            pool_vc,
+            pool_vc[stays.cols] if len(group_keys) else np.zeros(0, dtype=np.int64),
+            np.array([shares.get(vc, 0) for vc in vcs], dtype=np.int64),
+            np.array([lower.get(vc, 0) for vc in vcs], dtype=np.int64),
+        )
+    flow = transport_with_stays(r.class_size.tolist(), pending.tolist(), edges, stays, rows)
+    # expansion: stays keep their GPU; each pool (pending jobs, then running ones that left,
+    # each by submission order) takes free GPUs of the classes the flow gives it, a running
+    # job first taking its own GPU if the flow sends its pool there
     assigned: dict[int, int] = {}
     taken: set[int] = set()
     pool: dict[int, list[int]] = defaultdict(list)
     for ji in order:
         if own[ji] < 0:
-            pool[int(r.job_class[ji])].append(ji)
+            pool[pool_of[ji]].append(ji)
     for g, key in enumerate(group_keys):
         members = groups[key]
         for ji in members[: flow.stay[g]]:
@@ -189,10 +263,10 @@ def plan_matching(
     for gi in range(len(r.gpus)):
         gpus_of[int(r.gpu_class[gi])].append(gi)
     free_of = {a: [gi for gi in members if gi not in taken] for a, members in gpus_of.items()}
-    for a, b, x in sorted(zip(edges.rows.tolist(), edges.cols.tolist(), flow.units.tolist(), strict=True)):
+    for a, p, x in sorted(zip(edges.rows.tolist(), edges.cols.tolist(), flow.units.tolist(), strict=True)):
         if x <= 0:
             continue
-        candidates = pool[b]
+        candidates = pool[p]
         home = [ji for ji in candidates if own[ji] >= 0 and r.gpu_class[own[ji]] == a and int(own[ji]) in free_of[a]][:x]
         chosen = home + [ji for ji in candidates if ji not in home][: x - len(home)]
         chosen_set = set(chosen)
@@ -205,9 +279,11 @@ def plan_matching(
                 gi = next((g for g in free_of[a] if g not in keep), free_of[a][0])
             free_of[a].remove(gi)
             assigned[ji] = gi
-        pool[b] = [ji for ji in candidates if ji not in chosen_set]
-    why = _MATCHING_WHY.format(gpus=len(r.gpus), jobs=len(r.jobs))
-    return _plan(r, assigned, "matching", why, _MATCHING_LOST)
+        pool[p] = [ji for ji in candidates if ji not in chosen_set]
+    used: dict[str, int] = {}
+    for ji in assigned:
+        used[r.jobs[ji].vc] = used.get(r.jobs[ji].vc, 0) + 1
+    return assigned, used
 
 
 def _homes(own: np.ndarray, candidates: list[int], a: int, r: BipartiteGraph) -> set[int]:

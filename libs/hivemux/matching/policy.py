@@ -30,11 +30,13 @@ running job worth 0.50 on its GPU stays (0.50 + 0.10 = 0.60) against a move wort
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from hivemux.sharing.dynamic_sm import integer_sm_share
+
+from .fairness import VcFairness
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,8 @@ class MatchingPolicy:
     # A placement whose executor has not reported for this long (event time) expires: its GPU
     # is free again and the job waits (`expiry`). None: placements never expire.
     executor_silence_s: float | None = 60.0
+    # Tenants' shares of a round's offline slots: weighted max-min fairness (`fairness`).
+    fairness: VcFairness = field(default_factory=VcFairness)
 
     def share_for(self, online_sm_activity: float) -> int:
         if self.fixed_sm_share is not None:
