@@ -54,11 +54,13 @@ function renderStatus() {
 // --- loading -------------------------------------------------------------------------------
 
 async function loadAll() {
-  const [gpus, metrics] = await Promise.all([api("/api/v1/cluster/gpus"), api("/api/v1/cluster/metrics")]);
-  state.gpus = new Map(gpus.gpus.map((g) => [g.gpu_id, g]));
-  addMetrics(metrics);
-  await Promise.all([loadVcs(), loadJobs()]);
-  mark("gpus", "vcs", "jobs", "filters", "status");
+  const gpus = async () => {
+    state.gpus = new Map((await api("/api/v1/cluster/gpus")).gpus.map((g) => [g.gpu_id, g]));
+    mark("gpus");
+  };
+  const metrics = async () => addMetrics(await api("/api/v1/cluster/metrics"));
+  await Promise.all([gpus(), metrics(), loadVcs(), loadJobs()]); // each drawn as it arrives
+  mark("status");
   if (state.panel) refreshPanel();
 }
 
