@@ -9,7 +9,9 @@ the CLI only; bindings from the cell allocator only; placements from the matcher
 from the predictor (or its store, restoring what it kept); reports and sharing observations
 from executors only, each for its own node (``executor/<node>`` writes only records whose
 ``node_id`` is ``<node>``: the DaemonSet's agents run with the node name as their instance,
-and the simulated fleet stamps each node's records with that node's agent).
+and the simulated fleet stamps each node's records with that node's agent); and `ACTIONS`
+says which executor commands each decider may give (the allocator starts training jobs, the
+matcher offline ones, the health processor remedies and evicts).
 
 `Authorization.refusal` is the check, run at admission by `bus.runtime` (`Service.admission`)
 on every record a service consumes from a registry topic: a record whose source may not
@@ -77,6 +79,13 @@ PER_NODE: frozenset[tuple[str, str]] = frozenset({
     (t.EXECUTOR_REPORTS.name, "executor"),
     (t.SHARING_OBSERVATIONS.name, "executor"),
 })
+# (topic, principal) -> the actions its records may carry: who may start, stop or evict what
+# (a matcher does not stop training jobs, the health processor starts nothing).
+ACTIONS: Mapping[tuple[str, str], frozenset[str]] = {
+    (t.EXECUTOR_COMMANDS.name, "cell-allocator"): frozenset({"start_training", "stop", "evict"}),
+    (t.EXECUTOR_COMMANDS.name, "matcher"): frozenset({"start_offline", "stop", "evict"}),
+    (t.EXECUTOR_COMMANDS.name, "health-processor"): frozenset({"evict", "restart_mps", "reset_workload"}),
+}
 # Every service writes the dead letters of what it consumes: any principal may (the dead-letter
 # topics are evidence for an operator, consumed by no decision).
 DEAD_LETTER_WRITERS = "any service"
@@ -104,9 +113,15 @@ def topics_of(principal: str) -> list[str]:
 class Authorization:
     """The admission check (module docstring); one per service, its cache with it."""
 
-    def __init__(self, writers: Mapping[str, frozenset[str]] = WRITERS, per_node: frozenset[tuple[str, str]] = PER_NODE) -> None:
+    def __init__(
+        self,
+        writers: Mapping[str, frozenset[str]] = WRITERS,
+        per_node: frozenset[tuple[str, str]] = PER_NODE,
+        actions: Mapping[tuple[str, str], frozenset[str]] = ACTIONS,
+    ) -> None:
         self.writers = writers
         self.per_node = per_node
+        self.actions = actions
         self._verdicts: dict[tuple[str, str], Any] = {}
 
     def refusal(self, topic: str, event: Any) -> str | None:
@@ -120,6 +135,9 @@ class Authorization:
         if type(verdict) is tuple:  # (the writer's node,): admitted for that node's records only
             node = verdict[0]
             return None if node == event.node_id else f"{event.source} reports only for node {node or '(none)'}, not {event.node_id}"
+        if type(verdict) is frozenset:  # the actions this writer may command
+            action = str(event.action)
+            return None if action in verdict else f"{event.source} may not command {action} (only {', '.join(sorted(verdict))})"
         return verdict  # type: ignore[no-any-return]
 
     def _judge(self, topic: str, source: str) -> Any:
@@ -129,7 +147,9 @@ class Authorization:
         principal = principal_of(source)
         if principal not in allowed:
             return f"source {source!r}: {topic} is written by {', '.join(sorted(allowed))}; not by {principal!r}"
-        return (source.partition("/")[2],) if (topic, principal) in self.per_node else None
+        if (topic, principal) in self.per_node:
+            return (source.partition("/")[2],)
+        return self.actions.get((topic, principal))
 
 
 _CHECK = Authorization()
@@ -150,7 +170,7 @@ def readme_table() -> str:
     """The README's table: each principal and the topics it may write (`tests/unit/bus`)."""
     rows = ["| principal | may write |", "|---|---|"]
     for principal in principals():
-        written = ", ".join(f"`{name}`" + (" (its own node's)" if (name, principal) in PER_NODE else "") for name in topics_of(principal))
+        written = ", ".join(f"`{name}`" + _only(name, principal) for name in topics_of(principal))
         rows.append(f"| `{principal}` | {written} |")
     rows.append(f"| {DEAD_LETTER_WRITERS} | the `.dlq` topic of each topic it consumes |")
     return "\n".join(rows)
@@ -160,6 +180,13 @@ def readme_table() -> str:
 KAFKA_USER = {"predictor-store": "predictor", UP: CLI}
 SERVICES = ("api", "cell-allocator", "executor", "health-processor", "job-controller", "matcher", "predictor", "profiler",
             "projector", "telemetry-ingester")  # each its own Kafka user (docker-compose.yml, deploy/)
+
+
+def _only(topic: str, principal: str) -> str:
+    if (topic, principal) in PER_NODE:
+        return " (its own node's)"
+    actions = ACTIONS.get((topic, principal))
+    return f" ({', '.join(sorted(actions))})" if actions else ""
 
 
 def kafka_acls(principal_prefix: str = "User:") -> list[str]:

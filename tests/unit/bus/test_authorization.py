@@ -13,8 +13,10 @@ from hivemux.bus.authorization import WRITERS, Authorization, kafka_acls, princi
 from hivemux.events import (
     CellBinding,
     CellConfig,
+    CommandAction,
     DeviceControl,
     Event,
+    ExecutorCommand,
     ExecutorReport,
     JobAction,
     JobCommand,
@@ -38,6 +40,10 @@ def report(source: str, node: str = "node-01") -> ExecutorReport:
     return ExecutorReport(occurred_at=T0, source=source, node_id=node, job_id="j1", command_id="c", state=ReportState.COMPLETED)
 
 
+def command(source: str, action: CommandAction) -> ExecutorCommand:
+    return ExecutorCommand.model_construct(occurred_at=T0, source=source, node_id="node-01", action=action, job_id="j1")
+
+
 CASES: list[tuple[str, str, Event, str | None]] = [
     ("api cancels", "jobs.commands", cancel("api/0"), None),
     ("cli cancels", "jobs.commands", cancel("cli"), None),
@@ -58,6 +64,12 @@ CASES: list[tuple[str, str, Event, str | None]] = [
     ("config by the matcher", "cells.config", CellConfig.model_construct(occurred_at=T0, source="matcher/0", version=2, config={}), "not by 'matcher'"),
     ("executor's lifecycle", "jobs.lifecycle", JobLifecycleEvent(occurred_at=T0, source="executor/0", job_id="j", state=JobState.RUNNING), None),
     ("a test's own topic", "test.0123456789ab", cancel("anyone"), None),
+    ("allocator starts training", "executor.commands", command("cell-allocator/0", CommandAction.START_TRAINING), None),
+    ("matcher stops", "executor.commands", command("matcher/1", CommandAction.STOP), None),
+    ("matcher starts training", "executor.commands", command("matcher/1", CommandAction.START_TRAINING),
+     "matcher/1 may not command start_training (only evict, start_offline, stop)"),
+    ("health processor stops", "executor.commands", command("health-processor/0", CommandAction.STOP), "may not command stop"),
+    ("health processor remedies", "executor.commands", command("health-processor/0", CommandAction.RESTART_MPS), None),
 ]  # fmt: skip
 
 
