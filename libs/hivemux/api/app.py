@@ -56,9 +56,8 @@ def create_app(config: ApiConfig) -> FastAPI:
         try:
             yield
         finally:
-            poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await poller
+            feed.stop()
+            await asyncio.gather(poller, return_exceptions=True)
             await publisher.stop()
             await pool.close()
 

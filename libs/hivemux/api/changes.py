@@ -36,6 +36,7 @@ load the snapshot from the REST endpoints after ``hello``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -113,6 +114,7 @@ class ChangeFeed:
         self.metrics_interval_s = metrics_interval_s
         self._metrics_at = float("-inf")
         self._metrics_task: asyncio.Task[None] | None = None
+        self._stopping = asyncio.Event()
         self._max_rows = max_rows
         self._queue_size = queue_size
         self._subscribers: set[asyncio.Queue[ChangeBatch]] = set()
@@ -133,9 +135,22 @@ class ChangeFeed:
     def unsubscribe(self, queue: asyncio.Queue[ChangeBatch]) -> None:
         self._subscribers.discard(queue)
 
+    def stop(self) -> None:
+        self._stopping.set()
+
     async def run(self) -> None:
-        """Tick until cancelled; a failed tick (database away) is logged and tried again next tick."""
-        while True:
+        """Tick until `stop`; a failed tick (database away) is logged and tried again next tick.
+        Stopped between ticks, never cancelled inside a query (asyncpg's pool then fails to reset
+        the connection), and it waits for the summaries it started."""
+        try:
+            await self._run()
+        finally:
+            for task in (self._vcs_task, self._metrics_task):
+                if task is not None:
+                    await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while not self._stopping.is_set():
             started = time.monotonic()
             try:
                 batch = await self.tick()
@@ -145,7 +160,8 @@ class ChangeFeed:
             if batch is not None:
                 self.publish(batch)
             self._refresh_metrics()
-            await asyncio.sleep(max(0.0, self.interval_s - (time.monotonic() - started)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), max(0.0, self.interval_s - (time.monotonic() - started)))
 
     def publish(self, batch: ChangeBatch) -> None:
         for queue in list(self._subscribers):
@@ -188,7 +204,7 @@ class ChangeFeed:
         """The VC summary folds every job (the ``vc_cells`` view): about a second at 100,000 jobs,
         so it runs beside the ticks, at most once per `vcs_interval_s`, and goes out as a batch of
         its own; changes of jobs and GPUs do not wait for it."""
-        if self._vcs_pending or (self._vcs_task is not None and not self._vcs_task.done()):
+        if self._stopping.is_set() or self._vcs_pending or (self._vcs_task is not None and not self._vcs_task.done()):
             return  # one summary at a time; a change meanwhile is in the one that follows
         loop = asyncio.get_running_loop()
         if loop.time() - self._vcs_at < self.vcs_interval_s:
@@ -202,7 +218,7 @@ class ChangeFeed:
         """The cluster gauges every `metrics_interval_s` while anyone listens, beside the ticks."""
         loop = asyncio.get_running_loop()
         running = self._metrics_task is not None and not self._metrics_task.done()
-        if not self._subscribers or running or loop.time() - self._metrics_at < self.metrics_interval_s:
+        if self._stopping.is_set() or not self._subscribers or running or loop.time() - self._metrics_at < self.metrics_interval_s:
             return
         self._metrics_at = loop.time()
         self._metrics_task = asyncio.create_task(self._send_metrics(), name="change-feed-metrics")
@@ -219,7 +235,8 @@ class ChangeFeed:
 
     def _pending_vcs(self) -> None:
         self._vcs_pending = False
-        self._refresh_vcs()
+        if not self._stopping.is_set():
+            self._refresh_vcs()
 
     async def _send_vcs(self) -> None:
         try:
