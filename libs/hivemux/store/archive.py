@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
 
+from ..bus import connection
 from ..bus.partitions import all_partitions
 from ..bus.tracking import Position, consume_tracked
 
@@ -227,7 +227,7 @@ async def _copy_group_offsets(
     """Every `interval_s`, the committed offsets of every consumer group on `topics` into the archive."""
     wanted = set(topics)
     readers: dict[str, AIOKafkaConsumer] = {}
-    admin = AIOKafkaAdminClient(
+    admin = connection.admin(
         bootstrap_servers=bootstrap_servers, request_timeout_ms=5000
     )
     conn = await asyncpg.connect(dsn)
@@ -239,7 +239,7 @@ async def _copy_group_offsets(
                 for group, _protocol in await admin.list_consumer_groups():
                     reader = readers.get(group)
                     if reader is None:
-                        reader = readers[group] = AIOKafkaConsumer(
+                        reader = readers[group] = connection.consumer(
                             bootstrap_servers=bootstrap_servers,
                             group_id=group,
                             enable_auto_commit=False,
@@ -283,7 +283,7 @@ async def restore(
     started = time.monotonic()
     report = RestoreReport()
     conn = await asyncpg.connect(dsn)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
+    producer = connection.producer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
                                 max_request_size=MAX_REQUEST_BYTES, max_batch_size=1024 * 1024)  # fmt: skip
     try:
         await ensure_schema(conn)
@@ -360,7 +360,7 @@ async def _broker_ends(
     names = sorted(set(topics))
     if not names:
         return {}
-    consumer = AIOKafkaConsumer(
+    consumer = connection.consumer(
         bootstrap_servers=bootstrap_servers,
         group_id=None,
         enable_auto_commit=False,
@@ -387,7 +387,7 @@ async def _restore_group_offsets(
             TopicPartition(r["topic"], r["partition"])
         ] = min(r["committed"], ends.get((r["topic"], r["partition"]), 0))
     for group, offsets in by_group.items():
-        consumer = AIOKafkaConsumer(
+        consumer = connection.consumer(
             bootstrap_servers=bootstrap_servers,
             group_id=group,
             enable_auto_commit=False,
