@@ -10,7 +10,11 @@ concrete placements with reasons (`hivemux.matching.plan.plan_matching`). Figure
   steady state (half of them running: hysteresis columns), median of repeats;
 - exactness: the total weight equals dense Kuhn-Munkres (`plan_dense`, scipy
   `linear_sum_assignment` on the concrete matrix) on instances small enough for it;
-- the dense solver's time on the same structured weights, for the ratio.
+- the dense solver's time on the same structured weights, for the ratio;
+- the same rounds with VC fairness binding (issue 19): the jobs belong to ``--vcs`` tenants
+  (skewed: the first has half of them), weights 2, 1, 1, ... and the first capped at
+  ``--cap`` slots, so the LP carries a row per VC and unused shares are redistributed
+  (`hivemux.matching.fairness`); each VC's share and placed jobs are printed.
 
 Fixed seeds; inputs built before timing. Run: `python benchmarks/matching.py` (`make bench`).
 """
@@ -22,9 +26,11 @@ import json
 import random
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
+from hivemux.matching.fairness import VcFairness
 from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_dense, plan_matching
 from hivemux.prediction.bootstrap import simulated_pairs
 from hivemux.prediction.speed_predictor import MlpSpeedModel, TrainingSettings, fit
@@ -71,6 +77,13 @@ def cluster(n_gpus: int, n_jobs: int, *, services: int, offline_models: int, run
     return gpus, jobs
 
 
+def tenants(jobs, n_vcs: int, seed: int):  # type: ignore[no-untyped-def]
+    """The jobs spread over ``n_vcs`` VCs: the first has half of them, the rest share the other half."""
+    rng = random.Random(seed)
+    names = [f"vc-{k}" for k in range(n_vcs)]
+    return [replace(j, vc=names[0] if rng.random() < 0.5 or n_vcs == 1 else rng.choice(names[1:])) for j in jobs]
+
+
 def timed(fn, repeats: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
     seconds, result = [], None
     for _ in range(repeats):
@@ -87,6 +100,8 @@ def main() -> None:
     parser.add_argument("--services", type=int, default=300)
     parser.add_argument("--models", type=int, default=250)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vcs", type=int, default=4, help="tenants of the fairness rounds")
+    parser.add_argument("--cap", type=int, default=1500, help="slots cap of the first (largest) VC")
     parser.add_argument("--check", nargs="*", type=int, default=[300, 1000, 2000], help="sizes checked against dense KM")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -102,6 +117,21 @@ def main() -> None:
         classes = "x".join(map(str, plan.classes))  # type: ignore[attr-defined]
         print(f"{name + f' {args.gpus}x{args.jobs}':<34} {classes:>12} {pairs:>6} {plan.total_weight:>10.3f} {seconds:>8.2f}")  # type: ignore[attr-defined]
         figures[name.split()[0]] = {"seconds": seconds, "total_weight": plan.total_weight, "classes": plan.classes, "pairs": pairs}  # type: ignore[attr-defined]
+    fair_policy = MatchingPolicy(fairness=VcFairness({"vc-0": 2.0}, {"vc-0": args.cap}))
+    for name, running in (("fair fresh", 0.0), ("fair steady (50% running)", 0.5)):
+        gpus, jobs = cluster(args.gpus, args.jobs, services=args.services, offline_models=args.models, running=running, seed=1)
+        jobs = tenants(jobs, args.vcs, seed=3)
+        seconds, plan = timed(lambda: plan_matching(gpus, jobs, speed, fair_policy), args.repeats)
+        placed = [p.job_id for p in plan.placements] + list(plan.kept)  # type: ignore[attr-defined]
+        vc_of = {j.job_id: j.vc for j in jobs}
+        got = {vc: sum(1 for job_id in placed if vc_of[job_id] == vc) for vc, _ in plan.vc_shares}  # type: ignore[attr-defined]
+        classes = "x".join(map(str, plan.classes))  # type: ignore[attr-defined]
+        print(f"{name + f' {args.gpus}x{args.jobs}':<34} {classes:>12} {len(placed):>6} {plan.total_weight:>10.3f} {seconds:>8.2f}")  # type: ignore[attr-defined]
+        print(f"{'':<4}VC shares (placed): " + ", ".join(f"{vc} {share} ({got[vc]})" for vc, share in plan.vc_shares))  # type: ignore[attr-defined]
+        figures[name.replace(" (50% running)", "").replace(" ", "_")] = {
+            "seconds": seconds, "total_weight": plan.total_weight, "pairs": len(placed),  # type: ignore[attr-defined]
+            "vc_shares": dict(plan.vc_shares), "vc_placed": got,  # type: ignore[attr-defined]
+        }  # fmt: skip
     checks = []
     for n in args.check:
         for running in (0.0, 0.5):
@@ -117,7 +147,9 @@ def main() -> None:
             checks.append({"n": n, "running": running, "classes_s": class_s, "dense_s": dense_s, "equal": equal,
                            "total": classes_plan.total_weight, "dense_total": dense_plan.total_weight})  # type: ignore[attr-defined]  # fmt: skip
     fresh = figures["fresh"]["seconds"]  # type: ignore[index]
-    print(f"one round at {args.gpus}x{args.jobs}: {fresh:.2f} s fresh (target <= 5 s); all checks equal to dense KM: {all(c['equal'] for c in checks)}")
+    fair = figures["fair_fresh"]["seconds"]  # type: ignore[index]
+    print(f"one round at {args.gpus}x{args.jobs}: {fresh:.2f} s fresh, {fair:.2f} s fresh with VC fairness on ({args.vcs} VCs) (target <= 5 s); "
+          f"all checks equal to dense KM: {all(c['equal'] for c in checks)}")  # fmt: skip
     print(json.dumps({"benchmark": "matching", "gpus": args.gpus, "jobs": args.jobs, "rounds": figures, "checks": checks}))
 
 

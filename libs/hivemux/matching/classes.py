@@ -93,18 +93,6 @@ class Stays:
 
 
 @dataclass(frozen=True)
-class VcRows:
-    """Tenants' shares (`fairness`): pool ``p`` and stays group ``g`` belong to VC
-    ``pool_vc[p]`` / ``stay_vc[g]``; per VC, the jobs placed from its pools plus its stays lie
-    in ``[lower, upper]``."""
-
-    pool_vc: np.ndarray
-    stay_vc: np.ndarray
-    upper: np.ndarray
-    lower: np.ndarray
-
-
-@dataclass(frozen=True)
 class Flow:
     units: np.ndarray  # per edge: GPUs of the row class given to jobs of the column class
     stay: np.ndarray  # per stays group: jobs that keep their GPU
@@ -117,7 +105,7 @@ def transport_assignment(supply: Sequence[int], demand: Sequence[int], edges: Cl
     return transport_with_stays(supply, demand, edges, Stays.none()).units
 
 
-def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: ClassEdges, stays: Stays, vcs: VcRows | None = None) -> Flow:
+def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: ClassEdges, stays: Stays) -> Flow:
     """The transportation problem with running jobs (hysteresis), as one network LP.
 
     Job class ``b``'s *pool* holds its ``pending[b]`` jobs plus the running ones that leave
@@ -128,13 +116,6 @@ def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: C
     has at most two nonzeros of the pattern of a network matrix (rows in one part, pools and
     groups in the other; ``t_g`` has -1 at its pool and +1 at its group), so the matrix is
     totally unimodular and the vertex HiGHS returns is integral, as in the plain problem.
-
-    Tenants' shares (``vcs``) add per VC v the rows ``lower_v <= sum x_ab (b in v) + sum s_g
-    (g in v) <= upper_v``. Still totally unimodular (Ghouila-Houri: for any set of rows, put
-    GPU-class rows on one side and VC rows on the other; the pools and groups of a VC whose
-    row is in the set go with the GPU classes, those of the others with the VC rows. Every
-    column lies in one VC: x_ab sums to 1, 0 or -1, s_g likewise, t_g to 0 or +-1; a lower
-    bound row is the negated row, on the other side).
     """
     n_rows, n_cols, n_groups = len(supply), len(pending), len(stays.rows)
     units = np.zeros(len(edges.rows), dtype=np.int64)
@@ -158,8 +139,6 @@ def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: C
     values = np.concatenate([np.ones(2 * k), np.ones(2 * n_groups), -np.ones(n_groups), np.ones(n_groups)])
     matrix = coo_matrix((values, (entries_row, entries_col)), shape=(n_rows + n_cols + n_groups, k + 2 * n_groups)).tocsr()
     bounds = np.concatenate([np.asarray(supply, float), np.asarray(pending, float), stays.counts.astype(float)])
-    if vcs is not None:
-        matrix, bounds = _with_vc_rows(matrix, bounds, cols, vcs, k, n_groups)
     cost = -np.concatenate([weights, stay_weight, np.zeros(n_groups)])
     upper = np.concatenate([np.full(k, np.inf), np.where(stay_weight > 0, np.inf, 0.0), np.full(n_groups, np.inf)])
     result = linprog(cost, A_ub=matrix, b_ub=bounds, bounds=np.column_stack([np.zeros(len(cost)), upper]), method=_METHOD)
@@ -174,20 +153,89 @@ def transport_with_stays(supply: Sequence[int], pending: Sequence[int], edges: C
     return Flow(units, solution[k : k + n_groups], solution[k + n_groups :])
 
 
-def _with_vc_rows(matrix, bounds: np.ndarray, cols: np.ndarray, vcs: VcRows, k: int, n_groups: int):  # type: ignore[no-untyped-def]
-    """The LP's matrix and bounds with the VC rows (upper, then negated lower where positive)."""
-    from scipy.sparse import vstack
+@dataclass(frozen=True)
+class Shares:
+    """Tenants' shares of the slots (`fairness`): the jobs of class ``b`` are split into pairs
+    q = (b, VC): ``pair_class[q]``, ``pair_vc[q]`` (VC index), ``pending[q]`` jobs waiting; per
+    VC, the jobs it gets (placed from its pairs plus its running jobs that stay) lie in
+    ``[lower, upper]``. Stays groups are then keyed by (own GPU class, pair)."""
 
-    n_vcs = len(vcs.upper)
-    columns = np.concatenate([np.arange(k), k + np.arange(n_groups)])
-    rows = np.concatenate([vcs.pool_vc[cols], vcs.stay_vc]).astype(np.int64)
-    upper = coo_matrix((np.ones(len(columns)), (rows, columns)), shape=(n_vcs, matrix.shape[1])).tocsr()
-    blocks, extra = [matrix, upper], [bounds, vcs.upper.astype(float)]
-    needed = np.flatnonzero(vcs.lower > 0)
-    if len(needed):
-        blocks.append(-upper[needed])
-        extra.append(-vcs.lower[needed].astype(float))
-    return vstack(blocks).tocsr(), np.concatenate(extra)
+    pair_class: np.ndarray
+    pair_vc: np.ndarray
+    pending: np.ndarray
+    upper: np.ndarray
+    lower: np.ndarray
+
+
+def transport_with_shares(supply: Sequence[int], n_classes: int, edges: ClassEdges, stays: Stays, shares: Shares) -> tuple[Flow, np.ndarray]:
+    """`transport_with_stays` held to tenants' shares, as a network flow LP (so still integral):
+
+        source -> VC v (between lower_v and upper_v) -> pair q = (b, v) (at most pending_q)
+               -> job class b -> GPU class a (x_ab, weight w_ab) -> sink (at most n_a);
+        VC v -> stays group g (at most count_g) -> its own GPU class (s_g, weight w_ab + bonus)
+                                                 -> its pair q (t_g: moved to another GPU).
+
+    Variables x_ab, y_q (jobs of pair q placed, running ones moved included), s_g, t_g; rows
+    ``sum_b x_ab + sum_{g at a} s_g <= n_a``; ``sum_a x_ab = sum_{q of b} y_q`` (equality:
+    a job that takes a VC's slot takes a GPU); ``0 <= y_q - sum_{g of q} t_g <= pending_q``;
+    ``s_g + t_g <= count_g`` (the rest of the group stops); ``lower_v <= sum_{q of v} y_q +
+    sum_{g of v} s_g <= upper_v``. Every row is a node's conservation or an arc's capacity of
+    the network above, so the matrix is a network matrix (totally unimodular) and HiGHS' vertex
+    is integral. Unlike one row per (VC, edge), the VC rows touch only the pairs (a few per job
+    class), so the LP is as sparse as the plain one (`benchmarks/matching.py`).
+
+    Returns the flow (``moved`` = t: jobs that leave their GPU for another one; a stopped
+    job is in neither ``stay`` nor ``moved``) and y per pair."""
+    n_rows, n_pairs, n_groups, n_vcs = len(supply), len(shares.pair_class), len(stays.rows), len(shares.upper)
+    units = np.zeros(len(edges.rows), dtype=np.int64)
+    useful = np.flatnonzero(edges.weights > 0)
+    stay_weight = stays.bonus.astype(float)
+    if len(useful) == 0 and n_groups == 0:
+        return Flow(units, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)), np.zeros(n_pairs, dtype=np.int64)
+    k = len(useful)
+    rows, cols, weights = edges.rows[useful], edges.cols[useful], edges.weights[useful].astype(float)
+    x, y = np.arange(k), k + np.arange(n_pairs)
+    s, t = k + n_pairs + np.arange(n_groups), k + n_pairs + n_groups + np.arange(n_groups)
+    n_vars = k + n_pairs + 2 * n_groups
+    group_vc = shares.pair_vc[stays.cols] if n_groups else np.zeros(0, dtype=np.int64)
+    hi, lo, grp, vc = n_rows, n_rows + n_pairs, n_rows + 2 * n_pairs, n_rows + 2 * n_pairs + n_groups
+    blocks = [  # (row, column, value) of the inequality rows
+        (rows, x, 1.0), (stays.rows, s, 1.0),  # GPU classes
+        (hi + np.arange(n_pairs), y, 1.0), (hi + stays.cols, t, -1.0),  # pairs: y - t <= pending
+        (lo + np.arange(n_pairs), y, -1.0), (lo + stays.cols, t, 1.0),  # pairs: t - y <= 0
+        (grp + np.arange(n_groups), s, 1.0), (grp + np.arange(n_groups), t, 1.0),  # groups
+        (vc + shares.pair_vc, y, 1.0), (vc + group_vc, s, 1.0),  # VCs' upper bounds
+    ]
+    lower = np.flatnonzero(shares.lower > 0)
+    lower_row = np.full(n_vcs, -1, dtype=np.int64)
+    lower_row[lower] = vc + n_vcs + np.arange(len(lower))
+    for v_of, var in ((shares.pair_vc, y), (group_vc, s)):
+        keep = lower_row[v_of] >= 0
+        blocks.append((lower_row[v_of][keep], var[keep], -1.0))
+    n_ub = vc + n_vcs + len(lower)
+    a_ub = coo_matrix(
+        (np.concatenate([np.full(len(r), v) for r, _, v in blocks]),
+         (np.concatenate([r for r, _, _ in blocks]), np.concatenate([c for _, c, _ in blocks]))),
+        shape=(n_ub, n_vars),
+    ).tocsr()  # fmt: skip
+    b_ub = np.concatenate([np.asarray(supply, float), shares.pending.astype(float), np.zeros(n_pairs), stays.counts.astype(float),
+                           shares.upper.astype(float), -shares.lower[lower].astype(float)])  # fmt: skip
+    a_eq = coo_matrix(
+        (np.concatenate([np.ones(k), -np.ones(n_pairs)]), (np.concatenate([cols, shares.pair_class]), np.concatenate([x, y]))),
+        shape=(n_classes, n_vars),
+    ).tocsr()
+    cost = -np.concatenate([weights, np.zeros(n_pairs), stay_weight, np.zeros(n_groups)])
+    upper = np.concatenate([np.full(k + n_pairs, np.inf), np.where(stay_weight > 0, np.inf, 0.0), np.full(n_groups, np.inf)])
+    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=np.zeros(n_classes), bounds=np.column_stack([np.zeros(n_vars), upper]),
+                     method=_METHOD)  # fmt: skip
+    if result.status != 0:
+        raise InvariantViolation(f"transportation LP with shares failed: {result.message}")
+    rounded = np.rint(result.x)
+    if np.abs(result.x - rounded).max(initial=0.0) > _INTEGRAL_TOLERANCE:
+        raise InvariantViolation("transportation LP with shares returned a fractional vertex (network structure broken?)")
+    solution = rounded.astype(np.int64)
+    units[useful] = solution[:k]
+    return Flow(units, solution[k + n_pairs : k + n_pairs + n_groups], solution[k + n_pairs + n_groups :]), solution[k : k + n_pairs]
 
 
 # HiGHS' interior point method with crossover returns a vertex (integral here) and was 3-4x

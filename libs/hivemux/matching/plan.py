@@ -38,7 +38,7 @@ import numpy as np
 from hivemux.prediction.features import SpeedModel
 
 from .bipartite_graph import BipartiteGraph, OnlineGpu, PendingJob, build_graph, dense_weights
-from .classes import ClassEdges, Stays, VcRows, transport_with_stays
+from .classes import ClassEdges, Shares, Stays, transport_with_shares, transport_with_stays
 from .explanations import fcfs_reason, pair_inputs, placement_reason, why_not_placed, why_stopped
 from .fairness import at_share_reason, fair_shares, redistribute, vc_demands
 from .kuhn_munkres import max_weight_matching
@@ -202,25 +202,26 @@ def _at_share(r: BipartiteGraph, plan: RoundPlan, shares: Mapping[str, int], use
 
 
 def _match(r: BipartiteGraph, policy: MatchingPolicy, fair: tuple[Mapping[str, int], Mapping[str, int]] | None) -> tuple[dict[int, int], dict[str, int]]:
-    """The class-level LP (with VC rows when ``fair`` = (shares, lower bounds)) expanded to
-    {job index: GPU index}, and the jobs each VC got. Pools are job classes, split by VC when
-    shares bind (a pool is then (job class, VC))."""
+    """The class-level LP expanded to {job index: GPU index}, and the jobs each VC got. With
+    ``fair`` = (shares, lower bounds) the LP is `classes.transport_with_shares` (jobs of a class
+    split by VC into pairs), else `classes.transport_with_stays`."""
     feasible = r.feasible
     own = r.own_gpu()
-    by_vc = fair is not None
-    pool_keys = sorted({(int(r.job_class[ji]), r.jobs[ji].vc if by_vc else "") for ji in range(len(r.jobs))})
-    pool_index = {k: i for i, k in enumerate(pool_keys)}
-    pool_of = [pool_index[(int(r.job_class[ji]), r.jobs[ji].vc if by_vc else "")] for ji in range(len(r.jobs))]
-    pool_class = np.array([b for b, _ in pool_keys], dtype=np.int64)
     order = sorted(range(len(r.jobs)), key=lambda i: (r.jobs[i].submitted_seq, r.jobs[i].job_id))
+    # pools: job classes, or (job class, VC) pairs when shares bind
+    pool_keys = sorted({(int(r.job_class[ji]), r.jobs[ji].vc if fair else "") for ji in range(len(r.jobs))})
+    pool_index = {k: i for i, k in enumerate(pool_keys)}
+    pool_of = [pool_index[(int(r.job_class[ji]), r.jobs[ji].vc if fair else "")] for ji in range(len(r.jobs))]
+    pool_class = np.array([b for b, _ in pool_keys], dtype=np.int64)
     pending = np.zeros(len(pool_keys), dtype=np.int64)
+    waiting: dict[int, list[int]] = defaultdict(list)  # pool -> pending jobs in submission order
     groups: dict[tuple[int, int], list[int]] = defaultdict(list)  # (own GPU class, pool) -> running jobs
     for ji in order:
-        p = pool_of[ji]
         if own[ji] < 0:
-            pending[p] += 1
+            pending[pool_of[ji]] += 1
+            waiting[pool_of[ji]].append(ji)
         else:
-            groups[(int(r.gpu_class[own[ji]]), p)].append(ji)
+            groups[(int(r.gpu_class[own[ji]]), pool_of[ji])].append(ji)
     group_keys = sorted(groups)
     stays = Stays(
         np.array([a for a, _ in group_keys], dtype=np.int64),
@@ -228,45 +229,52 @@ def _match(r: BipartiteGraph, policy: MatchingPolicy, fair: tuple[Mapping[str, i
         np.array([len(groups[k]) for k in group_keys], dtype=np.int64),
         np.array([policy.stay_weight(r.throughput[a, pool_class[p]], feasible[a, pool_class[p]]) for a, p in group_keys]),
     )
-    pool_feasible = feasible[:, pool_class] if len(pool_keys) else np.zeros((feasible.shape[0], 0), dtype=bool)
-    e_rows, e_cols = np.nonzero(pool_feasible)
-    edges = ClassEdges(e_rows, e_cols, r.throughput[e_rows, pool_class[e_cols]])
-    rows = None
-    if fair is not None:
+    e_rows, e_cols = np.nonzero(feasible)
+    edges = ClassEdges(e_rows, e_cols, r.throughput[e_rows, e_cols])
+    # each job class's pool for the expansion: the jobs the flow places from it (pending ones
+    # by submission order, then running ones that leave their GPU)
+    pool: dict[int, list[int]] = defaultdict(list)
+    stay: dict[int, list[int]] = {}
+    if fair is None:
+        flow = transport_with_stays(r.class_size.tolist(), pending.tolist(), edges, stays)
+        for p, jobs in waiting.items():
+            pool[int(pool_class[p])].extend(jobs)
+        for g, key in enumerate(group_keys):
+            stay[g] = groups[key][: flow.stay[g]]
+            pool[int(pool_class[key[1]])].extend(groups[key][flow.stay[g] :])
+    else:
         shares, lower = fair
         vcs = sorted({vc for _, vc in pool_keys})
-        vc_index = {vc: i for i, vc in enumerate(vcs)}
-        pool_vc = np.array([vc_index[vc] for _, vc in pool_keys], dtype=np.int64)
-        rows = VcRows(
-            pool_vc,
-            pool_vc[stays.cols] if len(group_keys) else np.zeros(0, dtype=np.int64),
-            np.array([shares.get(vc, 0) for vc in vcs], dtype=np.int64),
-            np.array([lower.get(vc, 0) for vc in vcs], dtype=np.int64),
-        )
-    flow = transport_with_stays(r.class_size.tolist(), pending.tolist(), edges, stays, rows)
-    # expansion: stays keep their GPU; each pool (pending jobs, then running ones that left,
-    # each by submission order) takes free GPUs of the classes the flow gives it, a running
-    # job first taking its own GPU if the flow sends its pool there
-    assigned: dict[int, int] = {}
-    taken: set[int] = set()
-    pool: dict[int, list[int]] = defaultdict(list)
-    for ji in order:
-        if own[ji] < 0:
-            pool[pool_of[ji]].append(ji)
-    for g, key in enumerate(group_keys):
-        members = groups[key]
-        for ji in members[: flow.stay[g]]:
-            assigned[ji] = int(own[ji])
-            taken.add(int(own[ji]))
-        pool[key[1]].extend(members[flow.stay[g] :])
+        pair_vc = np.array([vcs.index(vc) for _, vc in pool_keys], dtype=np.int64)
+        bounds = Shares(pool_class, pair_vc, pending, np.array([shares.get(v, 0) for v in vcs]), np.array([lower.get(v, 0) for v in vcs]))
+        flow, taken = transport_with_shares(r.class_size.tolist(), len(r.job_rep), edges, stays, bounds)
+        moved_into: dict[int, list[int]] = defaultdict(list)
+        for g, key in enumerate(group_keys):
+            stay[g] = groups[key][: flow.stay[g]]
+            moved_into[key[1]].extend(groups[key][flow.stay[g] : flow.stay[g] + flow.moved[g]])  # the rest stop
+        for p in range(len(pool_keys)):
+            pool[int(pool_class[p])].extend(waiting[p][: int(taken[p]) - len(moved_into[p])] + moved_into[p])
+    assigned = _expand(r, own, edges, flow.units, pool, [ji for g in sorted(stay) for ji in stay[g]])
+    used: dict[str, int] = {}
+    for ji in assigned:
+        used[r.jobs[ji].vc] = used.get(r.jobs[ji].vc, 0) + 1
+    return assigned, used
+
+
+def _expand(r: BipartiteGraph, own: np.ndarray, edges: ClassEdges, units: np.ndarray, pool: dict[int, list[int]], stays: list[int]) -> dict[int, int]:
+    """Class flow to concrete pairs: staying jobs keep their GPU; each job class's pool takes
+    free GPUs of the classes the flow gives it, a running job first taking its own GPU if the
+    flow sends its pool there."""
+    assigned = {ji: int(own[ji]) for ji in stays}
+    taken = set(assigned.values())
     gpus_of: dict[int, list[int]] = defaultdict(list)
     for gi in range(len(r.gpus)):
         gpus_of[int(r.gpu_class[gi])].append(gi)
     free_of = {a: [gi for gi in members if gi not in taken] for a, members in gpus_of.items()}
-    for a, p, x in sorted(zip(edges.rows.tolist(), edges.cols.tolist(), flow.units.tolist(), strict=True)):
+    for a, b, x in sorted(zip(edges.rows.tolist(), edges.cols.tolist(), units.tolist(), strict=True)):
         if x <= 0:
             continue
-        candidates = pool[p]
+        candidates = pool[b]
         home = [ji for ji in candidates if own[ji] >= 0 and r.gpu_class[own[ji]] == a and int(own[ji]) in free_of[a]][:x]
         chosen = home + [ji for ji in candidates if ji not in home][: x - len(home)]
         chosen_set = set(chosen)
@@ -279,11 +287,8 @@ def _match(r: BipartiteGraph, policy: MatchingPolicy, fair: tuple[Mapping[str, i
                 gi = next((g for g in free_of[a] if g not in keep), free_of[a][0])
             free_of[a].remove(gi)
             assigned[ji] = gi
-        pool[p] = [ji for ji in candidates if ji not in chosen_set]
-    used: dict[str, int] = {}
-    for ji in assigned:
-        used[r.jobs[ji].vc] = used.get(r.jobs[ji].vc, 0) + 1
-    return assigned, used
+        pool[b] = [ji for ji in candidates if ji not in chosen_set]
+    return assigned
 
 
 def _homes(own: np.ndarray, candidates: list[int], a: int, r: BipartiteGraph) -> set[int]:

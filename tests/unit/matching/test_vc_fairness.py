@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 
 from hivemux.events import JobKind, JobSubmission, WorkloadSpec
@@ -199,3 +200,45 @@ def test_matcher_edge_carries_the_submission_vc() -> None:
     core.on_submission(JobSubmission(event_id="00000000-0000-0000-0000-000000000001", occurred_at=T0, source="cli", job_id="j1", vc="vc-a",
                                      kind=JobKind.OFFLINE, workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=10)))  # fmt: skip
     assert core.scheduler.view.submissions["j1"][1].vc == "vc-a"
+
+
+def test_the_share_lp_is_exact_against_the_concrete_assignment_with_vc_rows() -> None:
+    """`classes.transport_with_shares` over classes equals the best concrete assignment (GPU x
+    job, restart bonus on own GPUs) under the same VC rows, solved as an integer program."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    from hivemux.matching.bipartite_graph import build_graph, dense_weights
+
+    rng = random.Random(11)
+    compared = 0
+    for case in range(25):
+        n_gpus = rng.randint(2, 7)
+        round_gpus = [OnlineGpu(f"g{i}", "n", "T4", "svc", rng.choice([10.0, 30.0, 60.0]), 40.0, 15360.0, rng.choice([2000.0, 12000.0]))
+                      for i in range(n_gpus)]  # fmt: skip
+        free = [g.gpu_id for g in round_gpus]
+        rng.shuffle(free)
+        round_jobs = []
+        for i in range(rng.randint(2, 10)):
+            running = free.pop() if free and rng.random() < 0.3 else None
+            round_jobs.append(PendingJob(f"j{i}", i, rng.choice([40.0, 70.0]), 80.0, 40.0, rng.choice([2000.0, 5000.0]), 120.0, running,
+                                         rng.choice(["vc-a", "vc-b", "vc-c"])))  # fmt: skip
+        policy = MatchingPolicy(fairness=VcFairness({"vc-a": 2.0}, {"vc-c": 1}))
+        plan = plan_matching(round_gpus, round_jobs, MODELS, policy)
+        if not plan.vc_shares:
+            continue
+        graph = build_graph(round_gpus, round_jobs, MODELS, policy)
+        w, ok = dense_weights(graph)
+        g_n, j_n = w.shape
+        c = -np.where(ok, w, 0.0).ravel()
+        rows = [np.kron(np.eye(g_n)[i], np.ones(j_n)) for i in range(g_n)] + [np.kron(np.ones(g_n), np.eye(j_n)[j]) for j in range(j_n)]
+        bounds = [1.0] * (g_n + j_n)
+        for vc, share in plan.vc_shares:
+            mask = np.array([j.vc == vc for j in graph.jobs], dtype=float)
+            rows.append(np.kron(np.ones(g_n), mask))
+            bounds.append(float(share))
+        best = milp(c, constraints=LinearConstraint(np.array(rows), -np.inf, np.array(bounds)), integrality=np.ones_like(c),
+                    bounds=Bounds(0, np.where(ok.ravel(), 1.0, 0.0)))  # fmt: skip
+        bonus = policy.restart_cost * len(plan.kept)
+        assert plan.total_weight + bonus == pytest.approx(-best.fun, abs=1e-6), case
+        compared += 1
+    assert compared >= 10
