@@ -222,11 +222,20 @@ async def test_a_submitted_job_appears_in_the_queue_and_a_cancelled_one_changes_
     panel = page.locator("#panel")
     await expect(panel.locator("h2")).to_contain_text(job)
     await expect(panel.locator("ol.chain li").first).to_contain_text("submitted")
+    await expect(panel.locator('[data-action="resume"]')).to_be_disabled()
+    await panel.locator('[data-action="suspend"]').click()
+    await expect(row).to_have_attribute("data-state", "suspended", timeout=LIVE_S)
+    await expect(queued).to_have_count(0, timeout=LIVE_S)  # a suspended job holds no place in the queue
+    await expect(panel.locator('[data-action="resume"]')).to_be_enabled(timeout=LIVE_S)
+    await panel.locator('[data-action="resume"]').click()
+    # resumed (no allocator or matcher runs here to queue it as waiting again)
+    await expect(row).to_have_attribute("data-state", "resumed", timeout=LIVE_S)
     await panel.locator("input.reason").fill("not needed any more")
     await panel.locator('[data-action="cancel"]').click()
     await expect(row).to_have_attribute("data-state", "cancelled", timeout=LIVE_S)
     await expect(panel.locator("[data-panel-state]")).to_have_attribute("data-panel-state", "cancelled", timeout=LIVE_S)
     await expect(panel.locator("ol.chain")).to_contain_text("not needed any more")
+    await expect(panel.locator('[data-action="cancel"]')).to_be_disabled()
     await expect(queued).to_have_count(0, timeout=LIVE_S)  # out of the queue
     await shot(page, "cancelled-job")
 

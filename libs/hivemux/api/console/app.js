@@ -143,6 +143,19 @@ function openJob(id) {
   refreshPanel();
 }
 
+// A live update re-renders the panel: what the operator was typing as a reason is kept.
+function keepDraft(root, panel, render) {
+  const input = root.querySelector("input.reason");
+  const draft = input && root.dataset.panel === `${panel.type}:${panel.id}` ? { value: input.value, focused: document.activeElement === input } : null;
+  render();
+  root.dataset.panel = `${panel.type}:${panel.id}`;
+  const fresh = root.querySelector("input.reason");
+  if (draft && fresh) {
+    fresh.value = draft.value;
+    if (draft.focused) fresh.focus();
+  }
+}
+
 async function refreshPanel(error) {
   const panel = state.panel;
   const root = $("#panel-body");
@@ -151,20 +164,26 @@ async function refreshPanel(error) {
     if (panel.type === "gpu") {
       const x = await api(`/api/v1/cluster/gpus/${panel.id.split("/").map(encodeURIComponent).join("/")}`);
       if (state.panel !== panel) return;
-      renderGpuPanel(root, x, { admin: state.me.admin, onDrain: drain });
+      keepDraft(root, panel, () => renderGpuPanel(root, x, { admin: state.me.admin, onDrain: drain }));
     } else {
       const id = encodeURIComponent(panel.id);
       const [job, explain, history] = await Promise.all([api(`/api/v1/jobs/${id}`), api(`/api/v1/jobs/${id}/explain`), api(`/api/v1/jobs/${id}/history`)]);
       if (state.panel !== panel) return;
       state.jobs.set(job.job_id, job);
-      renderJobPanel(root, { job, explain, history, mayAct: state.me.admin || state.me.vcs.includes(job.vc), onCommand: command, error });
+      keepDraft(root, panel, () => renderJobPanel(root, { job, explain, history, mayAct: state.me.admin || state.me.vcs.includes(job.vc), onCommand: command, error }));
     }
   } catch (err) {
     if (state.panel === panel) replace(root, h("p", { class: "error", dataset: { status: err.status || "" } }, describe(err)));
   }
 }
 
+function clearDraft() { // a reason goes with one command
+  const input = $("#panel-body input.reason");
+  if (input) input.value = "";
+}
+
 async function command(jobId, action, reason) {
+  clearDraft();
   let note;
   try {
     const answer = await api(`/api/v1/jobs/${encodeURIComponent(jobId)}/${action}`, { method: "POST", body: { reason, wait_s: 5 } });
@@ -177,6 +196,7 @@ async function command(jobId, action, reason) {
 }
 
 async function drain(gpuId, undo, reason) {
+  clearDraft();
   try {
     await api(`/api/v1/admin/gpus/${undo ? "undrain" : "drain"}`, { method: "POST", body: { gpu_id: gpuId, reason } });
     toast(`${undo ? "undrain" : "drain"} of ${gpuId} sent`);

@@ -44,6 +44,7 @@ export function renderJobs(root, jobs, { filters, selected, onSelect, limit }) {
 }
 
 // Where a job runs; a finished job's last placement or binding is marked "was" (the read model keeps it).
+const FINISHED = new Set(["completed", "failed", "rejected", "cancelled"]);
 const ENDED = new Set(["completed", "failed", "rejected", "cancelled", "stopped", "suspended", "evicted", "preempted"]);
 
 function where(job) {
@@ -56,8 +57,10 @@ function where(job) {
 
 export function renderJobPanel(root, { job, explain, history, mayAct, onCommand, error }) {
   const reason = h("input", { type: "text", placeholder: "reason (optional)", class: "reason", maxlength: 500 });
-  const button = (action, label, cls) => h("button", { type: "button", class: cls || "", dataset: { action },
-    onclick: () => onCommand(job.job_id, action, reason.value) }, label);
+  const over = FINISHED.has(job.state);
+  const applies = { cancel: !over, suspend: !over && job.state !== "suspended", resume: job.state === "suspended" };
+  const button = (action, label, cls) => h("button", { type: "button", class: cls || "", dataset: { action }, disabled: !applies[action],
+    title: applies[action] ? "" : `not for a ${job.state} job`, onclick: () => onCommand(job.job_id, action, reason.value) }, label);
   const q = explain && explain.queue;
   replace(root,
     h("h2", {}, `Job ${job.job_id} `, h("span", { class: `state state-${job.state}`, dataset: { panelState: job.state } }, job.state)),
