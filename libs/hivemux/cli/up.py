@@ -220,6 +220,9 @@ def announce_api(children: list[Child], dsn: str | None) -> None:
     api = next((c for c in children if c.command == "api"), None)
     if api is None or not dsn:
         return
+    import asyncpg
+
+    from ..errors import TransientError
     from ..store import connect, migrate
     from ..store.tokens import TokenStore
 
@@ -231,7 +234,11 @@ def announce_api(children: list[Child], dsn: str | None) -> None:
         finally:
             await pool.close()
 
-    record, token = asyncio.run(create())
+    try:
+        record, token = asyncio.run(create())
+    except (TransientError, OSError, asyncpg.PostgresError) as error:  # the API runs; only the token is missing
+        print(f"API: http://127.0.0.1:{api.port}/ (no admin token: {error}; create one with `hivemux tokens create --admin`)", flush=True)
+        return
     url = f"http://127.0.0.1:{api.port}"
     print(f"API and console: {url}/ (OpenAPI: {url}/openapi.json)", flush=True)
     print(f"HIVEMUX_API_URL={url}", flush=True)
@@ -333,9 +340,9 @@ def run_up(options: UpOptions) -> dict[str, Any]:
         children = start_services(options, env)
         try:
             wait_ready(children, options.ready_timeout_s)
-            supervisor = supervise(children, infra, options, history)
             print(f"{len(children)} services ready; logs in {options.workdir / 'logs'}", flush=True)
             announce_api(children, endpoints.postgres_dsn)
+            supervisor = supervise(children, infra, options, history)
             running = "running" + ("" if options.duration is None else f" for {options.duration:.0f} s")
             if resumed:  # the log already holds the job list the first run submitted
                 print(f"resumed the history in {options.workdir}; the job list is not submitted again; {running}", flush=True)
