@@ -42,7 +42,7 @@ from hivemux.store import connect, migrate
 from hivemux.store.tokens import TokenStore
 from hivemux.topics import ALL_TOPICS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # fmt: skip
