@@ -9,9 +9,10 @@ SIGKILL). Run one instance per database (a second one's batches fail with Projec
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import asyncpg
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -21,21 +22,35 @@ from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.store import connect, migrate
 from hivemux.store.projector import run_projector
+from hivemux.store.usage import FIGURES, KINDS, vc_usage
 
 NAME = "projector"
 RECORDS = Counter("hivemux_projector_records_total", "Records folded into the read models")
 UNDECODABLE = Counter("hivemux_projector_undecodable_total", "Records skipped because they did not decode")
+GPU_HOURS = Gauge("hivemux_vc_gpu_hours", "GPU-hours a VC's jobs held: guaranteed, opportunistic (cells), shared (offline on online GPUs)", ["vc", "kind"])
+VC_FIGURES = {name: Gauge(f"hivemux_vc_{name}", text, ["vc"]) for name, text in FIGURES.items()}
 
 
 class ProjectorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="HIVEMUX_PROJECTOR_", extra="ignore")
 
     max_batch: int = Field(default=5000, ge=1, description="Records per transaction at most")
+    usage_every_s: float = Field(default=30.0, gt=0, description="How often the per-VC usage gauges are computed from the read models")
 
 
 def _observe(records: int, undecodable: int) -> None:
     RECORDS.inc(records)
     UNDECODABLE.inc(undecodable)
+
+
+async def export_usage(pool: asyncpg.Pool) -> None:
+    """The per-VC accounting since the beginning (`store.usage`) as gauges."""
+    for row in await vc_usage(pool, datetime(2000, 1, 1, tzinfo=UTC), datetime.now(UTC)):
+        for kind in KINDS:
+            GPU_HOURS.labels(row["vc"], kind).set(row[f"{kind}_gpu_hours"])
+        for name, gauge in VC_FIGURES.items():
+            if row[name] is not None:
+                gauge.labels(row["vc"]).set(row[name])
 
 
 def build(settings: ProjectorSettings) -> Service:
@@ -69,6 +84,12 @@ def build(settings: ProjectorSettings) -> Service:
             if "pool" in running:
                 await running["pool"].close()  # type: ignore[attr-defined]
 
+    async def usage() -> list:  # type: ignore[type-arg]
+        if "pool" in running:
+            await export_usage(running["pool"])  # type: ignore[arg-type]
+        return []
+
+    service.every(settings.usage_every_s, usage)
     service.on_start(start)
     service.on_ready(ready)
     service.on_stop(stopped)

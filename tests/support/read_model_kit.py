@@ -36,6 +36,9 @@ ORDER_BY = {
     "vcs": "vc, state",
     "vc_quotas": "vc",
     "vc_cells": "vc",
+    "usage_intervals": "job_id, resource, started_at",
+    "job_ends": "job_id",
+    "sharing_observations": "event_id",
 }
 
 

@@ -17,10 +17,9 @@ a share by weighted max-min fairness (water-filling):
   the floors leave go one each by the largest fractional part, then by VC name (so a round's
   shares are a function of its inputs alone; `fair_shares`).
 
-The matching then respects the shares (`plan.plan_matching`): the transportation LP gets a
-row per VC, "jobs of the VC placed or kept <= its share". The row keeps the LP integral (the
-rows of one VC and its pools can be put on one side of a Ghouila-Houri partition: see
-`classes.transport_with_stays`). Within its share a VC's jobs still compete by predicted
+The matching then respects the shares (`plan.plan_matching`): the transportation LP becomes
+a network flow through one node per VC, whose capacity is its share
+(`classes.transport_with_shares`: still integral, still as sparse). Within its share a VC's jobs still compete by predicted
 normalized throughput (MuxFlow's objective, per share). A VC whose jobs cannot use all of its
 share (no feasible GPU left for them) keeps what it got, and the slots it leaves are shared
 again among the others (`redistribute`; the plan solves at most once more per VC).

@@ -14,8 +14,8 @@ flow to concrete pairs; `plan_dense` solves the same weights with dense Kuhn-Mun
 check the totals agree. Running jobs (`PendingJob.running_on`) take part in every round and
 leave their GPU only past their restart cost (`policy`, hysteresis). Every placement, refusal
 and stop carries its reason (`explanations`). Tenants: when the VCs' weighted max-min shares of
-the round's slots bind (`fairness`), the LP's pools are (job class, VC) and each VC gets a row
-"placed + kept <= its share"; the objective is the paper's within those rows.
+the round's slots bind (`fairness`), the LP routes each job through its VC, whose capacity is
+its share (`classes.transport_with_shares`); the objective is the paper's within the shares.
 
 How it departs from the paper: the caller passes only GPUs that may take an offline job
 (SysMonitor Healthy, preprint §4.1 "offline workloads can only be scheduled to Healthy GPUs";

@@ -27,6 +27,7 @@ from .read_models import (
     fold_states,
     project,
 )
+from .usage import JobEnded, SharingObserved, UsageEnded, UsageStarted
 
 __all__ = [
     "ENDS_SUSPENSION",
@@ -35,6 +36,10 @@ __all__ = [
     "Change",
     "FaultRow",
     "FoldedStates",
+    "JobEnded",
+    "SharingObserved",
+    "UsageEnded",
+    "UsageStarted",
     "GpuEventRow",
     "GpuHealthChanged",
     "GpuOfflineChanged",

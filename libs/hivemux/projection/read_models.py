@@ -25,6 +25,8 @@ projection equal to one rebuilt from the beginning):
 - ``gpu_events``: each GPU's history: health transitions (metrics, cause, evicted workloads),
   offline placements and evictions on it, faults (``gpu.health``, ``placements``, ``gpu.faults``).
 - ``faults``: detected error patterns with their remediation, from ``gpu.faults``.
+- ``usage_intervals``, ``job_ends``, ``sharing_observations``: per-tenant accounting (`usage`:
+  GPU time guaranteed, opportunistic and shared; effects of sharing from ``sharing.observations``).
 - ``vc_quotas``: each VC's guaranteed GPUs in the newest cell configuration (``cells.config``,
   one partition); the views ``vcs`` and ``vc_cells`` add what the jobs' bound pods use.
 
@@ -47,6 +49,7 @@ from uuid import UUID
 from ..cells.config import parse_config
 from ..errors import ConfigurationError
 from ..events import CellBinding, CellConfig, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
+from .usage import UsageChange, binding_usage, lifecycle_usage, observation, placement_usage
 
 # Topics folded into the read models (names; those not in the registry are skipped).
 PROJECTED_TOPICS: tuple[str, ...] = (
@@ -60,6 +63,7 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "gpu.health",
     "gpu.faults",
     "cells.config",
+    "sharing.observations",
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
 FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
@@ -203,7 +207,7 @@ class VcQuotasChanged:
 
 Change = (
     VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow
-    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow
+    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange
 )
 
 
@@ -284,6 +288,7 @@ def _lifecycle(event: JobLifecycleEvent, at: Position) -> tuple[Change, ...]:
     return (
         JobStateChanged(event.job_id, event.state.value, event.reason, event.occurred_at),
         _row(event, event.job_id, at, "lifecycle", event.state.value, event.reason, inputs),
+        *lifecycle_usage(event),
     )
 
 
@@ -293,9 +298,9 @@ def _binding(event: CellBinding, at: Position) -> tuple[Change, ...]:
     inputs = {**event.inputs, "pod": pod, "priority": event.priority.value, **where}
     row = _row(event, event.job_id, at, "binding", event.state, event.reason, inputs)
     if event.state == "bound":
-        return JobBindingChanged(event.job_id, pod, {**where, "priority": event.priority.value}, event.occurred_at), row
+        return JobBindingChanged(event.job_id, pod, {**where, "priority": event.priority.value}, event.occurred_at), row, *binding_usage(event)
     if event.state in ("released", "preempted"):
-        return JobBindingChanged(event.job_id, pod, None, event.occurred_at), row
+        return JobBindingChanged(event.job_id, pod, None, event.occurred_at), row, *binding_usage(event)
     return (row,)  # refused: the decision is history, the job holds nothing
 
 
@@ -314,6 +319,7 @@ def _placement(event: Placement, at: Position) -> tuple[Change, ...]:
         _row(event, event.job_id, at, "placement", event.action, event.reason, inputs),
         GpuEventRow(event.gpu_id, event.event_id, event.occurred_at, at, "placement", event.action, event.reason,
                     {**inputs, "job_id": event.job_id}),
+        *placement_usage(event),
     )  # fmt: skip
 
 
@@ -391,4 +397,5 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "JobCommandRefused": _refusal,
     "JobPriorityChanged": _priority,
     "CellConfig": _cell_config,
+    "SharingObservation": observation,
 }

@@ -36,13 +36,19 @@ from ..projection import (
     JobPlacementChanged,
     JobPriorityChanged,
     JobStateChanged,
+    JobEnded,
     JobSubmitted,
+    SharingObserved,
+    UsageEnded,
+    UsageStarted,
     VcQuotasChanged,
     fold_states,
 )
 
 TopicPartition = tuple[str, int]
-READ_MODEL_TABLES = ("jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "projector_offsets")
+READ_MODEL_TABLES = (
+    "jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "usage_intervals", "job_ends", "sharing_observations", "projector_offsets",
+)  # fmt: skip
 _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
 _NOT_SHARING = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended", "evicted", "preempted")) + "]"
@@ -130,6 +136,23 @@ _STATEMENTS: dict[type, str] = {
     FaultRow: """
         INSERT INTO faults (event_id, gpu_id, node_id, kind, detail, xid, job_id, remediation, occurred_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (event_id) DO NOTHING""",
+    # Per-tenant accounting (migration 0008, `projection.usage`): an end is the earliest close at
+    # or after the start (`least`), so the order the topics are read in does not matter.
+    UsageStarted: """
+        WITH closed AS (
+            UPDATE usage_intervals SET ended_at = least(coalesce(ended_at, $5), $5)
+            WHERE job_id = $1 AND started_at < $5 AND (resource = $2 OR ($3 = 'shared' AND kind = 'shared')))
+        INSERT INTO usage_intervals (job_id, resource, kind, gpus, started_at) VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (job_id, resource, started_at) DO NOTHING""",
+    UsageEnded: """
+        UPDATE usage_intervals SET ended_at = least(coalesce(ended_at, $3), $3) WHERE job_id = $1 AND resource = $2 AND started_at <= $3""",
+    JobEnded: """
+        INSERT INTO job_ends (job_id, ended_at) VALUES ($1, $2)
+        ON CONFLICT (job_id) DO UPDATE SET ended_at = least(job_ends.ended_at, EXCLUDED.ended_at)""",
+    SharingObserved: """
+        INSERT INTO sharing_observations (event_id, job_id, gpu_id, online_workload, window_start, window_end, normalized_throughput,
+                                          online_slowdown)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (event_id) DO NOTHING""",
 }
 
 
@@ -173,6 +196,14 @@ def _args(change: Change) -> tuple[Any, ...]:
         case FaultRow():
             return (change.event_id, change.gpu_id, change.node_id, change.kind, change.detail, change.xid, change.job_id,
                     change.remediation, change.at)  # fmt: skip
+        case UsageStarted():
+            return change.job_id, change.resource, change.kind, change.gpus, change.at
+        case UsageEnded():
+            return change.job_id, change.resource, change.at
+        case JobEnded():
+            return change.job_id, change.at
+        case SharingObserved():
+            return astuple(change)
     raise TypeError(f"not a read-model change: {change!r}")
 
 

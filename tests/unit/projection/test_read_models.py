@@ -19,6 +19,7 @@ from hivemux.events import (
     JobSubmission,
     Placement,
     Priority,
+    SharingObservation,
     WorkloadSpec,
 )
 from hivemux.events.commands import JobAction, JobCommand, JobCommandRefused
@@ -30,12 +31,16 @@ from hivemux.projection import (
     GpuHealthChanged,
     GpuOfflineChanged,
     JobBindingChanged,
+    JobEnded,
     JobEventRow,
     JobPlacementChanged,
     JobStateChanged,
     JobSubmitted,
     PROJECTED_TOPICS,
     Position,
+    SharingObserved,
+    UsageEnded,
+    UsageStarted,
     project,
 )
 from hivemux.projection.read_models import _PROJECTIONS
@@ -59,6 +64,14 @@ def test_submission_creates_the_job_and_its_first_event() -> None:
     assert row.inputs["gpus"] == 8 and row.event_id == event.event_id
 
 
+def test_a_finished_job_ends_its_usage_and_observations_are_kept() -> None:
+    done = JobLifecycleEvent(**BASE, job_id="j1", state=JobState.COMPLETED)
+    assert project(done, POS)[2:] == (JobEnded("j1", AT),)
+    seen = SharingObservation(**BASE, gpu_id="n1/gpu-0", node_id="n1", gpu_type="T4", offline_job_id="j1", online_workload="svc",
+                              sm_share=40.0, normalized_throughput=0.5, online_slowdown=0.1, window_start=AT, window_end=AT)  # fmt: skip
+    assert project(seen, POS) == (SharingObserved(seen.event_id, "j1", "n1/gpu-0", "svc", AT, AT, 0.5, 0.1),)
+
+
 def test_lifecycle_sets_state_and_reason() -> None:
     event = JobLifecycleEvent(**BASE, job_id="j1", state=JobState.WAITING, reason="no free cell")
     change, row = project(event, POS)
@@ -77,9 +90,10 @@ def test_lifecycle_sets_state_and_reason() -> None:
 def test_binding_records_change_the_pod(state: str, binding: dict | None) -> None:
     event = CellBinding(**BASE, job_id="j1", vc="vc-a", state=state, pod="j1/0", priority=Priority.GUARANTEED, cell_type="DGX",
                         node_ids=("n1",), gpu_ids=("n1/gpu-0",), reason="why", inputs={"level": 2})  # fmt: skip
-    change, row = project(event, POS)
+    change, row, usage = project(event, POS)
     assert change == JobBindingChanged("j1", "j1/0", binding, AT)
     assert (row.kind, row.what, row.inputs["level"], row.inputs["pod"]) == ("binding", state, 2, "j1/0")
+    assert usage == (UsageStarted("j1", "j1/0", "guaranteed", 1, AT) if state == "bound" else UsageEnded("j1", "j1/0", AT))
 
 
 def test_a_refused_binding_is_history_only() -> None:
@@ -91,7 +105,8 @@ def test_a_refused_binding_is_history_only() -> None:
 def test_placement_changes_the_job_and_the_gpu(action: str) -> None:
     event = Placement(**BASE, job_id="j2", action=action, gpu_id="n1/gpu-1", node_id="n1", sm_share=40.0, policy="matching",
                       reason="r", inputs={"online_workload": "bert"})  # fmt: skip
-    job, gpu, row, history = project(event, POS)
+    job, gpu, row, history, usage = project(event, POS)
+    assert usage == (UsageStarted("j2", "gpu:n1/gpu-1", "shared", 1, AT) if action == "place" else UsageEnded("j2", "gpu:n1/gpu-1", AT))
     assert isinstance(job, JobPlacementChanged) and (job.placement is None) == (action == "evict")
     assert gpu == GpuOfflineChanged("n1/gpu-1", "n1", "j2", 40.0, action == "place", AT)
     assert row.inputs["online_workload"] == "bert" and row.what == action
