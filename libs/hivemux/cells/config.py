@@ -375,7 +375,7 @@ def pod_spec_from_annotation(
     priority = _int(d, "priority", 0)
     if not api.OPPORTUNISTIC_PRIORITY <= priority <= api.MAX_GUARANTEED_PRIORITY:
         raise InvalidEvent(f"pod scheduling spec: priority {priority} is outside [-1, 1000]")
-    leaf_key = "leafCellNumber" if "leafCellNumber" in d else "gpuNumber"
+    leaf_key = "gpuNumber" if "leafCellNumber" not in d and "gpuNumber" in d else "leafCellNumber"
     leaf_number = _int(d, leaf_key)
     if leaf_number <= 0:
         raise InvalidEvent(f"pod scheduling spec: leafCellNumber {leaf_number} must be positive")

@@ -75,6 +75,7 @@ class Observation:
     groups: tuple[GroupStatus, ...] = ()
     physical: tuple[PhysicalCellStatus, ...] = ()
     virtual: Callable[[str], tuple[VirtualCellStatus, ...]] = lambda vc: ()
+    rebuilt_groups: frozenset[str] = frozenset()  # groups the scheduler rebuilt from bind info (add_allocated_pod)
 
     def group_of_pod(self, pod: str) -> str:
         spec = self.pod_specs.get(pod)

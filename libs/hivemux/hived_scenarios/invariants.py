@@ -7,13 +7,21 @@ so a file that renumbers them still gets them checked.
 
 - `gang-atomic` (I1): every group the scheduler reports holds exactly the leaf cells its
   affinity group asks for (Σ podNumber × leafCellNumber, when the replay knows the group's spec),
-  and a `Bind` hands out leaves inside the group's placement on that node.
+  and a `Bind` hands out leaves inside the group's placement on that node. I1 is about what a
+  `schedule` call does; a group the scheduler *rebuilt from bind info* (`add_allocated_pod` of
+  a group this scheduler instance did not bind: reconfiguration by `restart`, crash recovery)
+  holds what the bind info names and the configuration still has: the reference keeps such a
+  group, its pods running, with the leaves on removed cells (or on cells whose chain or type
+  changed) left out. For those groups I1 asks only that they hold no more than asked.
 - `exclusive-leaf` (I2): a leaf (node, GPU index) appears in at most one non-preempting group's
   placement, plus at most one preempting (reserving) group.
 - `no-cross-vc-guaranteed-preemption` (I4): on a `Preempt`, a victim group that still has a VC
   placement belongs to the preemptor's VC.
-- `strict-priority` (I5): on a `Preempt`, every victim group's priority is strictly lower than
-  the preemptor's.
+- `strict-priority` (I5): on a `Preempt`, every victim group's *effective* priority is strictly
+  lower than the preemptor's: a group without a virtual placement (lazily preempted, or
+  downgraded when rebuilt) runs opportunistically, at priority -1, whatever its spec says, and
+  the reference preempts it as such (its cells carry priority -1); a guaranteed pod of any
+  priority, in any VC, may preempt it.
 - `opportunistic-outside-vc` (I7): a priority -1 group has no virtual placement.
 
 Two properties the harness adds (not in the file, ids starting with `H`), from api.py:
@@ -38,6 +46,7 @@ from hivemux.cells.api import (
     MAX_GUARANTEED_PRIORITY,
     OPPORTUNISTIC_PRIORITY,
     Bind,
+    GroupStatus,
     PhysicalCellStatus,
     Preempt,
 )
@@ -55,9 +64,17 @@ def _group_demand(obs: Observation) -> dict[str, int]:
 def gang_atomic(obs: Observation) -> Outcome:
     demand = _group_demand(obs)
     broken: list[dict[str, object]] = []
+    kept: list[dict[str, object]] = []  # rebuilt groups holding less than asked (reported, not failed)
     for group in obs.groups:
         held = sum(len(leaves) for leaves in group.physical_placement.values())
-        if group.name in demand and held != demand[group.name]:
+        if group.name not in demand:
+            continue
+        if group.name in obs.rebuilt_groups:  # kept as reconfiguration left it (module docstring)
+            if held > demand[group.name]:
+                broken.append({"group": group.name, "held": held, "asked": demand[group.name], "rebuilt": True})
+            elif held < demand[group.name]:
+                kept.append({"group": group.name, "held": held, "asked": demand[group.name]})
+        elif held != demand[group.name]:
             broken.append({"group": group.name, "held": held, "asked": demand[group.name]})
     if isinstance(obs.result, Bind) and obs.pod is not None:
         group = obs.group(obs.pod)
@@ -66,6 +83,8 @@ def gang_atomic(obs: Observation) -> Outcome:
             outside = sorted(set(obs.result.leaf_cells) - placed)
             if outside:
                 broken.append({"group": group.name, "boundOutsidePlacement": outside})
+    if kept and not broken:
+        return Outcome({"keptAfterReconfiguration": kept}, True)
     return Outcome(broken, not broken)
 
 
@@ -99,12 +118,22 @@ def no_cross_vc_guaranteed_preemption(obs: Observation) -> Outcome:
     return Outcome(broken, not broken)
 
 
+def effective_priority(group: GroupStatus) -> int:
+    """The priority a group runs at: -1 once it has no virtual placement (lazily preempted)."""
+    return group.priority if group.virtual_placement else OPPORTUNISTIC_PRIORITY
+
+
 def strict_priority(obs: Observation) -> Outcome:
     if not isinstance(obs.result, Preempt) or obs.pod not in obs.pod_specs:
         return Outcome([], True)
     priority = obs.pod_specs[obs.pod].priority
-    broken = [{"victim": g.name, "priority": g.priority, "preemptor": priority}
-              for g in _victim_groups(obs) if g.priority >= priority]
+    victims = _victim_groups(obs)
+    broken = [{"victim": g.name, "priority": g.priority, "effectivePriority": effective_priority(g), "preemptor": priority}
+              for g in victims if effective_priority(g) >= priority]
+    downgraded = [{"victim": g.name, "priority": g.priority, "effectivePriority": effective_priority(g)}
+                  for g in victims if effective_priority(g) != g.priority]
+    if downgraded and not broken:
+        return Outcome({"downgradedVictims": downgraded}, True)
     return Outcome(broken, not broken)
 
 

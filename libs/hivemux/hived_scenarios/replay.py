@@ -16,6 +16,29 @@ Decisions the format leaves to the harness:
 - Pod specs and bind info are decoded by `cells.config` (`pod_spec_from_annotation`,
   `bind_info_from_annotation`), with `ignoreK8sSuggestedNodes` defaulting to false as the
   format says (the production parser's default is true).
+- A pod whose scheduling spec HiveD refuses does not refuse the file: HiveD refuses it inside
+  the call, as a user error (HTTP 4xx), and the format expects `result: user_error` at that
+  op. `load_scenarios` keeps such a pod with its reason (`ScenarioFile.pod_errors`,
+  `pod_spec_or_error`: the reference's `ExtractPodSchedulingSpec` checks: virtualCluster set,
+  priority in -1..1000, leafCellNumber positive, a named affinity group whose members have
+  positive podNumber and leafCellNumber and include the pod's leafCellNumber, a spec that
+  decodes), and its `schedule` answers `UserError("[pod]: reason")` without reaching the
+  scheduler; `add_allocated_pod` and the deletes of such a pod are skipped (reported as
+  `observed.skipped`), as the reference's informer skips a user error. The checks that need
+  the configuration (VC exists, pinned cell of the VC and not for an opportunistic pod, leaf
+  cell type in the cluster and the VC, no pod larger than a node) are the scheduler's, whose
+  `UserError` result the replay reports likewise. Other scenarios of the file are unaffected.
+- Invariant I5 (no preemption at equal priority) compares *effective* priorities: a group
+  without a virtual placement (lazily preempted, or downgraded when rebuilt) runs at -1 and
+  may be preempted by a guaranteed pod of its original priority, or of another VC; the
+  verdict lists such victims under `downgradedVictims`.
+- Invariant I1 (gang atomicity of a `schedule` call) is not applied to a group the scheduler
+  rebuilt from bind info (`add_allocated_pod` of a group this scheduler instance did not bind:
+  a `restart` with a new configuration, or crash recovery): the reference keeps such a group
+  with the leaves on removed or changed cells left out, so it may hold fewer leaves than
+  asked (never more); the verdict lists it under `keptAfterReconfiguration`. A group bound by
+  a later `schedule` is checked in full again. (`tests/unit/hived_scenarios/
+  conformance_scenarios.yaml` shows the three cases.)
 - A pod without `affinityGroup` gets the group `{name: <pod>, members: [{podNumber: 1,
   leafCellNumber: <its own>}]}`, what the reference does for an ungrouped pod, so that group
   checks can name it.
@@ -113,6 +136,7 @@ class ScenarioFile:
     pod_specs: Mapping[str, PodSchedulingSpec]
     invariants: tuple[Invariant, ...]
     scenarios: Mapping[str, Scenario]  # in file order
+    pod_errors: Mapping[str, str] = field(default_factory=dict)  # pods whose spec HiveD refuses -> why
 
     def prelude_chain(self, scenario_id: str) -> list[Scenario]:
         """The scenarios to replay, root first, ending with `scenario_id`."""
@@ -167,14 +191,34 @@ def _resolve_config(name: str, raw: Mapping[str, Any], seen: tuple[str, ...] = (
     return config, entry.get("chainSearchOrder", order)
 
 
-def _merge_pod(name: str, pod: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+def _merge_pod(name: str, pod: Any, defaults: Mapping[str, Any]) -> Any:
+    if not isinstance(pod, Mapping):
+        return pod  # not a spec at all: refused at its `schedule` (`pod_spec_error`)
     merged = {**copy.deepcopy(dict(defaults)), **copy.deepcopy(dict(pod))}
-    if "leafCellNumber" not in merged or "virtualCluster" not in merged:
-        raise ScenarioFormatError(f"pods.{name} needs virtualCluster and leafCellNumber")
     merged.setdefault("ignoreK8sSuggestedNodes", False)  # the format's default (the reference parser's is true)
-    if not merged.get("affinityGroup"):
+    if not merged.get("affinityGroup") and "leafCellNumber" in merged:
         merged["affinityGroup"] = {"name": name, "members": [{"podNumber": 1, "leafCellNumber": merged["leafCellNumber"]}]}
     return merged
+
+
+def pod_spec_or_error(pod: Any) -> tuple[PodSchedulingSpec | None, str]:
+    """The pod's scheduling spec, or why HiveD refuses it as a user error of `schedule`.
+
+    The checks are the reference's `ExtractPodSchedulingSpec` (run inside `Schedule`, every
+    failure a 400 Bad Request): virtualCluster non-empty, priority in -1..1000, leafCellNumber
+    positive, affinityGroup.name non-empty, each member's podNumber and leafCellNumber positive,
+    a member with the pod's own leafCellNumber, and a spec that decodes at all (YAML types). The
+    checks that need the configuration (the VC exists, the pinned cell is the VC's and not
+    asked for by an opportunistic pod, the leaf cell type exists in the cluster and, for a
+    guaranteed pod, in the VC; no pod larger than the largest node) are the scheduler's own
+    (`validateSchedulingRequest` and the leaf-type search), answered as a `UserError` result.
+    """
+    if not isinstance(pod, Mapping):
+        return None, f"pod scheduling spec: not a mapping ({type(pod).__name__})"
+    try:
+        return pod_spec_from_annotation(pod, ignore_k8s_suggested_nodes_default=False), ""
+    except (HivemuxError, KeyError, TypeError, ValueError, AttributeError) as error:
+        return None, str(error) or type(error).__name__
 
 
 def _decode_op(raw: Any, where: str, op_defaults: Mapping[str, Any]) -> Op:
@@ -210,13 +254,14 @@ def load_scenarios(data: Mapping[str, Any]) -> ScenarioFile:
 
     pod_defaults = _mapping(defaults.get("pod"), "defaults.pod")
     raw_pods = _mapping(data.get("pods"), "pods")
-    pods = {str(n): _merge_pod(str(n), _mapping(p, f"pods.{n}"), pod_defaults) for n, p in raw_pods.items()}
-    pod_specs = {}
+    pods = {str(n): _merge_pod(str(n), p, pod_defaults) for n, p in raw_pods.items()}
+    pod_specs, pod_errors = {}, {}
     for name, pod in pods.items():
-        try:
-            pod_specs[name] = pod_spec_from_annotation(pod, ignore_k8s_suggested_nodes_default=False)
-        except (HivemuxError, KeyError, TypeError, ValueError) as error:
-            raise ScenarioFormatError(f"pods.{name}: {error}") from error
+        spec, error = pod_spec_or_error(pod)
+        if spec is not None:
+            pod_specs[name] = spec
+        else:
+            pod_errors[name] = error
 
     op_defaults = _mapping(defaults.get("op"), "defaults.op")
     scenarios: dict[str, Scenario] = {}
@@ -231,7 +276,7 @@ def load_scenarios(data: Mapping[str, Any]) -> ScenarioFile:
                                   raw.get("expectInitError", False), ops)
 
     invariants = tuple(Invariant(str(i.get("id")), str(i.get("statement", ""))) for i in data.get("invariants") or ())
-    file = ScenarioFile(fmt, configs, orders, pods, pod_specs, invariants, scenarios)
+    file = ScenarioFile(fmt, configs, orders, pods, pod_specs, invariants, scenarios, pod_errors)
     for scenario in scenarios.values():
         _validate_scenario(file, scenario)
     return file
@@ -250,7 +295,7 @@ def _validate_scenario(file: ScenarioFile, scenario: Scenario) -> None:
     if current.config not in file.configs:
         raise ScenarioFormatError(f"scenario {scenario.id}: unknown config {current.config!r}")
     for j, op in enumerate(scenario.ops):
-        if op.pod is not None and op.pod not in file.pods:
+        if op.pod is not None and op.pod not in file.pods:  # a pod with an invalid spec is known: a user error
             raise ScenarioFormatError(f"scenario {scenario.id} op {j}: unknown pod {op.pod}")
         if op.kind == "restart" and str(op.args.get("config")) not in file.configs:
             raise ScenarioFormatError(f"scenario {scenario.id} op {j}: unknown config {op.args.get('config')!r}")
@@ -348,23 +393,43 @@ class _Run:
     last_bind: dict[str, Bind] = field(default_factory=dict)
     placements: dict[str, PodPlacement] = field(default_factory=dict)
     pods_seen: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)  # pods whose last schedule was a user error
+    bound_groups: set[str] = field(default_factory=set)  # groups this scheduler instance bound
+    rebuilt_groups: set[str] = field(default_factory=set)  # groups it rebuilt from bind info
 
     def pod(self, name: str) -> Pod:
         return Pod(name, self.file.pod_specs[name])
+
+    def group_name(self, pod: str) -> str:
+        group = self.file.pod_specs[pod].affinity_group
+        return pod if group is None else group.name
 
     def apply(self, op: Op) -> tuple[api.ScheduleResult | None, list[Verdict]]:
         """Perform one op; harness verdicts for problems the op itself meets (no bind to add)."""
         s = self.scheduler
         assert s is not None
         name = op.pod
+        if name is not None and name in self.file.pod_errors:
+            # HiveD refuses the spec inside the call (a 4xx): `schedule` answers a user error, and
+            # the other calls are skipped as the reference's informer skips a user error.
+            self.last_bind.pop(name, None)
+            if op.kind == "schedule":
+                return api.UserError(f"[{name}]: {self.file.pod_errors[name]}"), []
+            return None, []
         if name is not None:
             self.pods_seen.add(name)
         if op.kind == "schedule":
             suggested = suggested_nodes(op.args.get("suggestedNodes"))
             result = s.schedule(self.pod(name), suggested, op.args.get("phase", "preempting"))
+            if isinstance(result, api.UserError):
+                self.refused.add(name)
+            else:
+                self.refused.discard(name)
             if isinstance(result, Bind):
                 self.last_bind[name] = result
                 self.placements[name] = PodPlacement(result.node, tuple(result.leaf_cells), result.bind_info.cell_chain)
+                self.bound_groups.add(self.group_name(name))
+                self.rebuilt_groups.discard(self.group_name(name))
             else:
                 self.last_bind.pop(name, None)
             return result, []
@@ -377,6 +442,9 @@ class _Run:
                 return None, [Verdict("bindInfo", "a bind from the pod's last schedule", None, False, "harness",
                                       note="no bind info given and the pod's last schedule did not bind")]
             s.add_allocated_pod(self.pod(name), info)
+            self.refused.discard(name)
+            if self.group_name(name) not in self.bound_groups:
+                self.rebuilt_groups.add(self.group_name(name))
             if op.args.get("bindInfo") is not None:
                 self.placements[name] = PodPlacement(info.node, tuple(info.leaf_cell_isolation), info.cell_chain)
             return None, []
@@ -391,15 +459,22 @@ class _Run:
         elif op.kind == "restart":
             config = str(op.args["config"])
             self.scheduler = self.make_scheduler(self.file.configs[config], self.file.chain_search_orders[config])
+            self.bound_groups.clear()
+            self.rebuilt_groups.clear()
         return None, []
 
     def observe(self, op: Op, result: api.ScheduleResult | None) -> Observation:
         s = self.scheduler
         assert s is not None
+        groups = tuple(s.affinity_groups())
+        present = {g.name for g in groups}
+        self.bound_groups &= present  # a group that ended is bound or rebuilt anew
+        self.rebuilt_groups &= present
         return Observation(
             pod=op.pod, result=result, placements=dict(self.placements),
-            pod_specs={p: self.file.pod_specs[p] for p in self.pods_seen},
-            groups=tuple(s.affinity_groups()), physical=tuple(s.physical_cluster()), virtual=s.virtual_cluster,
+            pod_specs={p: self.file.pod_specs[p] for p in self.pods_seen - self.refused},
+            groups=groups, physical=tuple(s.physical_cluster()), virtual=s.virtual_cluster,
+            rebuilt_groups=frozenset(self.rebuilt_groups),
         )
 
 
@@ -462,6 +537,8 @@ def run_scenario(file: ScenarioFile, scenario_id: str, make_scheduler: Scheduler
             verdicts += _check_blocks(op, obs)
             verdicts += check_invariants(invariant_ids, obs)
             observed = {**summarize_result(result), "groups": {g.name: g.state for g in obs.groups}}
+            if op.pod in run.file.pod_errors and op.kind != "schedule":
+                observed["skipped"] = f"user error: {run.file.pod_errors[op.pod]}"
             reports.append(OpReport(scenario_id, scenario.id, index, step, op.kind, args, observed, tuple(verdicts)))
     return ScenarioReport(scenario_id, file.scenarios[scenario_id].title, tuple(reports))
 
