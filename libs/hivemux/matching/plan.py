@@ -320,7 +320,7 @@ def plan_fcfs(
 ) -> RoundPlan:
     """First-come-first-serve (MuxFlow journal §6): running jobs stay where they are (while
     still feasible there); pending jobs in ``(submitted_seq, job_id)`` order each take the
-    first feasible free GPU in ``gpu_id`` order."""
+    first feasible free GPU in ``gpu_id`` order, unless their VC has its fair share."""
     r = build_graph(gpus, jobs, models, policy)
     feasible = r.feasible
     own = r.own_gpu()
@@ -341,18 +341,39 @@ def plan_fcfs(
             free_of[int(r.gpu_class[gi])].append(gi)
     free_left = sum(len(q) for q in free_of.values())
     classes_of = {b: np.flatnonzero(feasible[:, b]).tolist() for b in range(feasible.shape[1])}
-    for position, ji in enumerate(order, start=1):
-        if free_left == 0:
+    # tenants' shares (`fairness`): a job whose VC has its share waits; slots a VC cannot use
+    # go to the others in a further pass (`fairness.redistribute`)
+    demands = vc_demands([j.vc for j in r.jobs])
+    slots = len(r.gpus)
+    shares = fair_shares(slots, demands, policy.fairness) if policy.fairness.enabled else {}
+    if not any(shares[vc] < min(d, slots) for vc, d in demands.items() if vc in shares):
+        shares = {}
+    used: dict[str, int] = {}
+    for ji in assigned:
+        used[r.jobs[ji].vc] = used.get(r.jobs[ji].vc, 0) + 1
+    for passes_left in range(len(shares), -1, -1):
+        for position, ji in enumerate(order, start=1):
+            vc = r.jobs[ji].vc
+            if free_left == 0:
+                break
+            if ji in assigned or (shares and used.get(vc, 0) >= shares.get(vc, 0)):
+                continue
+            heads = [(free_of[a][0], a) for a in classes_of[int(r.job_class[ji])] if free_of[a]]
+            if heads:
+                gi, a = min(heads)
+                free_of[a].popleft()
+                free_left -= 1
+                assigned[ji] = gi
+                taken.add(gi)
+                positions[ji] = position
+                used[vc] = used.get(vc, 0) + 1
+        again = redistribute(slots, demands, shares, used, policy.fairness) if shares and passes_left and free_left else None
+        if again is None:
             break
-        heads = [(free_of[a][0], a) for a in classes_of[int(r.job_class[ji])] if free_of[a]]
-        if heads:
-            gi, a = min(heads)
-            free_of[a].popleft()
-            free_left -= 1
-            assigned[ji] = gi
-            taken.add(gi)
-            positions[ji] = position
+        shares = again
     plan = _plan(r, assigned, "fcfs", "FCFS", "every one was taken by a job submitted earlier")
+    if shares:
+        plan = _at_share(r, plan, shares, used, demands)
     # FCFS lists placements in submission order, each with its position
     by_job = {p.job_id: p for p in plan.placements}
     ordered = []

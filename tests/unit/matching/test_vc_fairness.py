@@ -14,7 +14,7 @@ from hivemux.matching.cluster_view import GpuReading, OfflineSubmission, SoloPro
 from hivemux.matching.decisions import PlacementChange, Waiting
 from hivemux.matching.fairness import VcFairness, fair_shares, redistribute
 from hivemux.matching.matcher import MatcherCore
-from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_dense, plan_matching
+from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_dense, plan_fcfs, plan_matching
 from hivemux.matching.scheduler import Scheduler
 from hivemux.prediction.analytic import default_analytic_model
 
@@ -242,3 +242,13 @@ def test_the_share_lp_is_exact_against_the_concrete_assignment_with_vc_rows() ->
         assert plan.total_weight + bonus == pytest.approx(-best.fun, abs=1e-6), case
         compared += 1
     assert compared >= 10
+
+
+def test_fcfs_holds_each_vc_to_its_share_too() -> None:
+    round_jobs = jobs("vc-b", 8) + jobs("vc-a", 8, 8)  # vc-b submitted first
+    plan = plan_fcfs(gpus(6), round_jobs, MODELS, MatchingPolicy())
+    assert placed_by_vc(plan) == {"vc-a": 3, "vc-b": 3}
+    assert {n.reason for n in plan.not_placed} == {"VC vc-a at its fair share (3 of 6 offline slots)", "VC vc-b at its fair share (3 of 6 offline slots)"}
+    # vc-a's jobs fit nowhere: vc-b gets every slot
+    plan = plan_fcfs(gpus(6), jobs("vc-b", 8) + jobs("vc-a", 8, 8, memory=7000.0), MODELS, MatchingPolicy())
+    assert placed_by_vc(plan) == {"vc-b": 6}
