@@ -93,7 +93,7 @@ async def console(infra: Endpoints, broker: EmbeddedInfra) -> AsyncIterator[Cons
                 build_controller(JobControllerSettings(**common, unknown_job_wait_s=0.5)), build_health(HealthSettings(**common))]  # fmt: skip
     tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
     port = free_port()
-    app = create_app(ApiConfig(postgres_dsn=dsn, kafka_bootstrap_servers=bootstrap, stream_interval_s=0.2))
+    app = create_app(ApiConfig(postgres_dsn=dsn, kafka_bootstrap_servers=bootstrap, stream_interval_s=0.2, token_recheck_s=1.0))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
     serving = asyncio.create_task(server.serve())
     try:
@@ -272,6 +272,19 @@ async def test_a_tenant_sees_its_own_jobs_only(console: Console, new_page: Opene
 async def test_an_unknown_token_is_refused_at_the_login(console: Console, new_page: Opener) -> None:
     page = await new_page()
     await page.goto(f"{console.url}/console?token=hmx_nothing_wrong")
+    await expect(page.locator("#login-error")).to_contain_text("401: unknown or revoked token", timeout=LIVE_S)
+    await expect(page.locator("#app")).to_be_hidden()
+    assert await page.evaluate("sessionStorage.getItem('hivemux.token')") is None
+
+
+async def test_a_console_whose_token_is_revoked_returns_to_the_login(console: Console, new_page: Opener) -> None:
+    created = await console.call("admin", "POST", "/api/v1/admin/tokens", json={"tenant": "tenant-gone", "vcs": ["vc-a"]})
+    assert created.status_code == 201, created.text
+    console.tokens["gone"] = created.json()["token"]
+    page = await logged_in(new_page, console, "gone")
+    await expect(page.locator("[data-principal]")).to_contain_text("tenant-gone")
+    assert (await console.call("admin", "DELETE", f"/api/v1/admin/tokens/{created.json()['token_id']}")).status_code == 200
+    # the open stream checks its token again (every second here, 15 s by default) and ends with `revoked`
     await expect(page.locator("#login-error")).to_contain_text("401: unknown or revoked token", timeout=LIVE_S)
     await expect(page.locator("#app")).to_be_hidden()
     assert await page.evaluate("sessionStorage.getItem('hivemux.token')") is None

@@ -36,6 +36,7 @@ class ApiConfig:
     kafka_bootstrap_servers: str
     source: str = "api"
     stream_interval_s: float = 0.5
+    token_recheck_s: float = 15.0  # how often an open change stream checks its token is still valid
     pool_size: int = 10
     # `hivemux up`'s embedded broker archives into this database: submissions wait until archived
     # (`commands.submit`); None: do not check.
@@ -53,6 +54,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         poller = asyncio.create_task(feed.run(), name="change-feed")
         app.state.pool, app.state.publisher, app.state.feed = pool, publisher, feed
         app.state.servers, app.state.source, app.state.archive_dsn = config.kafka_bootstrap_servers, config.source, config.archive_dsn
+        app.state.token_recheck_s = config.token_recheck_s
         try:
             yield
         finally:

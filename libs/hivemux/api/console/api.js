@@ -44,7 +44,7 @@ export async function api(path, { method = "GET", body } = {}) {
 
 // Subscribe to the change stream. onHello(hello) after each (re)connect: reload the snapshot;
 // onChange(batch); onStatus("live" | "reconnecting"). EventSource reconnects by itself.
-export function subscribe({ onHello, onChange, onMetrics, onStatus }) {
+export function subscribe({ onHello, onChange, onMetrics, onRevoked, onStatus }) {
   const source = new EventSource(`/api/v1/stream?access_token=${encodeURIComponent(token())}`);
   source.addEventListener("hello", (e) => {
     onStatus("live");
@@ -52,6 +52,10 @@ export function subscribe({ onHello, onChange, onMetrics, onStatus }) {
   });
   source.addEventListener("change", (e) => onChange(JSON.parse(e.data)));
   source.addEventListener("metrics", (e) => onMetrics(JSON.parse(e.data)));
+  source.addEventListener("revoked", (e) => { // the token was revoked while the stream was open
+    source.close();
+    onRevoked(JSON.parse(e.data).detail);
+  });
   source.onerror = () => onStatus(source.readyState === EventSource.CLOSED ? "closed" : "reconnecting");
   return source;
 }

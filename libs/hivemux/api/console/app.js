@@ -246,6 +246,7 @@ function connect() {
     onHello: () => loadAll().catch(showError),
     onChange: applyChange,
     onMetrics: addMetrics,
+    onRevoked: (reason) => logout(`401: ${reason}`),
     onStatus: (s) => {
       state.status = s;
       mark("status");

@@ -1,5 +1,7 @@
 """``/api/v1/stream``: the change stream (server-sent events) a console keeps open; the format
-is in `hivemux.api.changes`. Every client of one process is fed by that process's one poller."""
+is in `hivemux.api.changes`. Every client of one process is fed by that process's one poller.
+The token is checked again every ``ApiConfig.token_recheck_s`` (15 s): once revoked, its stream
+sends ``event: revoked`` and ends (and a reconnect is a 401)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,12 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import asyncpg
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from fastapi.security.utils import get_authorization_scheme_param
 
-from ...store.tokens import Principal
+from ...store.tokens import Principal, TokenStore
 from ..auth import authenticate
 
 router = APIRouter(prefix="/api/v1", tags=["stream"])
@@ -22,21 +25,30 @@ KEEPALIVE_S = 15.0
             response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})  # fmt: skip
 async def stream(request: Request, access_token: str | None = Query(None, description="For EventSource, which sends no headers")) -> StreamingResponse:
     scheme, header_token = get_authorization_scheme_param(request.headers.get("Authorization"))
-    who = await authenticate(request, header_token if scheme.lower() == "bearer" and header_token else access_token)
-    return StreamingResponse(_events(request, who), media_type="text/event-stream",
+    token = header_token if scheme.lower() == "bearer" and header_token else access_token
+    who = await authenticate(request, token)
+    return StreamingResponse(_events(request, who, token or ""), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
 
 
-async def _events(request: Request, who: Principal) -> AsyncIterator[str]:
+async def _events(request: Request, who: Principal, token: str) -> AsyncIterator[str]:
     feed = request.app.state.feed
+    recheck_s = request.app.state.token_recheck_s
     queue = feed.subscribe()
+    loop = asyncio.get_running_loop()
+    checked = loop.time()
     try:
         hello = {"principal": who.name, "admin": who.admin, "vcs": list(who.vcs), "cursor": feed.cursor, "interval_s": feed.interval_s}
         yield f"event: hello\ndata: {json.dumps(hello)}\n\n"
         scope = who.scope()
         while True:
+            if loop.time() - checked >= recheck_s:  # a token revoked while its stream is open: the stream ends
+                checked = loop.time()
+                if not await _still_valid(request, token):
+                    yield f"event: revoked\ndata: {json.dumps({'detail': 'unknown or revoked token'})}\n\n"
+                    return
             try:
-                batch = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                batch = await asyncio.wait_for(queue.get(), min(KEEPALIVE_S, recheck_s))
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
@@ -45,3 +57,11 @@ async def _events(request: Request, who: Principal) -> AsyncIterator[str]:
                 yield message
     finally:
         feed.unsubscribe(queue)
+
+
+async def _still_valid(request: Request, token: str) -> bool:
+    """False once the token is revoked; True while the database cannot say (checked again later)."""
+    try:
+        return await TokenStore(request.app.state.pool).authenticate(token) is not None
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError):
+        return True
