@@ -238,6 +238,17 @@ async def test_a_submitted_job_appears_in_the_queue_and_a_cancelled_one_changes_
     await expect(panel.locator('[data-action="cancel"]')).to_be_disabled()
     await expect(queued).to_have_count(0, timeout=LIVE_S)  # out of the queue
     await shot(page, "cancelled-job")
+    await page.locator("#panel-close").click()
+    filters = page.locator("#job-filters")
+    await filters.locator('select[name="state"]').select_option("cancelled")  # filtered by the API
+    await expect(row).to_be_visible(timeout=LIVE_S)
+    await expect(page.locator("tr[data-job-id]:not([data-state=cancelled])")).to_have_count(0)
+    await filters.locator('input[name="text"]').fill("no-such-job")  # filtered in the page
+    await expect(row).to_have_count(0)
+    await filters.locator('input[name="text"]').fill(job[-6:])
+    await expect(row).to_be_visible()
+    await filters.locator('select[name="state"]').select_option("submitted")
+    await expect(row).to_have_count(0, timeout=LIVE_S)
 
 
 async def test_a_tenant_sees_its_own_jobs_only(console: Console, new_page: Opener) -> None:

@@ -14,7 +14,7 @@ const JOB_LIMIT = 500;
 const state = {
   me: null, gpus: new Map(), vcs: [], jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
   panel: null, // {type: "gpu" | "job", id}
-  status: "connecting", cursor: 0, lastChange: null, source: null,
+  status: "connecting", cursor: 0, lastChange: null, source: null, vcNamesShown: null,
 };
 const sampler = new Sampler();
 let dirty = new Set();
@@ -33,6 +33,13 @@ function render() {
   if (parts.has("gpus")) renderGpus($("#gpus"), state.gpus, { selected: state.panel?.type === "gpu" ? state.panel.id : null, onSelect: openGpu });
   if (parts.has("vcs")) renderVcs($("#vcs"), state.vcs, { onJob: openJob });
   if (parts.has("filters")) renderFilters($("#job-filters"), { filters: state.filters, vcs: vcNames(), onChange: setFilters });
+  if (parts.has("vc-names")) { // the VC filter's options, when the VCs themselves changed (not on every queue reload: typing goes on)
+    const names = vcNames().join(",");
+    if (names !== state.vcNamesShown) {
+      state.vcNamesShown = names;
+      if (!parts.has("filters")) renderFilters($("#job-filters"), { filters: state.filters, vcs: vcNames(), onChange: setFilters });
+    }
+  }
   if (parts.has("jobs")) renderJobs($("#jobs"), state.jobs, { filters: state.filters, selected: state.panel?.type === "job" ? state.panel.id : null, onSelect: openJob, limit: JOB_LIMIT });
   if (parts.has("charts")) renderCharts($("#charts"), sampler.points);
   if (parts.has("status")) renderStatus();
@@ -66,13 +73,17 @@ async function loadAll() {
 
 async function loadVcs() {
   state.vcs = (await api("/api/v1/cluster/vcs")).vcs;
-  mark("vcs", "filters");
+  mark("vcs", "vc-names");
 }
+
+let jobsAsked = 0;
 
 async function loadJobs() {
   const q = new URLSearchParams({ limit: String(JOB_LIMIT) });
   for (const k of ["state", "vc", "kind"]) if (state.filters[k]) q.set(k, state.filters[k]);
+  const asked = ++jobsAsked;
   const { jobs } = await api(`/api/v1/jobs?${q}`);
+  if (asked !== jobsAsked) return; // the filters changed meanwhile: a later answer is coming
   state.jobs = new Map(jobs.map((j) => [j.job_id, j]));
   mark("jobs");
 }
