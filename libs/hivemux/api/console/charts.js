@@ -81,10 +81,13 @@ function chart(series, points) {
     const top = document.createElementNS(svg.namespaceURI, "text");
     top.setAttribute("x", W - 4); top.setAttribute("y", 10); top.setAttribute("class", "axis"); top.setAttribute("text-anchor", "end");
     top.textContent = fmtNum(max, 0);
-    svg.append(area, line, top);
+    const [lx, ly] = xy[xy.length - 1];
+    const dot = document.createElementNS(svg.namespaceURI, "circle"); // the latest reading (and the only one, at first)
+    dot.setAttribute("cx", lx.toFixed(1)); dot.setAttribute("cy", ly.toFixed(1)); dot.setAttribute("r", "2.5"); dot.setAttribute("class", "dot");
+    svg.append(area, line, top, dot);
   }
   const span = values.length > 1 ? Math.round((values[values.length - 1][0] - values[0][0]) / 60000) : 0;
   return h("figure", { class: "chart", dataset: { series: series.key }, title: series.from },
     h("figcaption", {}, h("span", {}, series.title), h("b", { dataset: { value: last ?? "" } }, last === null ? "no data" : `${fmtNum(last, 1)} ${series.unit}`)),
-    svg, h("div", { class: "dim small" }, values.length ? `last ${span} min, ${values.length} samples; ${series.from}` : series.from));
+    svg, h("div", { class: "dim small" }, values.length ? `last ${span} min, ${values.length} reading${values.length === 1 ? "" : "s"}; ${series.from}` : series.from));
 }
