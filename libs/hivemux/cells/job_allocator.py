@@ -12,7 +12,9 @@ Preemption: when the scheduler answers `Preempt(victims)`, the victims' jobs los
 cells here (their pods deleted from the scheduler, a `PodPreempted` each, so the shell can
 evict them) and go back to the queue, and the pod is scheduled again, a bounded number of
 times. Lazy preemption needs nothing here: the scheduler downgrades the victim in place and
-it keeps running.
+it keeps running. A retry pass tries waiting guaranteed jobs highest priority first, then by
+arrival (HiveD's order), so that it never binds a job and then preempts it for a job it tries
+later in the same pass (`retry_waiting`).
 
 Opportunistic capacity is shared between VCs by weighted max-min fairness (HiveD §3.3,
 `cells.fairness`): waiting opportunistic jobs are tried most under-served VC first, and a
@@ -173,12 +175,20 @@ class JobAllocator:
         return job is not None and len(self.placed.get(job_id, {})) == len(job.pod_sizes)
 
     def retry_waiting(self) -> list[Decision]:
-        """Guaranteed jobs in arrival order, then opportunistic ones most under-served VC first."""
+        """Guaranteed jobs by priority, highest first, then arrival (HiveD's order); then
+        opportunistic ones most under-served VC first.
+
+        Priority first, because a pass must not bind what it will preempt: tried in arrival
+        order, a waiting low-priority job bound on cells just freed, and a higher-priority job
+        later in the same pass, finding its VC's cells taken, preempted it at once (both had
+        waited, the low one longer). Tried highest first, the high job takes those cells and a
+        job bound later in the pass has at most its priority, which HiveD never preempts (equal
+        priorities do not preempt; opportunistic jobs come last and preempt nobody)."""
         if not self.deciding:
             return []
         order = list(self.waiting)
         usage = self._opportunistic_usage()
-        guaranteed = [j for j in order if self.jobs[j].priority >= 0]
+        guaranteed = sorted((j for j in order if self.jobs[j].priority >= 0), key=lambda j: -self.jobs[j].priority)  # stable: arrival breaks ties
         opportunistic = sorted(
             (j for j in order if self.jobs[j].priority < 0),
             key=lambda j: usage.get(self.jobs[j].vc, 0) / self.weights.get(self.jobs[j].vc, 1.0),  # stable: arrival order breaks ties
