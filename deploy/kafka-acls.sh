@@ -25,11 +25,13 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cli --operation Write --topic cells.config
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.lifecycle
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic online.latency
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic executor.reports
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic gpu.health
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic health.state
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic node.pressure
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic gpu.faults
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic sharing.protection
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic executor.commands
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic clock.ticks
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic audit.journal
@@ -73,6 +75,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic cells.bindings.dlq
@@ -96,6 +100,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic cells.bindings.dlq
@@ -119,6 +125,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic cells.bindings.dlq
@@ -142,6 +150,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic cells.bindings.dlq
@@ -165,6 +175,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic cells.bindings.dlq
@@ -188,6 +200,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic cells.bindings.dlq
@@ -211,6 +225,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic cells.bindings.dlq
@@ -234,6 +250,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic cells.bindings.dlq
@@ -257,6 +275,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic cells.bindings.dlq
@@ -280,6 +300,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic sharing.observations.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic online.latency.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic sharing.protection.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic predictor.models.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic cells.config.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic cells.bindings.dlq

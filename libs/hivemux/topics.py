@@ -42,10 +42,12 @@ from .events import (
     LeaderElected,
     NodePressure,
     NodeTelemetry,
+    OnlineLatencyReport,
     Placement,
     PredictorModel,
     Profile,
     SharingObservation,
+    SloProtectionAction,
     SysMonitorSnapshot,
 )
 
@@ -116,6 +118,8 @@ JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete
 # Compacted: a profile is the job's whole solo profile; a newer one replaces it.
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
 SHARING_OBSERVATIONS = Topic("sharing.observations", SharingObservation, "gpu_id", 4, "delete", "Measured effects of sharing a GPU")
+ONLINE_LATENCY = Topic("online.latency", OnlineLatencyReport, "node_id", 8, "delete", "Online services' measured latency percentiles per window")
+SLO_PROTECTION = Topic("sharing.protection", SloProtectionAction, "gpu_id", 4, "delete", "SLO-driven protection steps: measured p99, SLO, step")
 # History, not compacted: every training is a decision on the log, refused versions too
 # (``published=False``): compacted by GPU type, a refused version would hide the one in use.
 # A trained MLP's weights are ~50 KB of base64: a record four times that is not a model.
@@ -160,6 +164,8 @@ TOPICS: tuple[Topic, ...] = (
     JOBS_LIFECYCLE,
     JOBS_PROFILED,
     SHARING_OBSERVATIONS,
+    ONLINE_LATENCY,
+    SLO_PROTECTION,
     PREDICTOR_MODELS,
     CELL_CONFIG,
     CELL_BINDINGS,

@@ -53,6 +53,8 @@ from hivemux.events import (
     Profile,
     ReportState,
     SharingObservation,
+    OnlineLatencyReport,
+    SloProtectionAction,
     WorkloadSpec,
     derived_id,
 )
@@ -131,6 +133,16 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
     SharingObservation: lambda: SharingObservation(
         **ENVELOPE, gpu_id="node-00/gpu-0", node_id="node-00", gpu_type="T4", offline_job_id="off-1", sm_share=60.0,
         normalized_throughput=0.6, online_slowdown=0.1, window_start=AT - timedelta(seconds=1), window_end=AT,
+    ),
+    OnlineLatencyReport: lambda: OnlineLatencyReport(
+        **ENVELOPE, node_id="node-00", gpu_id="node-00/gpu-0", service="infer-bert-00", p50_ms=12.0, p99_ms=30.0,
+        slo_p99_ms=40.0, request_rate=120.0, window_start=AT - timedelta(seconds=5), window_end=AT, offline_job_id="off-1",
+        sm_share=60.0, launch_target=0.7,
+    ),
+    SloProtectionAction: lambda: SloProtectionAction(
+        **ENVELOPE, gpu_id="node-00/gpu-0", node_id="node-00", service="infer-bert-00", offline_job_id="off-1",
+        step="lower_launch_target", level=1, p99_ms=34.0, slo_p99_ms=40.0, launch_target=0.5, sm_share=60.0,
+        reason="p99 34.0 ms is 85 % of the SLO 40.0 ms (> 80 %)", inputs={"report": "r-1"},
     ),
     PredictorModel: lambda: PredictorModel(
         **ENVELOPE, gpu_type="T4", version=1, kind="analytic", parameters={"contention": 0.3, "interference": 0.7},

@@ -64,6 +64,8 @@ WRITERS: Mapping[str, frozenset[str]] = {
     t.JOBS_LIFECYCLE.name: frozenset({"job-controller", "cell-allocator", "matcher", "profiler", "executor"}),
     t.JOBS_PROFILED.name: frozenset({"profiler"}),
     t.SHARING_OBSERVATIONS.name: frozenset({"executor"}),
+    t.ONLINE_LATENCY.name: frozenset({"executor"}),
+    t.SLO_PROTECTION.name: frozenset({"health-processor"}),
     t.PREDICTOR_MODELS.name: frozenset({"predictor", "predictor-store"}),
     t.CELL_CONFIG.name: COMMANDERS,
     t.CELL_BINDINGS.name: frozenset({"cell-allocator"}),
@@ -78,13 +80,14 @@ WRITERS: Mapping[str, frozenset[str]] = {
 PER_NODE: frozenset[tuple[str, str]] = frozenset({
     (t.EXECUTOR_REPORTS.name, "executor"),
     (t.SHARING_OBSERVATIONS.name, "executor"),
+    (t.ONLINE_LATENCY.name, "executor"),
 })
 # (topic, principal) -> the actions its records may carry: who may start, stop or evict what
 # (a matcher does not stop training jobs, the health processor starts nothing).
 ACTIONS: Mapping[tuple[str, str], frozenset[str]] = {
     (t.EXECUTOR_COMMANDS.name, "cell-allocator"): frozenset({"start_training", "stop", "evict"}),
     (t.EXECUTOR_COMMANDS.name, "matcher"): frozenset({"start_offline", "stop", "evict"}),
-    (t.EXECUTOR_COMMANDS.name, "health-processor"): frozenset({"evict", "restart_mps", "reset_workload"}),
+    (t.EXECUTOR_COMMANDS.name, "health-processor"): frozenset({"evict", "restart_mps", "reset_workload", "adjust"}),
 }
 # Every service writes the dead letters of what it consumes: any principal may (the dead-letter
 # topics are evidence for an operator, consumed by no decision).

@@ -28,6 +28,7 @@ from .jobs import (
     WorkloadSpec,
 )
 from .leadership import LeaderElected
+from .online import OnlineLatencyReport, SloProtectionAction
 from .scheduling import CellBinding, CellConfig, Placement, PredictorModel, SharingObservation
 from .telemetry import (
     DeviceControl,
@@ -91,6 +92,8 @@ __all__ = [
     "ReportState",
     "ResourceEstimates",
     "SharingObservation",
+    "OnlineLatencyReport",
+    "SloProtectionAction",
     "SysMonitorSnapshot",
     "WorkloadSpec",
     "derived_id",

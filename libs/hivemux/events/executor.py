@@ -21,6 +21,7 @@ class CommandAction(StrEnum):
     EVICT = "evict"
     RESTART_MPS = "restart_mps"  # error remediation: restart the GPU's MPS control daemon
     RESET_WORKLOAD = "reset_workload"  # error remediation: reset the CUDA context, restart the job
+    ADJUST = "adjust"  # SLO-driven protection: a running offline job's launch target and/or SM share
 
 
 class ExecutorCommand(Event):
@@ -32,6 +33,7 @@ class ExecutorCommand(Event):
     gpu_ids: tuple[Name, ...] = Field(default=(), max_length=MAX_GPUS)
     sm_share: Percent | None = Field(default=None, description="CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for offline work")
     memory_quota_mib: Mebibytes | None = None
+    launch_target: float | None = Field(default=None, ge=0, le=1, description="adjust: xCUDA's launch target (U_GPU), the control block's target")
     workload: WorkloadSpec | None = None
     solo_iteration_time_ms: float | None = Field(default=None, gt=0, le=MAX_ITERATION_MS, description="Profiled solo speed, to normalize progress")
     reason: Reason = ""
@@ -41,6 +43,8 @@ class ExecutorCommand(Event):
         starts = (CommandAction.START_OFFLINE, CommandAction.START_TRAINING)
         if self.action in starts and (self.workload is None or not self.gpu_ids):
             raise ValueError(f"{self.action} needs a workload and at least one GPU")
+        if self.action is CommandAction.ADJUST and self.launch_target is None and self.sm_share is None:
+            raise ValueError("adjust needs a launch_target or an sm_share")
         return self
 
 

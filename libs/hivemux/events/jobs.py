@@ -32,6 +32,8 @@ class WorkloadSpec(Record):
     command: tuple[Annotated[str, Field(max_length=4096)], ...] = Field(
         default=(), max_length=1024, description="Real command line, when not simulated"
     )
+    slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="Online services: the p99 latency SLO, ms")
+    request_rate: float | None = Field(default=None, ge=0, le=1e9, description="Online services: the expected requests per second")
 
 
 class ResourceEstimates(Record):
