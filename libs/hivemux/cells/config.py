@@ -367,36 +367,42 @@ def pod_spec_from_annotation(
     """Parse HiveD's camelCase pod scheduling spec (the ``hivedscheduler.microsoft.com/pod-scheduling-spec``).
 
     Legacy ``gpuType``/``gpuNumber`` are accepted. ``ignoreK8sSuggestedNodes`` defaults to True
-    as in the reference parser. Malformed specs raise ``InvalidEvent``.
+    as in the reference parser. Malformed specs raise ``InvalidEvent``: the reference's
+    ``ExtractPodSchedulingSpec`` checks, in its order, each message ending with the reference's
+    own wording in parentheses.
     """
     vc = d.get("virtualCluster")
     if not isinstance(vc, str) or not vc:
-        raise InvalidEvent("pod scheduling spec: virtualCluster is required")
+        raise InvalidEvent("pod scheduling spec: virtualCluster is required (VirtualCluster is empty)")
     priority = _int(d, "priority", 0)
     if not api.OPPORTUNISTIC_PRIORITY <= priority <= api.MAX_GUARANTEED_PRIORITY:
-        raise InvalidEvent(f"pod scheduling spec: priority {priority} is outside [-1, 1000]")
-    leaf_key = "gpuNumber" if "leafCellNumber" not in d and "gpuNumber" in d else "leafCellNumber"
+        bound = "less than -1" if priority < api.OPPORTUNISTIC_PRIORITY else "greater than 1000"
+        raise InvalidEvent(f"pod scheduling spec: priority {priority} is outside [-1, 1000] (Priority is {bound})")
+    leaf_key = "gpuNumber" if "leafCellNumber" not in d and "gpuNumber" in d else "leafCellNumber"  # legacy name
     leaf_number = _int(d, leaf_key)
     if leaf_number <= 0:
-        raise InvalidEvent(f"pod scheduling spec: leafCellNumber {leaf_number} must be positive")
+        raise InvalidEvent(f"pod scheduling spec: leafCellNumber {leaf_number} must be positive (LeafCellNumber is non-positive)")
     group = None
     g = d.get("affinityGroup")
     if g:
         name = g.get("name")
         if not isinstance(name, str) or not name:
-            raise InvalidEvent("pod scheduling spec: affinityGroup.name is required")
+            raise InvalidEvent("pod scheduling spec: affinityGroup.name is required (AffinityGroup.Name is empty)")
         members = []
         for m in g.get("members") or []:
             pods = _int(m, "podNumber")
             leaves = _int(m, "leafCellNumber" if "leafCellNumber" in m else "gpuNumber")
             if pods <= 0 or leaves <= 0:
+                which = "PodNumber" if pods <= 0 else "LeafCellNumber"
                 raise InvalidEvent(
-                    f"pod scheduling spec: affinity group {name} member needs positive podNumber and leafCellNumber"
+                    f"pod scheduling spec: affinity group {name} member needs positive podNumber and leafCellNumber "
+                    f"(AffinityGroup.Members has non-positive {which})"
                 )
             members.append(api.AffinityGroupMember(pods, leaves))
         if not any(m.leaf_cell_number == leaf_number for m in members):
             raise InvalidEvent(
-                f"pod scheduling spec: affinity group {name} has no member with leafCellNumber {leaf_number}"
+                f"pod scheduling spec: affinity group {name} has no member with leafCellNumber {leaf_number} "
+                "(AffinityGroup.Members does not contains current Pod)"
             )
         group = api.AffinityGroupSpec(name, tuple(members))
     return api.PodSchedulingSpec(

@@ -196,8 +196,9 @@ def _merge_pod(name: str, pod: Any, defaults: Mapping[str, Any]) -> Any:
         return pod  # not a spec at all: refused at its `schedule` (`pod_spec_error`)
     merged = {**copy.deepcopy(dict(defaults)), **copy.deepcopy(dict(pod))}
     merged.setdefault("ignoreK8sSuggestedNodes", False)  # the format's default (the reference parser's is true)
-    if not merged.get("affinityGroup") and "leafCellNumber" in merged:
-        merged["affinityGroup"] = {"name": name, "members": [{"podNumber": 1, "leafCellNumber": merged["leafCellNumber"]}]}
+    leaves = merged.get("leafCellNumber", merged.get("gpuNumber"))
+    if not merged.get("affinityGroup") and leaves is not None:
+        merged["affinityGroup"] = {"name": name, "members": [{"podNumber": 1, "leafCellNumber": leaves}]}
     return merged
 
 

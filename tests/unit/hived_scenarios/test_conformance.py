@@ -135,5 +135,5 @@ def test_the_examples_with_the_reference_tests_invalid_pod11_still_replay() -> N
 def test_a_user_error_from_the_harness_names_the_pod_as_the_schedulers_do() -> None:
     report = run("C01")
     messages = {op.args["pod"]: op.observed["message"] for op in report.ops if op.observed.get("result") == "user_error"}
-    assert messages["priority-1001"] == "[priority-1001]: pod scheduling spec: priority 1001 is outside [-1, 1000]"
+    assert messages["priority-1001"] == "[priority-1001]: pod scheduling spec: priority 1001 is outside [-1, 1000] (Priority is greater than 1000)"
     assert messages["unknown-vc"].startswith("[unknown-vc]: VC surprise does not exist")
