@@ -96,7 +96,12 @@ class BrokerLog:
         await self._consumer.stop()
 
     async def _assign(self, topics: Iterable[str]) -> None:
-        new = await all_partitions(self._consumer, set(topics) - {tp.topic for tp in self._assigned})
+        """Read `topics` from their starts; a topic the broker does not have (one a newer release
+        declares, on an older deployment's broker) holds nothing to read."""
+        wanted = set(topics) - {tp.topic for tp in self._assigned}
+        if not wanted:
+            return
+        new = await all_partitions(self._consumer, wanted & await self._consumer.topics())
         if not new:
             return
         self._assigned |= set(new)
