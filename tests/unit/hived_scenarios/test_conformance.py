@@ -4,7 +4,7 @@
 makes of a pod scheduling spec) replays, each invalid pod a `user_error` at its `schedule` op
 and the other scenarios unaffected (C01, C04); invariant I5 compares effective priorities (a
 lazily preempted group is opportunistic, C02); invariant I1 is not applied to a group a
-reconfiguration left partly on removed cells (C03). The shared example file, with the
+reconfiguration left partly on removed or changed cells (C03, C05). The shared example file, with the
 reference test's invalid pod11 added to its pod table, still replays in full.
 """
 
@@ -103,11 +103,18 @@ def test_i1_is_not_applied_to_a_group_a_reconfiguration_left_partly_on_removed_c
     assert last.observed["result"] == "bind" and invariant(report, last.step, "gang-atomic").observed == "holds"
 
 
+def test_i1_is_not_applied_to_a_group_a_reconfiguration_left_partly_on_changed_cells() -> None:
+    report = run("C05")
+    assert report.passed, json.dumps(failures(report), default=str)[:3000]
+    kept = invariant(report, len(report.ops) - 1, "gang-atomic")
+    assert kept.passed and kept.observed == {"keptAfterReconfiguration": [{"group": "gang", "held": 6, "asked": 8}]}
+
+
 def test_the_file_replays_through_the_cli() -> None:
     result = CliRunner().invoke(cli, ["cells", "replay", str(FILE), "--json-only"])
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert result.exit_code == 0, [v for line in lines[:-1] for v in line["verdicts"] if v["counted"] and not v["passed"]][:5]
-    assert lines[-1]["scenarioResults"] == {"C01": "pass", "C02": "pass", "C03": "pass", "C04": "pass"}
+    assert lines[-1]["scenarioResults"] == {"C01": "pass", "C02": "pass", "C03": "pass", "C04": "pass", "C05": "pass"}
 
 
 def test_the_examples_with_the_reference_tests_invalid_pod11_still_replay() -> None:
