@@ -75,7 +75,8 @@ class Observation:
     groups: tuple[GroupStatus, ...] = ()
     physical: tuple[PhysicalCellStatus, ...] = ()
     virtual: Callable[[str], tuple[VirtualCellStatus, ...]] = lambda vc: ()
-    rebuilt_groups: frozenset[str] = frozenset()  # groups the scheduler rebuilt from bind info (add_allocated_pod)
+    # groups the scheduler rebuilt from bind info (add_allocated_pod) -> the (node, GPU) leaves it names
+    rebuilt_groups: Mapping[str, frozenset[tuple[str, int]]] = field(default_factory=dict)
 
     def group_of_pod(self, pod: str) -> str:
         spec = self.pod_specs.get(pod)

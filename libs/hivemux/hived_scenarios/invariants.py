@@ -12,7 +12,8 @@ so a file that renumbers them still gets them checked.
   a group this scheduler instance did not bind: reconfiguration by `restart`, crash recovery)
   holds what the bind info names and the configuration still has: the reference keeps such a
   group, its pods running, with the leaves on removed cells (or on cells whose chain or type
-  changed) left out. For those groups I1 asks only that they hold no more than asked.
+  changed) left out. For those groups I1 asks only that they hold no more than asked, and
+  no leaf their bind info does not name; one holding less is listed as kept.
 - `exclusive-leaf` (I2): a leaf (node, GPU index) appears in at most one non-preempting group's
   placement, plus at most one preempting (reserving) group.
 - `no-cross-vc-guaranteed-preemption` (I4): on a `Preempt`, a victim group that still has a VC
@@ -70,8 +71,12 @@ def gang_atomic(obs: Observation) -> Outcome:
         if group.name not in demand:
             continue
         if group.name in obs.rebuilt_groups:  # kept as reconfiguration left it (module docstring)
-            if held > demand[group.name]:
-                broken.append({"group": group.name, "held": held, "asked": demand[group.name], "rebuilt": True})
+            named = obs.rebuilt_groups[group.name]
+            unnamed = sorted((node, leaf) for node, leaves in group.physical_placement.items() for leaf in leaves
+                             if (node, leaf) not in named)
+            if held > demand[group.name] or unnamed:
+                broken.append({"group": group.name, "held": held, "asked": demand[group.name], "rebuilt": True,
+                               "notInBindInfo": [f"{node}/{leaf}" for node, leaf in unnamed]})
             elif held < demand[group.name]:
                 kept.append({"group": group.name, "held": held, "asked": demand[group.name]})
         elif held != demand[group.name]:

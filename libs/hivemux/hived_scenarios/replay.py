@@ -36,7 +36,8 @@ Decisions the format leaves to the harness:
   rebuilt from bind info (`add_allocated_pod` of a group this scheduler instance did not bind:
   a `restart` with a new configuration, or crash recovery): the reference keeps such a group
   with the leaves on removed or changed cells left out, so it may hold fewer leaves than
-  asked (never more); the verdict lists it under `keptAfterReconfiguration`. A group bound by
+  asked, never more, and only leaves its bind info names; the verdict lists it under
+  `keptAfterReconfiguration`. A group bound by
   a later `schedule` is checked in full again. (`tests/unit/hived_scenarios/
   conformance_scenarios.yaml` shows the three cases.)
 - A pod without `affinityGroup` gets the group `{name: <pod>, members: [{podNumber: 1,
@@ -396,7 +397,7 @@ class _Run:
     pods_seen: set[str] = field(default_factory=set)
     refused: set[str] = field(default_factory=set)  # pods whose last schedule was a user error
     bound_groups: set[str] = field(default_factory=set)  # groups this scheduler instance bound
-    rebuilt_groups: set[str] = field(default_factory=set)  # groups it rebuilt from bind info
+    rebuilt_groups: dict[str, set[tuple[str, int]]] = field(default_factory=dict)  # rebuilt from bind info -> its leaves
 
     def pod(self, name: str) -> Pod:
         return Pod(name, self.file.pod_specs[name])
@@ -429,8 +430,9 @@ class _Run:
             if isinstance(result, Bind):
                 self.last_bind[name] = result
                 self.placements[name] = PodPlacement(result.node, tuple(result.leaf_cells), result.bind_info.cell_chain)
+                # a pod of a rebuilt group binds into its kept placement: the group stays rebuilt
+                # (one that ended was dropped from rebuilt_groups by `observe`)
                 self.bound_groups.add(self.group_name(name))
-                self.rebuilt_groups.discard(self.group_name(name))
             else:
                 self.last_bind.pop(name, None)
             return result, []
@@ -445,7 +447,9 @@ class _Run:
             s.add_allocated_pod(self.pod(name), info)
             self.refused.discard(name)
             if self.group_name(name) not in self.bound_groups:
-                self.rebuilt_groups.add(self.group_name(name))
+                self.rebuilt_groups.setdefault(self.group_name(name), set()).update(
+                    (p.physical_node, leaf) for m in info.affinity_group_bind_info
+                    for p in m.pod_placements for leaf in p.physical_leaf_cell_indices)
             if op.args.get("bindInfo") is not None:
                 self.placements[name] = PodPlacement(info.node, tuple(info.leaf_cell_isolation), info.cell_chain)
             return None, []
@@ -470,12 +474,12 @@ class _Run:
         groups = tuple(s.affinity_groups())
         present = {g.name for g in groups}
         self.bound_groups &= present  # a group that ended is bound or rebuilt anew
-        self.rebuilt_groups &= present
+        self.rebuilt_groups = {g: leaves for g, leaves in self.rebuilt_groups.items() if g in present}
         return Observation(
             pod=op.pod, result=result, placements=dict(self.placements),
             pod_specs={p: self.file.pod_specs[p] for p in self.pods_seen - self.refused},
             groups=groups, physical=tuple(s.physical_cluster()), virtual=s.virtual_cluster,
-            rebuilt_groups=frozenset(self.rebuilt_groups),
+            rebuilt_groups={g: frozenset(leaves) for g, leaves in self.rebuilt_groups.items()},
         )
 
 

@@ -241,9 +241,11 @@ INVARIANT_CASES = [
     ("gang-atomic-bind-outside", "I1-gang-atomic", observe(bind("n0", (3,)), pod="a0"), False),
     # a group rebuilt from bind info (reconfiguration) may hold fewer leaves than asked, never more
     ("gang-atomic-rebuilt-partial", "I1-gang-atomic",
-     observe(groups=(group("gA", placement={"n0": (0,)}),), rebuilt_groups=frozenset({"gA"})), True),
+     observe(groups=(group("gA", placement={"n0": (0,)}),), rebuilt_groups={"gA": frozenset({("n0", 0), ("n9", 0)})}), True),
     ("gang-atomic-rebuilt-too-many", "I1-gang-atomic",
-     observe(groups=(group("gA", placement={"n0": (0, 1, 2)}),), rebuilt_groups=frozenset({"gA"})), False),
+     observe(groups=(group("gA", placement={"n0": (0, 1, 2)}),), rebuilt_groups={"gA": frozenset({("n0", i) for i in range(4)})}), False),
+    ("gang-atomic-rebuilt-off-its-bind-info", "I1-gang-atomic",
+     observe(groups=(group("gA", placement={"n0": (0,)}),), rebuilt_groups={"gA": frozenset({("n1", 0), ("n1", 1)})}), False),
     ("exclusive-holds-with-reserving", "I2-exclusive-leaf",
      observe(groups=GROUPS + (group("gNew", "preempting", priority=20, placement={"n1": (2,)}),)), True),
     ("exclusive-two-users", "I2-exclusive-leaf", observe(groups=GROUPS + (group("gX", placement={"n0": (1,)}),)), False),
