@@ -6,10 +6,11 @@ A pass now tries guaranteed jobs highest priority first (then arrival), HiveD's 
 
 The recorded stream: 300 seeded jobs (guaranteed at priorities 0, 10, 100, 500 and
 opportunistic, 1-8 GPUs, some gangs of two 4/8-GPU pods, some with lazy preemption) over a
-32-GPU HiveD cluster of three VCs, driven through the allocator core as the service drives it:
-submissions as they arrive, a job ending once it ran its duration after being fully placed, and
-a retry pass every 5 s of simulated time. A same-pass bind-then-preempt is a `PodPreempted`
-whose pod has a `PodBound` earlier in the decisions of the same call.
+32-GPU HiveD cluster of three VCs, driven through the allocator's deciding core
+(`cells.allocator.CellAllocator`) as the service drives it, over event time: submissions as they
+arrive, a job ending once it ran its duration after being fully placed, and a clock tick every
+5 s (a retry pass each). A same-pass bind-then-preempt is a `PodPreempted` whose pod has a
+`PodBound` earlier in the decisions of the same `Allocation`.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from typing import Any
 
 import pytest
 
+from datetime import UTC, datetime, timedelta
+
+from hivemux.cells.allocator import CellAllocator
 from hivemux.cells.job_allocator import Decision, JobAllocator, PodBound, PodPreempted, TrainingJob
 from hivemux.cells.schedulers import build_scheduler
 
 TICK = 5.0
+T0 = datetime(2026, 11, 26, tzinfo=UTC)
 
 
 def cluster() -> dict[str, Any]:
@@ -73,13 +78,14 @@ class Counts:
 
 
 def replay_stream(seed: int, n: int = 300) -> Counts:
-    alloc = JobAllocator(build_scheduler("hived", cluster()))
+    core = CellAllocator(build_scheduler("hived", cluster()))
+    alloc = core.jobs
     arrivals = job_stream(seed, n)
     run_time = {job.job_id: d for _, job, d in arrivals}
     ends: dict[str, float] = {}  # running job -> when it ends
     counts = Counts()
 
-    def account(decisions: list[Decision]) -> None:
+    def account(decisions: tuple[Decision, ...]) -> None:
         bound: set[str] = set()
         for d in decisions:
             if isinstance(d, PodBound):
@@ -96,12 +102,13 @@ def replay_stream(seed: int, n: int = 300) -> Counts:
     while i < len(arrivals) or ends:
         now += TICK
         while i < len(arrivals) and arrivals[i][0] <= now:
-            account(alloc.submit(arrivals[i][1]))
+            t, job, _ = arrivals[i]
+            account(core.submit(job, at=T0 + timedelta(seconds=t), cause=f"submitted-{job.job_id}").decisions)
             i += 1
         for job_id in [j for j, end in ends.items() if end <= now]:
             if ends.pop(job_id, None) is not None:  # not preempted by an earlier end's pass
-                account(alloc.end(job_id))
-        account(alloc.retry_waiting())
+                account(core.end(job_id, at=T0 + timedelta(seconds=now), cause=f"ended-{job_id}").decisions)
+        account(core.tick(T0 + timedelta(seconds=now)).decisions)
         counts.passes += 1
         for job_id in alloc.placed:
             if job_id not in ends and alloc.fully_placed(job_id):
