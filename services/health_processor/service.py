@@ -1,7 +1,9 @@
 """The health-processor shell: moves events in and out of `hivemux.health.processor`.
 
 Consumed as a group (the node key decides the owner): GPU sample batches, node samples,
-executor reports, operator drains. Folded by every instance: the `health.state` changelog, so
+executor reports, operator drains, online latency reports (the SLO-driven protection in front of
+SysMonitor, `hivemux.sharing.slo_edge`; its steps, `sharing.protection`, are folded back so a
+new owner resumes each GPU's level). Folded by every instance: the `health.state` changelog, so
 a restarted instance, or one taking over another's partitions, resumes each GPU's SysMonitor
 exactly where it was, and the clock ticks: a ticker publishes a tick, and consuming one runs the
 staleness sweep at the tick's event time, so replaying the topics gives the same transitions.
@@ -17,11 +19,14 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import ClockTick, DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, SysMonitorSnapshot
+from hivemux.events import (ClockTick, DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, OnlineLatencyReport,
+                            SloProtectionAction, SysMonitorSnapshot)
 from hivemux.health.config import HealthConfig, load_config, parse_config
 from hivemux.health.edge import HealthEdge
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
+from hivemux.sharing.slo_edge import SloEdge
+from hivemux.sharing.slo_protection import SloPolicy
 from hivemux.topics import (
     CLOCK_TICKS,
     EXECUTOR_COMMANDS,
@@ -33,6 +38,8 @@ from hivemux.topics import (
     HEALTH_STATE,
     NODE_PRESSURE,
     NODE_TELEMETRY,
+    ONLINE_LATENCY,
+    SLO_PROTECTION,
 )
 
 NAME = "health-processor"
@@ -44,13 +51,23 @@ class HealthSettings(ServiceSettings):
 
     config: Path | None = Field(default=None, description="SysMonitor/detector YAML; default: the shipped one")
     sweep_interval_s: float = Field(default=1.0, gt=0, description="How often silent GPUs are looked for")
+    slo_approach: float = Field(default=0.8, description="SLO protection: p99/SLO above which the offline neighbour is turned down")
+    slo_restore_below: float = Field(default=0.6, description="SLO protection: p99/SLO under which it is turned back up")
+    slo_restore_after: int = Field(default=3, ge=1, description="SLO protection: reports under restore_below per restoring step")
+    slo_breach_reports: int = Field(default=5, ge=1, description="SLO protection: consecutive reports over the SLO to evict ...")
+    slo_breach_s: float = Field(default=30.0, ge=0, description="... spanning at least this much event time")
+
+    def slo_policy(self) -> SloPolicy:
+        return SloPolicy(approach=self.slo_approach, restore_below=self.slo_restore_below, restore_after=self.slo_restore_after,
+                         breach_reports=self.slo_breach_reports, breach_s=self.slo_breach_s)
 
 
 class HealthProcessor:
     """Adapts bus records to the core's edge (`hivemux.health.edge`)."""
 
-    def __init__(self, config: HealthConfig, source: str) -> None:
+    def __init__(self, config: HealthConfig, source: str, slo: SloPolicy | None = None) -> None:
         self.core = HealthEdge(config, source)
+        self.slo = SloEdge(slo or SloPolicy(), source)  # the first line: measured p99 vs SLO
         # Own nothing until the group assigns partitions: GPUs restored from the changelog
         # must not be judged silent by an instance that is not their owner.
         self.core.assign(())
@@ -67,6 +84,12 @@ class HealthProcessor:
 
     def on_control(self, control: DeviceControl, _: RecordContext) -> list[Event]:
         return self.core.on_control(control)
+
+    def on_latency(self, report: OnlineLatencyReport, _: RecordContext) -> list[Event]:
+        return self.slo.on_report(report)
+
+    def on_protection(self, action: SloProtectionAction, _: RecordContext) -> None:
+        self.slo.on_action(action)
 
     def on_snapshot(self, snapshot: SysMonitorSnapshot, _: RecordContext) -> None:
         self.core.on_snapshot(snapshot)
@@ -86,14 +109,16 @@ class HealthProcessor:
 
 def build(settings: HealthSettings, config: HealthConfig | None = None) -> Service:
     config = config or load_config(settings.config)
-    processor = HealthProcessor(config, f"{NAME}/{settings.instance}")
+    processor = HealthProcessor(config, f"{NAME}/{settings.instance}", settings.slo_policy())
     service = Service(NAME, settings)
-    owns = (GPU_HEALTH, HEALTH_STATE, GPU_FAULTS, NODE_PRESSURE)
+    owns = (GPU_HEALTH, HEALTH_STATE, GPU_FAULTS, NODE_PRESSURE, SLO_PROTECTION)
     service.audit({"settings": settings.recorded(), "health": config.document}, decides=(*owns, EXECUTOR_COMMANDS), owns=owns)
     service.fold(HEALTH_STATE, processor.on_snapshot)
+    service.fold(SLO_PROTECTION, processor.on_protection)
     service.on(GPU_TELEMETRY, processor.on_batch)
     service.on(NODE_TELEMETRY, processor.on_node)
     service.on(EXECUTOR_REPORTS, processor.on_report)
+    service.on(ONLINE_LATENCY, processor.on_latency)
     service.on(GPU_CONTROL, processor.on_control)
     service.on_assignment(processor.on_assignment)
     service.fold(CLOCK_TICKS, processor.on_tick)

@@ -70,6 +70,8 @@ from hivemux.events import (
     Profile,
     ReportState,
     SharingObservation,
+    OnlineLatencyReport,
+    SloProtectionAction,
     SysMonitorSnapshot,
     WorkloadSpec,
 )
@@ -141,6 +143,14 @@ def template(topic: str) -> Event:
             **common, gpu_id=gpu, node_id=node, gpu_type="T4", offline_job_id=job, sm_share=50.0, normalized_throughput=0.8,
             online_slowdown=0.1, window_start=at - timedelta(seconds=5), window_end=at,
         ),  # fmt: skip
+        "online.latency": lambda: OnlineLatencyReport(
+            **common, node_id=node, gpu_id=gpu, service=f"infer-hostile-{n}", p99_ms=500.0, slo_p99_ms=10.0,
+            window_start=at - timedelta(seconds=5), window_end=at, offline_job_id=job, sm_share=50.0,
+        ),  # fmt: skip
+        "sharing.protection": lambda: SloProtectionAction(
+            **common, gpu_id=gpu, node_id=node, service=f"infer-hostile-{n}", offline_job_id=job, step="lower_sm_share", level=3,
+            p99_ms=500.0, slo_p99_ms=10.0, launch_target=0.3, sm_share=10.0, reason="hostile",
+        ),  # fmt: skip
     }
     event = make[topic]()
     return event.model_copy(update={"source": writer_of(topic, node)})
@@ -180,6 +190,9 @@ ABSURD: dict[str, list[tuple[str, Any]]] = {
     "placements": [("sm_share", 1000.0), ("predicted_online_slowdown", 1e9), ("model_version", 10**12)],
     "sharing.observations": [("normalized_throughput", 1e9), ("online_slowdown", 1e6),
                              ("window_start", "2100-01-01T00:00:00+00:00"), ("window_end", "2100-01-01T00:00:00+00:00")],  # fmt: skip
+    "online.latency": [("p99_ms", 1e12), ("p99_ms", 0.0), ("sm_share", 150.0), ("launch_target", 5.0),
+                       ("window_start", "2100-01-01T00:00:00+00:00")],  # fmt: skip
+    "sharing.protection": [("step", "explode"), ("level", 10**6), ("launch_target", 5.0)],
 }
 
 
@@ -206,6 +219,8 @@ EXTREME: dict[str, list[tuple[str, Any]]] = {
     "predictor.models": [("kind", "mlp"), ("weights_b64", "AAAA"), ("parameters", {f"p{i}": 1.0 for i in range(4096)})],
     "placements": [("action", "place"), ("sm_share", 100.0)],
     "sharing.observations": [("normalized_throughput", 100.0), ("online_slowdown", 100.0)],
+    "online.latency": [("p99_ms", 3_600_000.0), ("slo_p99_ms", 0.001), ("request_rate", 1e9)],
+    "sharing.protection": [("step", "evict"), ("level", 64)],
 }
 
 

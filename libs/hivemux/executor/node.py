@@ -367,6 +367,9 @@ class ProcessNode:
             return await self.remediation.restart_mps(command)
         if action is CommandAction.RESET_WORKLOAD:
             return await self.remediation.reset_workload(command)
+        if action is CommandAction.ADJUST:
+            w = self.table.jobs.get(command.job_id)
+            return [] if w is None or w.kind != "offline" else await self._adjust(w, command)
         raise InvalidEvent(f"unknown executor action {action!r}")
 
     async def _on_start(self, command: ExecutorCommand, admitted: Admitted) -> list[Event]:
@@ -420,6 +423,21 @@ class ProcessNode:
             w.command = command
             out += await self.remediation.relaunch(w, command.event_id, kill=False,
                                                    why=f"SM share {old:g} % → {admitted.sm_share:g} %: restart from checkpoint")
+        return out
+
+    async def _adjust(self, w: Workload, command: ExecutorCommand) -> list[Event]:
+        """SLO protection's step: a new SM share restarts the job from its checkpoint (MPS fixes
+        it at start); the launch target is one write into its xCUDA control block (after the
+        restart, which recreates the block at the configured target)."""
+        out: list[Event] = []
+        if command.sm_share is not None and command.sm_share != w.sm_share:
+            old, w.sm_share = w.sm_share, command.sm_share
+            out += await self.remediation.relaunch(w, command.event_id, kill=False,
+                                                   why=f"SLO protection: SM share {old:g} % → {command.sm_share:g} %, restart from checkpoint")
+        if command.launch_target is not None and w.control is not None:
+            w.control.write(target=command.launch_target)
+            out.append(self.reporter.report(w, command.event_id, ReportState.RUNNING, self.at(), step="adjusted",
+                                            detail=f"xCUDA launch target {command.launch_target:g}: {command.reason}"[:2000]))
         return out
 
     # -- periodic -----------------------------------------------------------------------------

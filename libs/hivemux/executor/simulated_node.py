@@ -43,6 +43,7 @@ from hivemux.events import (
     GpuTelemetrySample,
     JobLifecycleEvent,
     JobState,
+    OnlineLatencyReport,
     ReportState,
     SharingObservation,
     derived_id,
@@ -50,13 +51,15 @@ from hivemux.events import (
 from hivemux.executor.recovery import Ledger
 from hivemux.simulated.catalog import solo_profile
 from hivemux.simulated.interference import shared_execution
+from hivemux.simulated.online_latency import online_p99_ms, slo_p99_ms
 from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
 
 _STARTS = {CommandAction.START_OFFLINE: "offline", CommandAction.START_TRAINING: "training"}
 
 
 class SimulatedExecutor:
-    def __init__(self, *, source: str, default_gpu_type: str = "T4", clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, source: str, default_gpu_type: str = "T4", clock: Callable[[], float] = time.time,
+                 latency_window_s: float = 5.0) -> None:
         self.source = source
         self.default_gpu_type = default_gpu_type
         self.clock = clock
@@ -65,6 +68,10 @@ class SimulatedExecutor:
         self.gpu_types: dict[str, str] = {}
         # The online service's own SM activity per GPU, measured while no offline job shares it.
         self.online_sm: dict[str, float] = {}
+        # Online services per GPU (from the samples) and the end of each one's last latency window.
+        self.online: dict[str, tuple[str, str]] = {}  # gpu_id -> (node_id, service)
+        self.latency_until: dict[str, datetime] = {}
+        self.latency_window_s = latency_window_s
         self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
         self.ledger: Ledger | None = None
         self.adopted: set[str] = set()  # nodes whose runs were re-adopted
@@ -116,6 +123,8 @@ class SimulatedExecutor:
 
     def on_sample(self, sample: GpuTelemetrySample) -> None:
         self.gpu_types[sample.gpu_id] = sample.gpu_type
+        if sample.online_workload is not None:
+            self.online[sample.gpu_id] = (sample.node_id, sample.online_workload)
         if not sample.offline_workloads:
             self.online_sm[sample.gpu_id] = sample.sm_activity if sample.sm_activity is not None else sample.gpu_util
 
@@ -134,6 +143,8 @@ class SimulatedExecutor:
         node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
         if command.action in _STARTS:
             return self._start(node, command, now)
+        if command.action is CommandAction.ADJUST:
+            return self._adjust(node, command)
         stopped = node.stop(command.job_id)
         self.commands.pop((command.node_id, command.job_id), None)
         self.observed_until.pop((command.node_id, command.job_id), None)
@@ -175,10 +186,55 @@ class SimulatedExecutor:
             self._lifecycle(command, JobState.RUNNING, now, f"started on {command.node_id} {','.join(command.gpu_ids)}{share}"),
         ]
 
+    def _adjust(self, node: SimulatedNode, command: ExecutorCommand) -> list[Event]:
+        """SLO protection's step: the running job's launch target and/or SM share (the interference
+        model applies them from the next advance)."""
+        key = (command.node_id, command.job_id)
+        w = node.adjust(command.job_id, sm_share=command.sm_share, launch_target=command.launch_target)
+        if w is None or key not in self.commands:
+            return []  # not running here any more
+        start = self.commands[key]
+        detail = f"launch target {w.launch_target:g}, SM share {w.sm_share:g} %: {command.reason}"
+        report = self._report(start, ReportState.RUNNING, command.occurred_at, iterations=int(w.iterations_done),
+                              total=w.iterations_total, detail=detail[:2000])
+        return [report.model_copy(update={"event_id": derived_id("report", command.event_id, "adjusted"), "sm_share": w.sm_share,
+                                          "step": "adjusted"})]
+
+    def latency(self, now: datetime) -> list[Event]:
+        """Each online service's p99 over the window since its previous report, with its offline
+        neighbour as it runs now (`simulated.online_latency`)."""
+        out: list[Event] = []
+        for gpu_id, (node_id, service) in sorted(self.online.items()):
+            start = self.latency_until.get(gpu_id)
+            if start is None or now <= start:
+                self.latency_until.setdefault(gpu_id, now)
+                continue
+            if (now - start).total_seconds() < self.latency_window_s:
+                continue
+            self.latency_until[gpu_id] = now
+            online = self.online_sm.get(gpu_id, 0.0)
+            node = self.nodes.get(node_id)
+            neighbour = next((w for w in (node.running.values() if node else ()) if w.kind == "offline" and w.gpu_ids[0] == gpu_id), None)
+            slowdown = 0.0
+            if neighbour is not None and neighbour.solo is not None:
+                slowdown = shared_execution(neighbour.solo, sm_share=neighbour.effective_share(online), online_sm_activity=online).online_slowdown
+            p99 = online_p99_ms(service, online, slowdown)
+            placed = self.commands.get((node_id, neighbour.job_id)) if neighbour is not None else None
+            out.append(OnlineLatencyReport(
+                event_id=derived_id("latency", gpu_id, now.isoformat()), occurred_at=now, source=self.agent(node_id),
+                node_id=node_id, gpu_id=gpu_id, service=service, p50_ms=p99 / 2.0, p99_ms=p99, slo_p99_ms=slo_p99_ms(service),
+                window_start=start, window_end=now, offline_job_id=neighbour.job_id if neighbour else None,
+                sm_share=placed.sm_share if placed is not None else None,
+                launch_target=neighbour.launch_target if neighbour else None,
+            ))  # fmt: skip
+        return out
+
     def advance(self, now: datetime) -> list[Event]:
         """Advance every workload to ``now``; report progress, completions and observations."""
         out: list[Event] = []
         for node_id, node in sorted(self.nodes.items()):
+            # the share each offline job ran at (an SLO step may have cut it): what its observation records
+            shares = {w.job_id: w.effective_share(self.online_sm.get(w.gpu_ids[0], 0.0)) for w in node.running.values() if w.kind == "offline"}
             for progress in node.advance(now, self.online_sm):
                 key = (node_id, progress.job_id)
                 command = self.commands[key]
@@ -186,12 +242,12 @@ class SimulatedExecutor:
                 out.append(self._report(command, state, now, progress=progress))
                 window_start = self.observed_until[key]
                 if command.action is CommandAction.START_OFFLINE and now > window_start:
-                    out.append(self._observation(command, progress, window_start, now))
+                    out.append(self._observation(command, progress, window_start, now, shares.get(progress.job_id)))
                     self.observed_until[key] = now
                 if progress.finished:
                     out.append(self._lifecycle(command, JobState.COMPLETED, now, f"{progress.iterations_total} iterations done"))
                     del self.commands[key], self.observed_until[key]
-        return out
+        return out + self.latency(now)
 
     # -- records ----------------------------------------------------------------------------------
     def agent(self, node_id: str) -> str:
@@ -199,14 +255,16 @@ class SimulatedExecutor:
         ``executor/<node>`` (`bus.authorization`: an executor reports for its own node only)."""
         return f"{self.source.partition('/')[0]}/{node_id}"
 
-    def _observation(self, command: ExecutorCommand, progress: Progress, start: datetime, end: datetime) -> SharingObservation:
+    def _observation(self, command: ExecutorCommand, progress: Progress, start: datetime, end: datetime,
+                     share: float | None = None) -> SharingObservation:
         assert command.workload is not None and command.sm_share is not None
+        share = command.sm_share if share is None else share
         gpu_id = command.gpu_ids[0]
         gpu_type = self.gpu_types.get(gpu_id, self.default_gpu_type)
         online = self.online_sm.get(gpu_id, 0.0)
         effect = shared_execution(
             solo_profile(command.workload.model, command.workload.batch_size, gpu_type),
-            sm_share=command.sm_share,
+            sm_share=share,
             online_sm_activity=online,
         )
         return SharingObservation(
@@ -217,7 +275,7 @@ class SimulatedExecutor:
             node_id=command.node_id,
             gpu_type=gpu_type,
             offline_job_id=command.job_id,
-            sm_share=command.sm_share,
+            sm_share=share,
             normalized_throughput=progress.normalized_throughput,
             online_slowdown=effect.online_slowdown,
             window_start=start,

@@ -58,6 +58,24 @@ class RunningWorkload:
     started_at: datetime
     last_progress_at: datetime
     solo: SoloProfile | None = None  # the offline job's profile, for its sharing behaviour
+    launch_target: float | None = None  # xCUDA's U_GPU target when the SLO protection set one (None: not throttled)
+
+    def effective_share(self, online_sm_activity: float) -> float:
+        """The SM share (%) the job really uses: its MPS share, cut by xCUDA's launch control at
+        steady state when a launch target is set (`launch_limited_share`)."""
+        assert self.sm_share is not None
+        if self.launch_target is None:
+            return self.sm_share
+        return launch_limited_share(self.sm_share, online_sm_activity, (self.solo or DEFAULT_SHAPE).sm_activity, self.launch_target)
+
+
+def launch_limited_share(share: float, online_sm_activity: float, solo_sm_activity: float, target: float) -> float:
+    """xCUDA's launch control at steady state (as `experiments.sharing_modes.throttled_share`, at
+    full clock, a_C = 1): the largest offline SM demand q with ``1 - (1 - o)(1 - q) <= target``,
+    as a share: ``min(share, 100 q / a)``; 0 when the online service alone is over the target."""
+    o, a = online_sm_activity / 100.0, max(solo_sm_activity / 100.0, 1e-6)
+    q_max = min(1.0, max(0.0, 1.0 - (1.0 - target) / max(1.0 - o, 1e-6)))
+    return min(share, 100.0 * q_max / a)
 
 
 @dataclass(frozen=True)
@@ -118,6 +136,17 @@ class SimulatedNode:
         self._running[workload.job_id] = workload
         return True
 
+    def adjust(self, job_id: str, *, sm_share: float | None, launch_target: float | None) -> RunningWorkload | None:
+        """Set a running offline job's SM share and/or launch target; None if it is not running here."""
+        w = self._running.get(job_id)
+        if w is None or w.kind != "offline":
+            return None
+        w = replace(w, sm_share=w.sm_share if sm_share is None else sm_share,
+                    launch_target=w.launch_target if launch_target is None else launch_target)
+        _validate(w)
+        self._running[job_id] = w
+        return w
+
     def stop(self, job_id: str) -> RunningWorkload | None:
         """Remove a running job and return its last state; None if it is not running."""
         return self._running.pop(job_id, None)
@@ -158,5 +187,5 @@ class SimulatedNode:
             return 1.0
         assert w.sm_share is not None  # checked by `start`
         online = online_sm_activity.get(w.gpu_ids[0], 0.0)
-        effect = shared_execution(w.solo or DEFAULT_SHAPE, sm_share=w.sm_share, online_sm_activity=online)
+        effect = shared_execution(w.solo or DEFAULT_SHAPE, sm_share=w.effective_share(online), online_sm_activity=online)
         return effect.normalized_throughput
