@@ -180,12 +180,19 @@ def _shares_text(shares: Mapping[str, int]) -> str:
 
 
 def _at_share(r: BipartiteGraph, plan: RoundPlan, shares: Mapping[str, int], used: Mapping[str, int], demands: Mapping[str, int]) -> RoundPlan:
-    """Refusals and stops of jobs whose VC is held at its share say so (when a GPU was feasible)."""
+    """Placements carry their VC and its share in their inputs; refusals and stops of jobs whose
+    VC is held at its share say so (when a GPU was feasible)."""
     slots = len(r.gpus)
+    index = {j.job_id: i for i, j in enumerate(r.jobs)}
+    vc_of = {j.job_id: j.vc for j in r.jobs}
+    placements = tuple(
+        replace(p, inputs={**p.inputs, "vc": vc_of[p.job_id], "vc_share": float(shares.get(vc_of[p.job_id], 0)), "offline_slots": float(slots)})
+        for p in plan.placements
+    )
+    plan = replace(plan, placements=placements)
     full = {vc for vc, s in shares.items() if used.get(vc, 0) >= s and s < min(demands.get(vc, 0), slots)}
     if not full:
         return replace(plan, vc_shares=tuple(sorted(shares.items())))
-    index = {j.job_id: i for i, j in enumerate(r.jobs)}
     feasible_any = r.feasible.any(axis=0)
 
     def held(job_id: str) -> str | None:

@@ -111,6 +111,8 @@ def test_each_vc_gets_its_share_when_demand_exceeds_the_slots() -> None:
     assert waiting["vc-b-j09"] == "VC vc-b at its fair share (3 of 9 offline slots)"
     assert any(r == "VC vc-a at its fair share (6 of 9 offline slots)" for r in waiting.values())
     assert "fair share vc-a 6, vc-b 3" in plan.placements[0].reason
+    first = plan.placements[0]
+    assert (first.inputs["vc"], first.inputs["vc_share"], first.inputs["offline_slots"]) == (first.job_id.split("-j")[0], 6.0 if first.job_id.startswith("vc-a") else 3.0, 9.0)
     assert plan == plan_matching(gpus(9), jobs("vc-b", 10) + jobs("vc-a", 10, 10), MODELS, policy)  # deterministic
 
 
