@@ -5,7 +5,8 @@ node's GPUs through NVML) or ``dcgm`` (a dcgm-exporter endpoint, ``HIVEMUX_INGES
 Device reads run in a worker thread (NVML calls and HTTP scrapes block); the readings are then
 validated and batched by `hivemux.telemetry.ingest.Ingest` and handed to the producer a chunk of
 nodes at a time, so the broker takes one chunk while the next is validated. Which offline job
-runs where is folded from the executors (`hivemux.telemetry.offline.OfflineJobs`).
+runs where is folded from the executors (`hivemux.telemetry.offline.OfflineJobs`), and which
+submitted online service serves where (`OnlineServices`: the simulated fleet serves them).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from hivemux.simulated.fleet import FleetSpec, OfflineLoad, SimulatedFleet
 from hivemux.simulated.telemetry_source import SimulatedBackend
 from hivemux.telemetry.backends import device_backends
 from hivemux.telemetry.ingest import Ingest
-from hivemux.telemetry.offline import OfflineJobs
+from hivemux.telemetry.offline import OfflineJobs, OnlineServices
 from hivemux.telemetry.readings import GpuReading, NodeReading
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS, GPU_TELEMETRY
 
@@ -67,10 +68,11 @@ class TelemetryIngester:
     def __init__(self, settings: IngesterSettings, *, started_at: float | None = None) -> None:
         self.settings = settings
         self.source = f"{NAME}/{settings.instance}"
+        self.online = OnlineServices()
         if settings.backend == "simulated":  # the simulated GPUs feel the offline jobs placed on them
             self.offline = OfflineJobs(self._simulated_load)
             fleet = SimulatedFleet(FleetSpec(**settings.model_dump(include=_FLEET), origin_s=started_at or time.time()))
-            self.gpu_backend = self.node_backend = SimulatedBackend(fleet, self.offline.loads)
+            self.gpu_backend = self.node_backend = SimulatedBackend(fleet, self.offline.loads, self.online.by_gpu)
         else:
             self.offline = OfflineJobs()
             self.gpu_backend, self.node_backend = device_backends(
@@ -84,9 +86,11 @@ class TelemetryIngester:
 
     def on_command(self, command: ExecutorCommand, _: RecordContext) -> None:
         self.offline.on_command(command)
+        self.online.on_command(command)
 
     def on_report(self, report: ExecutorReport, _: RecordContext) -> None:
         self.offline.on_report(report)
+        self.online.on_report(report)
 
     def read_devices(self, at: datetime) -> tuple[list[GpuReading], list[NodeReading]]:
         """The raw readings of the instant `at` (blocking: NVML calls, HTTP scrapes)."""

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.e2e
 
 JOBS = """
 jobs:
+  - {job_id: up-online-a, vc: vc-a, kind: online, replicas: 1, gpu_type: T4, workload: {model: bert, batch_size: 8, slo_p99_ms: 50, request_rate: 100}}
+  - {job_id: up-online-b, vc: vc-b, kind: online, replicas: 1, gpu_type: T4, workload: {model: resnet50, batch_size: 8, slo_p99_ms: 20, request_rate: 100}}
   - {job_id: up-offline-a, vc: vc-a, kind: offline, workload: {model: vgg16, batch_size: 16, iterations: 100000}}
   - {job_id: up-offline-b, vc: vc-b, kind: offline, workload: {model: inceptionv3, batch_size: 32, iterations: 100000}}
   - {job_id: up-training, vc: vc-a, kind: training, pods: 1, gpus_per_pod: 4, workload: {model: bert, batch_size: 32, iterations: 100000}}
@@ -53,7 +55,7 @@ def test_up_runs_everything_and_writes_the_summary(tmp_path: Path) -> None:
     assert "Restarts: postgres 1, projector 1" in stdout
     summary = json.loads(summary_path.read_text())
     assert summary["supervision"]["restarts"] == {**dict.fromkeys(state, 0), "projector": 1, "postgres": 1}
-    assert summary["jobs"]["submitted"] == 3
+    assert summary["jobs"]["submitted"] == 5
     # Both shared an online GPU; a GPU turning Overlimit may have evicted one since.
     assert {r["job_id"] for r in summary["offline_shared"]} == {"up-offline-a", "up-offline-b"}
     assert summary["offline_sharing"]

@@ -85,7 +85,7 @@ PER_NODE: frozenset[tuple[str, str]] = frozenset({
 # (topic, principal) -> the actions its records may carry: who may start, stop or evict what
 # (a matcher does not stop training jobs, the health processor starts nothing).
 ACTIONS: Mapping[tuple[str, str], frozenset[str]] = {
-    (t.EXECUTOR_COMMANDS.name, "cell-allocator"): frozenset({"start_training", "stop", "evict"}),
+    (t.EXECUTOR_COMMANDS.name, "cell-allocator"): frozenset({"start_training", "start_online", "stop", "evict"}),
     (t.EXECUTOR_COMMANDS.name, "matcher"): frozenset({"start_offline", "stop", "evict"}),
     (t.EXECUTOR_COMMANDS.name, "health-processor"): frozenset({"evict", "restart_mps", "reset_workload", "adjust"}),
 }

@@ -7,7 +7,8 @@ makes the one call, and turns the returned `Allocation` into events:
 
 - `PodBound` -> a ``bound`` `CellBinding` carrying HiveD's pod scheduling spec and pod bind info
   (the binding log alone rebuilds the allocator, HiveD §4 "Fault tolerance") and a
-  ``start_training`` `ExecutorCommand` on the bound GPUs;
+  ``start_training`` (an online service's replica: ``start_online``) `ExecutorCommand` on the
+  bound GPUs;
 - `PodReleased` -> a ``released`` binding;
 - `PodPreempted` -> a ``preempted`` binding, an ``evict`` command and a ``preempted`` lifecycle
   event (the job waits to resume, HiveD §3.3);
@@ -63,10 +64,15 @@ from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 
 ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
+CELL_KINDS = frozenset({JobKind.TRAINING, JobKind.ONLINE})  # the jobs HiveD places on cells
+_START = {JobKind.TRAINING: CommandAction.START_TRAINING, JobKind.ONLINE: CommandAction.START_ONLINE}
 
 
 def training_job(job: JobSubmission) -> TrainingJob:
-    """A submission as HiveD's input: its pods form one affinity group (`TrainingJob.pods`)."""
+    """A submission as HiveD's input: its pods form one affinity group (`TrainingJob.pods`). An
+    online service is a gang of ``replicas`` 1-GPU pods at its guaranteed priority: HiveD's
+    guarantees protect online capacity like any guaranteed gang (its replicas are packed into
+    the VC's cells like a gang's pods; each binding names one replica's GPU)."""
     return TrainingJob(
         job_id=job.job_id,
         vc=job.vc,
@@ -89,7 +95,7 @@ class AllocatorEvents:
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
-        if job.kind is not JobKind.TRAINING:
+        if job.kind not in CELL_KINDS:
             return []
         self.submissions[job.job_id] = job
         if replaying:
@@ -208,7 +214,7 @@ class AllocatorEvents:
                     out.append(
                         ExecutorCommand(
                             event_id=derived_id("start", key), occurred_at=at, source=self.source, node_id=bind.node,
-                            action=CommandAction.START_TRAINING, job_id=d.job_id, gpu_ids=gpus, workload=job.workload,
+                            action=_START[job.kind], job_id=d.job_id, gpu_ids=gpus, workload=job.workload,
                             reason=clip_reason(f"pod {pod.name} bound to {bind.node} GPUs {list(bind.leaf_cells)}"),
                         )  # fmt: skip
                     )

@@ -17,6 +17,7 @@ from .jobs import WorkloadSpec
 class CommandAction(StrEnum):
     START_OFFLINE = "start_offline"
     START_TRAINING = "start_training"
+    START_ONLINE = "start_online"  # an online service's replica on its bound GPU (serves until stopped)
     STOP = "stop"
     EVICT = "evict"
     RESTART_MPS = "restart_mps"  # error remediation: restart the GPU's MPS control daemon
@@ -40,7 +41,7 @@ class ExecutorCommand(Event):
 
     @model_validator(mode="after")
     def _starts_carry_a_workload(self) -> "ExecutorCommand":
-        starts = (CommandAction.START_OFFLINE, CommandAction.START_TRAINING)
+        starts = (CommandAction.START_OFFLINE, CommandAction.START_TRAINING, CommandAction.START_ONLINE)
         if self.action in starts and (self.workload is None or not self.gpu_ids):
             raise ValueError(f"{self.action} needs a workload and at least one GPU")
         if self.action is CommandAction.ADJUST and self.launch_target is None and self.sm_share is None:

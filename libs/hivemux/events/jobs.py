@@ -63,15 +63,55 @@ class JobSubmission(Event):
     estimates: ResourceEstimates = Field(default_factory=ResourceEstimates)
     principal: Name | None = Field(default=None, description="Who asked (the API's token principal, tenant:token-id); None: a tool or a record from before issue 17")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _online_defaults(cls, data: object) -> object:
+        """An online service is written with ``replicas`` (its pods) and is guaranteed unless
+        it says otherwise (HiveD's guarantees protect online capacity)."""
+        if isinstance(data, dict) and data.get("kind") in (JobKind.ONLINE, "online"):
+            data = dict(data)
+            if "replicas" in data:
+                if "pods" in data and data["pods"] != data["replicas"]:
+                    raise ValueError("an online service gives replicas or pods, not both")
+                data["pods"] = data.pop("replicas")
+            data.setdefault("priority", Priority.GUARANTEED)
+            if isinstance(data.get("workload"), dict):  # a service runs until stopped: no iteration count
+                data["workload"] = {"iterations": 1, **data["workload"]}
+        return data
+
     @model_validator(mode="after")
     def _offline_is_single_gpu(self) -> "JobSubmission":
         if self.kind is JobKind.OFFLINE and (self.pods != 1 or self.gpus_per_pod != 1):
             raise ValueError("offline jobs share one GPU: pods and gpus_per_pod must be 1")
+        if self.kind is JobKind.ONLINE:
+            self._check_online()
         if self.pod_gpus and (len(self.pod_gpus) != self.pods or min(self.pod_gpus) < 1):
             raise ValueError(f"pod_gpus lists {len(self.pod_gpus)} sizes for {self.pods} pods (each at least 1)")
         if sum(self.pod_sizes) > MAX_GPUS:
             raise ValueError(f"the job asks for {sum(self.pod_sizes)} GPUs, more than the {MAX_GPUS} any cluster has")
         return self
+
+    def _check_online(self) -> None:
+        """An online service: ``pods`` replicas of one GPU each, on a named GPU type, guaranteed,
+        with its p99 SLO and expected request rate."""
+        problems = []
+        if self.gpus_per_pod != 1 or (self.pod_gpus and set(self.pod_gpus) != {1}):
+            problems.append("each replica of an online service serves on one GPU: gpus_per_pod must be 1")
+        if self.gpu_type is None:
+            problems.append("an online service names its gpu_type")
+        if self.priority is not Priority.GUARANTEED:
+            problems.append("an online service is guaranteed (its replicas hold VC cells)")
+        if self.workload.slo_p99_ms is None:
+            problems.append("an online service names its latency SLO: workload.slo_p99_ms")
+        if self.workload.request_rate is None or self.workload.request_rate <= 0:
+            problems.append("an online service names its expected request rate (> 0): workload.request_rate")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def replicas(self) -> int:
+        """An online service's replicas: its pods."""
+        return self.pods
 
     @property
     def pod_sizes(self) -> tuple[int, ...]:

@@ -12,6 +12,12 @@ them with the calibrated interference model (`hivemux.simulated.interference`) a
 The online service's own SM activity per GPU is folded from `telemetry.gpu` samples that show
 no offline work on the GPU (the sample of a shared GPU is not the online service's alone).
 
+Online services are jobs (issue 19): a ``start_online`` command (the cell allocator's, one per
+bound replica) makes the node serve the service on its GPU until a ``stop`` or ``evict``: no
+iterations, a ``running`` lifecycle event, and every ``latency_window_s`` a p99 report
+(`online.latency`) with the service's SLO and request rate from its submission; the simulated
+fleet, told by the same commands (telemetry-ingester), shows the service on that GPU.
+
 Time: a simulated workload runs on the node's clock, like a real one: it starts when the start
 command is handled (``now``) and advances by the time elapsed between ticks. What a command
 decides carries the command's event time: the final ``stopped``/``evicted`` report and
@@ -70,6 +76,8 @@ class SimulatedExecutor:
         self.online_sm: dict[str, float] = {}
         # Online services per GPU (from the samples) and the end of each one's last latency window.
         self.online: dict[str, tuple[str, str]] = {}  # gpu_id -> (node_id, service)
+        self.services: dict[str, ExecutorCommand] = {}  # gpu_id -> the start_online serving there (a submitted service)
+        self.submitted: set[str] = set()  # submitted services (job ids): known from their commands, not from samples
         self.latency_until: dict[str, datetime] = {}
         self.latency_window_s = latency_window_s
         self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
@@ -123,7 +131,7 @@ class SimulatedExecutor:
 
     def on_sample(self, sample: GpuTelemetrySample) -> None:
         self.gpu_types[sample.gpu_id] = sample.gpu_type
-        if sample.online_workload is not None:
+        if sample.online_workload is not None and sample.online_workload not in self.submitted:  # a fixed fleet service
             self.online[sample.gpu_id] = (sample.node_id, sample.online_workload)
         if not sample.offline_workloads:
             self.online_sm[sample.gpu_id] = sample.sm_activity if sample.sm_activity is not None else sample.gpu_util
@@ -143,8 +151,12 @@ class SimulatedExecutor:
         node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
         if command.action in _STARTS:
             return self._start(node, command, now)
+        if command.action is CommandAction.START_ONLINE:
+            return self._start_online(command, now)
         if command.action is CommandAction.ADJUST:
             return self._adjust(node, command)
+        if self._serving(command.node_id, command.job_id):
+            return self._stop_online(command)
         stopped = node.stop(command.job_id)
         self.commands.pop((command.node_id, command.job_id), None)
         self.observed_until.pop((command.node_id, command.job_id), None)
@@ -186,6 +198,39 @@ class SimulatedExecutor:
             self._lifecycle(command, JobState.RUNNING, now, f"started on {command.node_id} {','.join(command.gpu_ids)}{share}"),
         ]
 
+    def _serving(self, node_id: str, job_id: str) -> list[str]:
+        return sorted(g for g, c in self.services.items() if c.node_id == node_id and c.job_id == job_id)
+
+    def _start_online(self, command: ExecutorCommand, now: datetime) -> list[Event]:
+        """Serve an online service's replica on its GPU(s); a re-delivered start changes nothing."""
+        if all(self.services.get(g) == command for g in command.gpu_ids):
+            return []
+        self.submitted.add(command.job_id)
+        for gpu_id in command.gpu_ids:
+            self.online.pop(gpu_id, None)
+            self.services[gpu_id] = command
+            self.latency_until.pop(gpu_id, None)  # its first window starts now
+        assert command.workload is not None
+        rate = command.workload.request_rate
+        what = f"serving {command.workload.model}" + (f" at {rate:g} req/s" if rate else "")
+        return [
+            self._report(command, ReportState.ACCEPTED, now, detail=what),
+            self._lifecycle(command, JobState.RUNNING, now, f"{what} on {command.node_id} {','.join(command.gpu_ids)}"),
+        ]
+
+    def _stop_online(self, command: ExecutorCommand) -> list[Event]:
+        gpus = self._serving(command.node_id, command.job_id)
+        start = self.services[gpus[0]]
+        for gpu_id in gpus:
+            del self.services[gpu_id]
+            self.latency_until.pop(gpu_id, None)
+            self.online.pop(gpu_id, None)
+        at = command.occurred_at
+        evicted = command.action is CommandAction.EVICT
+        report = self._report(start, ReportState.EVICTED if evicted else ReportState.STOPPED, at, detail=command.reason)
+        report = report.model_copy(update={"event_id": derived_id("report", command.event_id, report.state.value)})
+        return [report, self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
+
     def _adjust(self, node: SimulatedNode, command: ExecutorCommand) -> list[Event]:
         """SLO protection's step: the running job's launch target and/or SM share (the interference
         model applies them from the next advance)."""
@@ -204,7 +249,8 @@ class SimulatedExecutor:
         """Each online service's p99 over the window since its previous report, with its offline
         neighbour as it runs now (`simulated.online_latency`)."""
         out: list[Event] = []
-        for gpu_id, (node_id, service) in sorted(self.online.items()):
+        served = {g: (c.node_id, c.job_id) for g, c in self.services.items()}
+        for gpu_id, (node_id, service) in sorted({**self.online, **served}.items()):
             start = self.latency_until.get(gpu_id)
             if start is None or now <= start:
                 self.latency_until.setdefault(gpu_id, now)
@@ -218,11 +264,14 @@ class SimulatedExecutor:
             slowdown = 0.0
             if neighbour is not None and neighbour.solo is not None:
                 slowdown = shared_execution(neighbour.solo, sm_share=neighbour.effective_share(online), online_sm_activity=online).online_slowdown
-            p99 = online_p99_ms(service, online, slowdown)
+            spec = self.services[gpu_id].workload if gpu_id in self.services else None
+            p99 = online_p99_ms(spec.model if spec else service, online, slowdown)
+            slo = spec.slo_p99_ms if spec and spec.slo_p99_ms else slo_p99_ms(spec.model if spec else service)
             placed = self.commands.get((node_id, neighbour.job_id)) if neighbour is not None else None
             out.append(OnlineLatencyReport(
                 event_id=derived_id("latency", gpu_id, now.isoformat()), occurred_at=now, source=self.agent(node_id),
-                node_id=node_id, gpu_id=gpu_id, service=service, p50_ms=p99 / 2.0, p99_ms=p99, slo_p99_ms=slo_p99_ms(service),
+                node_id=node_id, gpu_id=gpu_id, service=service, p50_ms=p99 / 2.0, p99_ms=p99, slo_p99_ms=slo,
+                request_rate=spec.request_rate if spec else None,
                 window_start=start, window_end=now, offline_job_id=neighbour.job_id if neighbour else None,
                 sm_share=placed.sm_share if placed is not None else None,
                 launch_target=neighbour.launch_target if neighbour else None,

@@ -2,7 +2,12 @@
 
 N nodes x G GPUs of one type. The first ``serving_nodes`` nodes host one online inference
 service per GPU (MuxFlow's setting: online services own their GPUs, offline jobs fill idle
-SMs, preprint §2.2-2.3); the rest are free for training. The first ``hot_gpus`` serving GPUs
+SMs, preprint §2.2-2.3); the rest are free for training. Online services submitted as jobs
+(issue 19) serve where the cell allocator bound their replicas: `sample`'s ``online`` maps a
+GPU to the service serving on it (the telemetry-ingester folds it from ``start_online``
+commands, `telemetry.offline.OnlineServices`); such a service behaves like a fixed one (its
+draws keyed by its name and GPU) and `online_workload` names it. With ``serving_nodes=0`` every
+online GPU is a submitted service's. The first ``hot_gpus`` serving GPUs
 run a heavier service that enters SysMonitor's Unhealthy and Overlimit zones (§4.1,
 Figure 6(b)) at its daily peak, so the health pipeline has work to do.
 
@@ -42,7 +47,7 @@ import hashlib
 import math
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import MappingProxyType
 
@@ -64,6 +69,7 @@ IDLE_POWER = 0.14
 HOST_MIB_PER_GPU = 48 * 1024
 NOISE_BUCKET_S = 10.0
 _NO_OFFLINE: Mapping[str, "OfflineLoad"] = MappingProxyType({})
+_NO_ONLINE: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,20 @@ class SimulatedFleet:
         self._services = services
         self._service_by_gpu = {s.gpu_id: s for s in services.values()}
         self.hot_services: tuple[str, ...] = tuple(s.name for s in services.values() if s.hot)
+        self._submitted: dict[tuple[str, str], _Service] = {}  # (gpu, service) -> a submitted service's replica
+
+    def _service(self, gpu_id: str, online: Mapping[str, str]) -> _Service | None:
+        """The service on ``gpu_id``: a fixed one, else the submitted one ``online`` names there.
+        A submitted replica's draws depend only on (seed, name, GPU): a cache, not state."""
+        fixed = self._service_by_gpu.get(gpu_id)
+        name = online.get(gpu_id)
+        if fixed is not None or name is None:
+            return fixed
+        svc = self._submitted.get((gpu_id, name))
+        if svc is None:
+            drawn = self._make_service(f"{name}@{gpu_id}", gpu_id, hot=False)  # its draws keyed by replica
+            svc = self._submitted[(gpu_id, name)] = replace(drawn, name=name)
+        return svc
 
     def _rng(self, key: str, bucket: int) -> random.Random:
         digest = hashlib.blake2b(f"{self.spec.seed}|{key}|{bucket}".encode(), digest_size=8).digest()
@@ -182,6 +202,9 @@ class SimulatedFleet:
         svc = self._services.get(service)
         if svc is None:
             raise KeyError(f"unknown service {service!r}; known: {', '.join(sorted(self._services))}")
+        return self._qps(svc, at)
+
+    def _qps(self, svc: _Service, at: datetime) -> float:
         t = _event_seconds(at)
         hour = (self._hour_of_day(t) - svc.phase_h) % 24.0
         pos = (hour - 0.5) % 24.0  # the value of hour h is placed at h + 0.5
@@ -196,33 +219,34 @@ class SimulatedFleet:
             return t * self.spec.time_scale / 3600.0
         return self.spec.start_hour + (t - self.spec.origin_s) * self.spec.time_scale / 3600.0
 
-    def online_sm_activity(self, gpu_id: str, at: datetime) -> float:
+    def online_sm_activity(self, gpu_id: str, at: datetime, online: Mapping[str, str] = _NO_ONLINE) -> float:
         """SM activity (%) of the online service on ``gpu_id`` alone; 0 on a GPU without one."""
         if gpu_id not in self._gpu_by_id:
             raise KeyError(f"unknown GPU {gpu_id!r}")
-        svc = self._service_by_gpu.get(gpu_id)
+        svc = self._service(gpu_id, online)
         if svc is None:
             return 0.0
-        qps = self.online_qps(svc.name, at)
+        qps = self._qps(svc, at)
         sm = svc.sm_low + (svc.sm_peak - svc.sm_low) * (qps - QPS_MIN) / (QPS_MAX - QPS_MIN)
         return _clip(sm + self._noise(f"sm/{gpu_id}", _event_seconds(at)), 0.0, 100.0)
 
     def sample(
-        self, at: datetime, offline: Mapping[str, OfflineLoad] = _NO_OFFLINE
+        self, at: datetime, offline: Mapping[str, OfflineLoad] = _NO_OFFLINE, online: Mapping[str, str] = _NO_ONLINE
     ) -> tuple[tuple[GpuReading, ...], tuple[NodeReading, ...]]:
         """One sample of every GPU and node at ``at``. ``offline`` maps a GPU id to the offline
-        (or training) job running on it; an unknown GPU id is a ValueError."""
-        unknown = sorted(set(offline) - set(self._gpu_by_id))
+        (or training) job running on it, ``online`` to the submitted online service serving on
+        it (a GPU of a fixed service keeps its own); an unknown GPU id is a ValueError."""
+        unknown = sorted((set(offline) | set(online)) - set(self._gpu_by_id))
         if unknown:
-            raise ValueError(f"offline loads on unknown GPUs: {', '.join(unknown)}")
+            raise ValueError(f"loads on unknown GPUs: {', '.join(unknown)}")
         t = _event_seconds(at)
-        gpu_samples = tuple(self._sample_gpu(g, at, t, offline.get(g.gpu_id)) for g in self.gpus)
+        gpu_samples = tuple(self._sample_gpu(g, at, t, offline.get(g.gpu_id), online) for g in self.gpus)
         node_samples = tuple(self._sample_node(node_id, t, gpu_samples) for node_id in self.nodes)
         return gpu_samples, node_samples
 
-    def _sample_gpu(self, gpu: SimGpu, at: datetime, t: float, load: OfflineLoad | None) -> GpuReading:
-        gt, svc, gid = self._type, self._service_by_gpu.get(gpu.gpu_id), gpu.gpu_id
-        online_sm = self.online_sm_activity(gid, at)
+    def _sample_gpu(self, gpu: SimGpu, at: datetime, t: float, load: OfflineLoad | None, online: Mapping[str, str]) -> GpuReading:
+        gt, svc, gid = self._type, self._service(gpu.gpu_id, online), gpu.gpu_id
+        online_sm = self.online_sm_activity(gid, at, online)
         occupancy = 0.45 * online_sm / 100.0
         if load is not None:
             effect = shared_execution(load.solo, sm_share=load.sm_share, online_sm_activity=online_sm)
@@ -247,7 +271,7 @@ class SimulatedFleet:
             power_w=gt.tdp_w * power_frac,
             temperature_c=30.0 + 48.0 * power_frac + 0.4 * self._noise(f"temp/{gid}", t),
             xid_errors=0, ecc_sbe=0, ecc_dbe=0,
-            online_workload=gpu.online_workload,
+            online_workload=svc.name if svc is not None else None,
             offline_workloads=(load.job_id,) if load is not None else (),
         )  # fmt: skip
 

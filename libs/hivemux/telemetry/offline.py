@@ -57,3 +57,33 @@ class OfflineJobs(Generic[L]):
         for gpu_id in [g for g, jobs in self.by_gpu.items() if job_id in jobs]:
             del self.by_gpu[gpu_id]
             self.loads.pop(gpu_id, None)
+
+
+class OnlineServices:
+    """Which submitted online service serves on which GPU, as the executors were told (issue 19):
+    a ``start_online`` (the cell allocator's, one per bound replica) puts the service (its job
+    id) on its GPUs; a ``stop`` / ``evict`` of the job, or a report that it is gone, takes it off.
+    A simulated fleet serves from this map (`SimulatedFleet.sample`'s ``online``), so telemetry's
+    ``online_workload`` follows the services' bindings, not a fixed fleet.
+
+    Worked example: ``start_online`` of ``svc-a`` on ``node-00/gpu-0``: ``by_gpu ==
+    {"node-00/gpu-0": "svc-a"}``; a ``stop`` of ``svc-a`` on ``node-00`` empties it."""
+
+    def __init__(self) -> None:
+        self.by_gpu: dict[str, str] = {}
+
+    def on_command(self, command: ExecutorCommand) -> None:
+        if command.action is CommandAction.START_ONLINE:
+            for gpu_id in command.gpu_ids:
+                self.by_gpu[gpu_id] = command.job_id
+        elif command.action in _STOPS:
+            self.forget(command.job_id, command.node_id)
+
+    def on_report(self, report: ExecutorReport) -> None:
+        if report.state in GONE:
+            self.forget(report.job_id, report.node_id)
+
+    def forget(self, job_id: str, node_id: str) -> None:
+        # a stop is per node (the allocator sends one to each node of the job): that node's replicas go
+        for gpu_id in [g for g, job in self.by_gpu.items() if job == job_id and g.startswith(f"{node_id}/")]:
+            del self.by_gpu[gpu_id]

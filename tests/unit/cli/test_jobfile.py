@@ -135,7 +135,8 @@ def test_demo_jobs_parse() -> None:
     assert path == ROOT / "libs" / "hivemux" / "cli" / "demo_jobs.yaml"
     jobs = parse_jobs(path, at=AT)
     kinds = {j.kind for j in jobs}
-    assert kinds == {JobKind.OFFLINE, JobKind.TRAINING}
+    assert kinds == {JobKind.ONLINE, JobKind.OFFLINE, JobKind.TRAINING}
+    assert {j.vc for j in jobs if j.kind is JobKind.ONLINE} == {"vc-a", "vc-b"}  # online services of two VCs (issue 19)
     assert len({j.job_id for j in jobs}) == len(jobs) >= 2
 
 
