@@ -51,8 +51,8 @@ class HealthSettings(ServiceSettings):
 
     config: Path | None = Field(default=None, description="SysMonitor/detector YAML; default: the shipped one")
     sweep_interval_s: float = Field(default=1.0, gt=0, description="How often silent GPUs are looked for")
-    slo_approach: float = Field(default=0.8, description="SLO protection: p99/SLO above which the offline neighbour is turned down")
-    slo_restore_below: float = Field(default=0.6, description="SLO protection: p99/SLO under which it is turned back up")
+    slo_approach: float = Field(default=0.9, description="SLO protection: p99/SLO above which the offline neighbour is turned down")
+    slo_restore_below: float = Field(default=0.75, description="SLO protection: p99/SLO under which it is turned back up")
     slo_restore_after: int = Field(default=3, ge=1, description="SLO protection: reports under restore_below per restoring step")
     slo_breach_reports: int = Field(default=5, ge=1, description="SLO protection: consecutive reports over the SLO to evict ...")
     slo_breach_s: float = Field(default=30.0, ge=0, description="... spanning at least this much event time")

@@ -1,4 +1,4 @@
-"""SLO-driven protection on the embedded broker: an online service's latency report over 80 %
+"""SLO-driven protection on the embedded broker: an online service's latency report over 90 %
 of its SLO makes the health processor publish a protection step (measured p99, SLO, step) and
 the executor command that applies it; the simulated executor applies it to the running offline
 neighbour (reported ``adjusted``); a sustained breach evicts the neighbour."""
@@ -63,14 +63,14 @@ async def test_a_latency_report_over_the_slo_leads_to_a_step_and_its_command(inf
                 return any(getattr(e, "job_id", None) == job for _, e in await read_all(infra.bootstrap_servers, EXECUTOR_REPORTS))
 
             await eventually(started)
-            await publisher.publish(latency(node, gpu, job, 45.0, now + timedelta(seconds=5)))  # 90 % of the SLO
+            await publisher.publish(latency(node, gpu, job, 47.0, now + timedelta(seconds=5)))  # 94 % of the SLO
 
             async def steps() -> list[SloProtectionAction]:
                 found = [e for _, e in await read_all(infra.bootstrap_servers, SLO_PROTECTION)]
                 return [e for e in found if isinstance(e, SloProtectionAction) and e.gpu_id == gpu]
 
             [step] = await eventually(steps)
-            assert (step.step, step.level, step.p99_ms, step.slo_p99_ms, step.launch_target) == ("lower_launch_target", 1, 45.0, 50.0, 0.5)
+            assert (step.step, step.level, step.p99_ms, step.slo_p99_ms, step.launch_target) == ("lower_launch_target", 1, 47.0, 50.0, 0.6)
             assert step.offline_job_id == job and step.source == f"health-processor/{tag}"
 
             async def commands() -> list[ExecutorCommand]:
@@ -79,15 +79,15 @@ async def test_a_latency_report_over_the_slo_leads_to_a_step_and_its_command(inf
 
             [adjust] = await eventually(commands)
             assert (adjust.action, adjust.job_id, adjust.gpu_ids, adjust.launch_target, adjust.sm_share) == (
-                CommandAction.ADJUST, job, (gpu,), 0.5, None)
-            assert "45.0 ms is 90 % of the SLO 50.0 ms" in adjust.reason
+                CommandAction.ADJUST, job, (gpu,), 0.6, None)
+            assert "47.0 ms is 94 % of the SLO 50.0 ms" in adjust.reason
 
             async def adjusted() -> list[ExecutorReport]:
                 found = [e for _, e in await read_all(infra.bootstrap_servers, EXECUTOR_REPORTS)]
                 return [e for e in found if isinstance(e, ExecutorReport) and e.job_id == job and e.step == "adjusted"]
 
             [applied] = await eventually(adjusted)
-            assert "launch target 0.5" in applied.detail
+            assert "launch target 0.6" in applied.detail
 
             # A sustained breach: three reports over the SLO spanning 10 s of event time evict.
             await publisher.publish(*(latency(node, gpu, job, 60.0, now + timedelta(seconds=10 + 5 * k)) for k in range(3)))

@@ -59,8 +59,9 @@ eviction rate = evictions / executions.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +74,7 @@ from hivemux.matching.plan import MatchingPolicy, OnlineGpu, PendingJob, plan_fc
 from hivemux.prediction.bootstrap import simulated_pairs
 from hivemux.prediction.features import SpeedModel
 from hivemux.prediction.speed_predictor import TrainingSettings, fit
+from hivemux.sharing.slo_protection import LatencyReading, SloPolicy, SloProtector, Step
 
 from hivemux.simulated.catalog import solo_profile
 from .muxflow_trace import MEMORY_QUOTA, OFFLINE_MODELS, OfflineJob, batch_for, offline_trace
@@ -80,6 +82,7 @@ from .online_world import OnlineWorld
 from .sharing_modes import XcudaSteadyState, clock_weight, share_gpu
 
 PAPER_JOB_RANGE = (1410, 7287)
+SIM_EPOCH = datetime(2017, 10, 30, tzinfo=UTC)  # event time of the simulation's t = 0 (the Philly week's start)
 ProgressFn = Callable[[int], None]
 
 
@@ -90,6 +93,8 @@ class MuxflowPolicy:
     placement: str  # matching | fcfs | none
     dynamic_sm: bool = True
     protection: bool = True
+    xcuda_target: float = 0.7  # xCUDA's U_GPU target (the executor's default; lower = stricter GPU-metric protection)
+    slo: SloPolicy | None = None  # SLO-driven protection (`sharing.slo_protection`) in front of SysMonitor
 
 
 POLICIES: dict[str, MuxflowPolicy] = {
@@ -103,6 +108,14 @@ POLICIES: dict[str, MuxflowPolicy] = {
         MuxflowPolicy("Time-sharing", "time-sharing", "fcfs", protection=False),
         MuxflowPolicy("PB-time-sharing", "pb-time-sharing", "fcfs", protection=False),
         MuxflowPolicy("PB-multi-stream", "pb-multi-stream", "fcfs", protection=False),
+        # muxflow-slo: GPU-metric-only protection made stricter (the paper's knob) vs SLO-driven
+        MuxflowPolicy("MuxFlow-xCUDA-0.65", "mps", "matching", xcuda_target=0.65),
+        MuxflowPolicy("MuxFlow-xCUDA-0.6", "mps", "matching", xcuda_target=0.6),
+        MuxflowPolicy("MuxFlow-xCUDA-0.5", "mps", "matching", xcuda_target=0.5),
+        # ... vs SLO-driven protection at three thresholds (the shipped defaults and two others)
+        MuxflowPolicy("MuxFlow-SLO-0.95", "mps", "matching", slo=SloPolicy(approach=0.95, restore_below=0.85)),
+        MuxflowPolicy("MuxFlow-SLO", "mps", "matching", slo=SloPolicy()),
+        MuxflowPolicy("MuxFlow-SLO-0.8", "mps", "matching", slo=SloPolicy(approach=0.8, restore_below=0.6, launch_targets=(0.5, 0.3))),
     )
 }
 
@@ -127,6 +140,8 @@ class MuxflowParams:
     predictor_epochs: int = 80
     series_every_s: float = 600.0
     trace_file: str | None = None  # a Philly-format CSV of your own (default: the Philly week)
+    slo_factor: float = 1.2  # each online GPU's p99 SLO: this x its Online-only latency at peak QPS and full clock
+    slo_hold_s: float = 3600.0  # after an SLO eviction the GPU takes no offline job for this long
 
     def job_counts(self) -> tuple[int, ...]:
         if self.jobs is not None:
@@ -247,7 +262,7 @@ class _Run:
         self.policy, self.jobs, self.params, self.health, self.progress = policy, jobs, params, health, progress
         self.world = world = OnlineWorld(dict(params.gpus), seed)
         main_type = _main_type(params)
-        self.xcuda = XcudaSteadyState() if policy.protection and policy.mode == "mps" else None
+        self.xcuda = XcudaSteadyState(target=policy.xcuda_target) if policy.protection and policy.mode == "mps" else None
         types = world.type_names
         self.type_index = np.array([types.index(t) for t in world.gpu_types])
         self.prof = prof = _profiles(jobs, types, main_type, seed, params.profiler_noise)
@@ -273,6 +288,16 @@ class _Run:
         self.startup_left = np.zeros(G)
         self.monitors = [SysMonitor(world.gpu_ids[g], world.node_ids[g], world.gpu_types[g]) for g in range(G)] if policy.protection else []
         self.gpu_index = {gid: g for g, gid in enumerate(world.gpu_ids)}
+        # SLO-driven protection: each GPU's p99 SLO, its neighbour's launch target and share cap
+        self.slo_ms = params.slo_factor * world.base_latency * 2.0  # Online-only at 190 QPS is 2 x base
+        self.target = np.full(G, policy.xcuda_target)
+        self.share_cap = np.full(G, np.inf)
+        self.nominal = np.zeros(G)
+        self.hold_until = np.full(G, -np.inf)
+        self.protector = SloProtector(replace(policy.slo, nominal_launch_target=policy.xcuda_target)) if policy.slo else None
+        self.engaged: set[int] = set()
+        self.slo_steps: dict[str, int] = {s.value: 0 for s in Step}
+        self.slo_viol = self.slo_viol0 = self.slo_req_viol = self.slo_req = self.slo_gpu_min = 0.0
         self.matcher = MatchingPolicy(memory_quota_fraction=MEMORY_QUOTA,
                                       slowdown_bound=0.2 if policy.protection else math.inf,
                                       fixed_sm_share=None if policy.dynamic_sm else params.fixed_share)
@@ -314,6 +339,8 @@ class _Run:
             clock0 = self.world.device(tick.sm_activity, tick.gpu_util)[1]
             power, clock, temp = self.world.device(sm_all, util_all)
             self.account(tick, sm_all, util_all, mem_all, slowdown, t_norm, clock, clock0)
+            if self.protector is not None:
+                self.protect(t + dt)
             if self.policy.protection:
                 self.observe_health(t + dt, sm_all, util_all, mem_all, clock, temp, power)
             k += 1
@@ -331,7 +358,8 @@ class _Run:
         mean_sm = self.window_sm / self.window_n
         self.window_sm[:] = 0.0
         self.window_n = 0
-        eligible = [g for g in range(world.n) if not self.policy.protection or self.monitors[g].state is HealthState.HEALTHY]
+        eligible = [g for g in range(world.n) if (not self.policy.protection or self.monitors[g].state is HealthState.HEALTHY)
+                    and self.hold_until[g] <= t]
         if not eligible or not (np.any(arrived) or np.any(job_on >= 0)):
             return
         eligible_set = set(eligible)
@@ -355,13 +383,16 @@ class _Run:
         for placement in plan.placements:
             w, g = self.worker_index[placement.job_id], self.gpu_index[placement.gpu_id]
             job_on[g], wk.gpu[w], wk.state[w] = w, g, 1
-            self.share[g] = placement.sm_share
+            self.share[g] = self.nominal[g] = placement.sm_share
+            self.target[g], self.share_cap[g] = self.policy.xcuda_target, np.inf
             self.startup_left[g] = self.params.startup_s
             self.executions += 1
             self.predicted[g] = placement.predicted_normalized_throughput
         for job_id in plan.kept:  # the dynamic share follows the online load (a restart)
             g = int(wk.gpu[self.worker_index[job_id]])
             new = self.matcher.share_for(float(mean_sm[g]))
+            self.nominal[g] = new
+            new = min(new, self.share_cap[g])  # an SLO step's lowered share holds until restored
             if abs(new - self.share[g]) >= self.params.reshare_points:
                 self.share[g] = new
                 self.startup_left[g] = self.params.startup_s
@@ -384,7 +415,8 @@ class _Run:
             first = share_gpu("mps", o=o, u_on=u_on, a=a, u=u, share=self.share[idx])
             _, clk, _ = world.device(first.sm_activity, first.gpu_util, idx)
             a_c = clock_weight(clk, world.max_clock[idx], self.xcuda)
-        shared = share_gpu(self.policy.mode, o=o, u_on=u_on, a=a, u=u, share=self.share[idx], a_c=a_c, xcuda=self.xcuda)
+        shared = share_gpu(self.policy.mode, o=o, u_on=u_on, a=a, u=u, share=self.share[idx], a_c=a_c, xcuda=self.xcuda,
+                           target=self.target[idx])
         active = 1.0 - np.minimum(self.startup_left[idx], dt) / dt
         self.startup_left[idx] = np.maximum(0.0, self.startup_left[idx] - dt)
         t_norm = shared.throughput * active
@@ -429,6 +461,13 @@ class _Run:
         world = self.world
         latency = world.latency_ms(tick.qps, clock, slowdown)
         latency0 = world.latency_ms(tick.qps, clock0, np.zeros(world.n))
+        over = latency > self.slo_ms
+        self.slo_viol += float(np.count_nonzero(over))
+        self.slo_viol0 += float(np.count_nonzero(latency0 > self.slo_ms))
+        self.slo_req_viol += float(tick.qps[over].sum())
+        self.slo_req += float(tick.qps.sum())
+        self.slo_gpu_min += world.n * self.params.tick_s / 60.0
+        self.last_latency = latency
         self.lat.append(latency.astype(np.float32))
         self.lat0.append(latency0.astype(np.float32))
         self.weights.append(tick.qps.astype(np.float32))
@@ -454,6 +493,42 @@ class _Run:
         series["running"].append(float(np.count_nonzero(self.job_on >= 0)))
         series["pending"].append(float(np.count_nonzero((wk.submit <= t) & (wk.state == 0))))
         self.acc = dict.fromkeys(acc, 0.0)
+
+    # -- SLO-driven protection: each online service's p99 of the tick against its SLO ---------
+    def protect(self, at_s: float) -> None:
+        """One latency report per GPU with an offline neighbour (the tick's latency is the
+        minute's p99: the world has no distribution within a minute). Only GPUs whose report
+        can change something are shown to the protector: over ``approach`` or already engaged
+        (level or breach streak); for the others `decide` would return its state unchanged
+        except counters that a level-0, unbreached GPU never reads."""
+        assert self.protector is not None
+        policy, wk, job_on, latency = self.protector.policy, self.wk, self.job_on, self.last_latency
+        ratio = latency / self.slo_ms
+        running = job_on >= 0
+        candidates = set(np.flatnonzero(running & (ratio > policy.approach)).tolist()) | {g for g in self.engaged if running[g]}
+        at = SIM_EPOCH + timedelta(seconds=at_s)
+        for g in sorted(candidates):
+            w = int(job_on[g])
+            reading = LatencyReading(self.world.gpu_ids[g], self.world.node_ids[g], self.world.workload_names[g], float(latency[g]),
+                                     float(self.slo_ms[g]), at, self.worker_ids[w], float(self.nominal[g]))
+            for action in self.protector.observe(reading):
+                self.slo_steps[action.step.value] += 1
+                if action.step is Step.EVICT:  # back to the queue, progress kept (graceful exit)
+                    job_on[g], wk.gpu[w], wk.state[w] = -1, -1, 0
+                    self.hold_until[g] = at_s + self.params.slo_hold_s
+                    self.evictions += 1
+                    self.predicted.pop(g, None)
+                    continue
+                self.target[g] = action.launch_target
+                if action.step in (Step.LOWER_SM_SHARE, Step.RESTORE_SM_SHARE) and action.sm_share is not None:
+                    self.share_cap[g] = action.sm_share if action.level > len(policy.launch_targets) else np.inf
+                    self.share[g] = action.sm_share
+                    self.startup_left[g] = self.params.startup_s  # a new MPS share restarts the job
+            state = self.protector.gpus.get(self.world.gpu_ids[g])
+            if state is not None and (state.level > 0 or state.breach > 0):
+                self.engaged.add(g)
+            else:
+                self.engaged.discard(g)
 
     # -- SysMonitor: every GPU's sample of this tick (the real state machine) -----------------
     def observe_health(self, at: float, sm_all: np.ndarray, util_all: np.ndarray, mem_all: np.ndarray, clock: np.ndarray,
@@ -497,6 +572,11 @@ class _Run:
             "workers_finished": int(done_w.sum()), "offline_gpu_hours": float(wk.real_s.sum() / 3600.0),
             "offline_solo_hours_done": float(wk.sep_s.sum() / 3600.0),
             "predictor_mape": float(np.mean(self.errors)) if self.errors else None,
+            "slo_protection": asdict(self.policy.slo) if self.policy.slo else None, "xcuda_target": self.policy.xcuda_target,
+            "slo_violation_min": self.slo_viol * dt / 60.0, "slo_violation_min_online_only": self.slo_viol0 * dt / 60.0,
+            "slo_attainment": 1.0 - self.slo_req_viol / self.slo_req if self.slo_req else None,
+            "slo_violation_per_1000_gpu_h": 1000.0 * self.slo_viol * dt / 60.0 / max(1e-9, self.slo_gpu_min / 60.0),
+            "slo_steps": dict(self.slo_steps),
             "series": self.series,
         }  # fmt: skip
 

@@ -142,6 +142,10 @@ def comparison_rows(result: dict[str, Any]) -> tuple[list[tuple[str, str, str, s
 
 
 def scenario_rows(result: dict[str, Any]) -> tuple[list[tuple[str, str, str, str]], list[str]]:
+    if result["scenario"] == "muxflow-slo":
+        from .slo_report import slo_rows
+
+        return slo_rows(result)
     return testbed_rows(result) if result["scenario"] == "muxflow-testbed" else comparison_rows(result)
 
 
@@ -225,10 +229,16 @@ def write_report(result: dict[str, Any], out: Path, wall_s: float | None = None)
           "## Paper vs measured", "",
           "| claim | paper section | paper | measured |", "|---|---|---|---|"]
     md += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    if result["scenario"] == "muxflow-slo":
+        from .slo_report import summary_lines, trace_lines
+
+        md += ["", "## SLO-driven vs GPU-metric-only protection (totals over the traces)", "", *summary_lines(result)]
     for t in r["traces"]:
         md += ["", f"## Trace {t['trace']}: {t['jobs']} jobs, {t['workers']} workers, {_f(t['solo_gpu_hours'], 0)} solo GPU-hours", "",
                f"Models {t['models']}; batch sizes (largest under the 40% memory quota) {t['batch_sizes']}.", ""]
         md += _run_table(t)
+        if result["scenario"] == "muxflow-slo":
+            md += ["", *trace_lines(t)]
     md += [""] + [f"![figure]({png.name})" for png in pngs]
     md += ["", "## Where we disagree with the paper, and why", ""]
     md += [f"- {n}" for n in notes] or ["- The measured directions agree with the paper on every row above."]

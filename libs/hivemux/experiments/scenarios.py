@@ -204,6 +204,8 @@ def run_muxflow(params: Params, seed: int, progress: ProgressFn | None = None) -
 _MUXFLOW_SMALL = dict(gpus={"T4": 64}, hours=6.0, horizon_h=24.0, predictor_pairs=1000, predictor_epochs=40)
 RELATED_WORK = ("Online-only", "Time-sharing", "PB-time-sharing", "PB-multi-stream", "MuxFlow")
 ABLATION = ("Online-only", "MuxFlow", "MuxFlow-S", "MuxFlow-M", "MuxFlow-S-M")
+SLO_POLICIES = ("Online-only", "MuxFlow", "MuxFlow-xCUDA-0.65", "MuxFlow-xCUDA-0.6", "MuxFlow-xCUDA-0.5", "MuxFlow-SLO-0.95", "MuxFlow-SLO",
+                "MuxFlow-SLO-0.8")
 
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
@@ -254,6 +256,17 @@ SCENARIOS: dict[str, Scenario] = {
             "MuxFlow vs MuxFlow-S (no dynamic SM), MuxFlow-M (FCFS, no matching) and MuxFlow-S-M on traces A-D (1,000 GPUs, 24 h)",
             full=Params((), muxflow=MuxflowParams(policies=ABLATION)),
             small=Params((), muxflow=MuxflowParams(traces=("A", "B"), jobs=(100, 150), policies=ABLATION, **_MUXFLOW_SMALL)),
+            runner=run_muxflow,
+        ),
+        Scenario(
+            "muxflow-slo",
+            "MuxFlow §4 protection vs ours (issue 19)",
+            "GPU-metric-only protection (SysMonitor + xCUDA, at the paper's and stricter launch targets) vs SLO-driven "
+            "protection on traces A-D: SLO violation minutes, attainment and oversold GPU",
+            full=Params((), muxflow=MuxflowParams(policies=SLO_POLICIES)),
+            # a whole day even at small scale: violations happen at the evening peak
+            small=Params((), muxflow=MuxflowParams(gpus={"T4": 48}, traces=("A",), jobs=(120,), hours=24.0, horizon_h=36.0,
+                                                   predictor_pairs=1000, predictor_epochs=40, policies=SLO_POLICIES)),
             runner=run_muxflow,
         ),
     )

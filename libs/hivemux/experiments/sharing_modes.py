@@ -65,10 +65,13 @@ def clock_weight(c_sm: np.ndarray, max_clock: np.ndarray, x: XcudaSteadyState) -
     return np.where(c_sm < t_sm, low, high)
 
 
-def throttled_share(share: np.ndarray, o: np.ndarray, a: np.ndarray, a_c: np.ndarray, x: XcudaSteadyState) -> np.ndarray:
-    """The SM share (%) the offline job effectively uses once xCUDA holds U_GPU at its target."""
+def throttled_share(share: np.ndarray, o: np.ndarray, a: np.ndarray, a_c: np.ndarray, x: XcudaSteadyState,
+                    target: np.ndarray | None = None) -> np.ndarray:
+    """The SM share (%) the offline job effectively uses once xCUDA holds U_GPU at its target
+    (``target``: a per-GPU target written into each control block, else ``x.target``)."""
     o_f, a_f = o / 100.0, np.maximum(a / 100.0, 1e-6)
-    allowed = 1.0 - (1.0 - x.target / np.maximum(a_c, 1e-6)) / np.maximum(1.0 - o_f, 1e-6)
+    goal = x.target if target is None else target
+    allowed = 1.0 - (1.0 - goal / np.maximum(a_c, 1e-6)) / np.maximum(1.0 - o_f, 1e-6)
     q_max = np.clip(allowed, 0.0, 1.0)
     return np.minimum(share, 100.0 * q_max / a_f)
 
@@ -82,10 +85,11 @@ class Shared:
 
 
 def share_gpu(mode: str, *, o: np.ndarray, u_on: np.ndarray, a: np.ndarray, u: np.ndarray, share: np.ndarray,
-              a_c: np.ndarray | None = None, xcuda: XcudaSteadyState | None = None) -> Shared:
-    """Per GPU with an offline job (arrays); ``share`` is the job's MPS share (%), used by ``mps``."""
+              a_c: np.ndarray | None = None, xcuda: XcudaSteadyState | None = None, target: np.ndarray | None = None) -> Shared:
+    """Per GPU with an offline job (arrays); ``share`` is the job's MPS share (%), used by ``mps``;
+    ``target`` the per-GPU xCUDA launch target (default ``xcuda.target``)."""
     if mode == "mps":
-        s = share if xcuda is None or a_c is None else throttled_share(share, o, a, a_c, xcuda)
+        s = share if xcuda is None or a_c is None else throttled_share(share, o, a, a_c, xcuda, target)
         t, sd, sm, util = shared_execution_arrays(a, u, s, o)
         return Shared(t, sd, sm, util)
     if mode == "pb-multi-stream":
