@@ -1,6 +1,7 @@
 """The cluster status read model: GPUs by health state, jobs by state, offline jobs sharing
-online GPUs, training jobs bound to cells — folded from the topics alone (`hivemux status`,
-the end-of-run summary of `hivemux up`)."""
+online GPUs, online services (submitted as jobs: their replicas' GPUs and latest p99 against
+their SLO), training jobs bound to cells — folded from the topics alone (`hivemux status`, the
+end-of-run summary of `hivemux up`)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from .events import (
     JobLifecycleEvent,
     JobState,
     JobSubmission,
+    OnlineLatencyReport,
     Placement,
 )
-from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, PLACEMENTS, Topic
+from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, ONLINE_LATENCY, PLACEMENTS, Topic
 
-STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS)
+STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS, ONLINE_LATENCY)
 _ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED, JobState.CANCELLED}
 _NOT_BOUND = {s.value for s in _ENDED} | {JobState.SUSPENDED.value}  # holds no cells now
 # A suspended job stays suspended until resumed or cancelled (or its workload had finished):
@@ -47,6 +49,10 @@ class ClusterStatus:
     shared_ever: dict[str, Sharing] = field(default_factory=dict)
     bound_now: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)  # job -> pod -> nodes
     bound_ever: dict[str, set[str]] = field(default_factory=dict)  # job -> nodes it was ever bound to
+    job_vc: dict[str, str] = field(default_factory=dict)
+    services: dict[str, dict[str, Any]] = field(default_factory=dict)  # online job -> its submission's model, SLO, rate
+    gpus_now: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)  # job -> pod -> GPUs bound now
+    latency: dict[str, dict[str, OnlineLatencyReport]] = field(default_factory=dict)  # service -> GPU -> latest report
     _seen: set[Any] = field(default_factory=set)
 
     def apply(self, event: Event) -> None:
@@ -58,6 +64,11 @@ class ClusterStatus:
                 self.gpu_state[event.gpu_id] = event.to_state.value
             case JobSubmission():
                 self.job_kind[event.job_id] = event.kind.value
+                self.job_vc[event.job_id] = event.vc
+                if event.kind.value == "online":
+                    w = event.workload
+                    self.services[event.job_id] = {"model": w.model, "replicas": event.pods, "slo_p99_ms": w.slo_p99_ms,
+                                                   "request_rate": w.request_rate}
                 self.job_state.setdefault(event.job_id, JobState.SUBMITTED.value)
             case JobLifecycleEvent():
                 self._job_changed(event)
@@ -70,12 +81,18 @@ class ClusterStatus:
                 self.sharing_now.pop(event.job_id, None)
             case CellBinding(state="bound"):
                 self.bound_now.setdefault(event.job_id, {})[event.pod or event.job_id] = event.node_ids
+                self.gpus_now.setdefault(event.job_id, {})[event.pod or event.job_id] = event.gpu_ids
                 self.bound_ever.setdefault(event.job_id, set()).update(event.node_ids)
             case CellBinding(state="released" | "preempted"):
                 pods = self.bound_now.get(event.job_id, {})
                 pods.pop(event.pod or event.job_id, None)
                 if not pods:
                     self.bound_now.pop(event.job_id, None)
+                self.gpus_now.get(event.job_id, {}).pop(event.pod or event.job_id, None)
+            case OnlineLatencyReport():
+                latest = self.latency.setdefault(event.service, {})
+                if event.gpu_id not in latest or latest[event.gpu_id].window_end <= event.window_end:
+                    latest[event.gpu_id] = event
 
     def _job_changed(self, event: JobLifecycleEvent) -> None:
         if self.job_state.get(event.job_id) in {s.value for s in _ENDED}:
@@ -88,6 +105,7 @@ class ClusterStatus:
             self.sharing_now.pop(event.job_id, None)
         if event.state in _ENDED or event.state is JobState.SUSPENDED:
             self.bound_now.pop(event.job_id, None)
+            self.gpus_now.pop(event.job_id, None)
 
     def summary(self) -> dict[str, Any]:
         placed = set(self.shared_ever) | set(self.bound_ever)
@@ -104,15 +122,25 @@ class ClusterStatus:
             "waiting": [
                 {"job_id": j, "reason": self.job_reason.get(j, "")} for j, s in sorted(self.job_state.items()) if s == JobState.WAITING.value
             ],
-            "training_bound": [{"job_id": j, "node_ids": sorted(n)} for j, n in sorted(self.bound_ever.items())],
+            "online_services": [self._service_row(j) for j in sorted(self.services)],
+            "training_bound": [{"job_id": j, "node_ids": sorted(n)} for j, n in sorted(self.bound_ever.items()) if j not in self.services],
             # Judged at the end, not as events arrive: the topics are folded one after another, so a
             # job's end may be applied before its bindings (the read model's status does the same).
             "training_bound_now": [
                 {"job_id": j, "node_ids": sorted({n for nodes in pods.values() for n in nodes})}
                 for j, pods in sorted(self.bound_now.items())
-                if self.job_state.get(j) not in _NOT_BOUND
+                if self.job_state.get(j) not in _NOT_BOUND and j not in self.services
             ],
         }
+
+    def _service_row(self, job_id: str) -> dict[str, Any]:
+        """An online service: its replicas' GPUs now and the worst replica's latest p99."""
+        serving = self.job_state.get(job_id) not in _NOT_BOUND
+        gpus = sorted(g for pod in self.gpus_now.get(job_id, {}).values() for g in pod) if serving else []
+        reports = [r for g, r in self.latency.get(job_id, {}).items() if g in gpus]
+        worst = max(reports, key=lambda r: r.p99_ms, default=None)
+        return {"job_id": job_id, "vc": self.job_vc.get(job_id), "state": self.job_state.get(job_id), **self.services[job_id],
+                "gpu_ids": gpus, "p99_ms": worst.p99_ms if worst else None}
 
 
 def _sharing_row(s: Sharing) -> dict[str, Any]:
@@ -124,6 +152,10 @@ def fold_status(events: Iterable[Event]) -> ClusterStatus:
     for event in events:
         status.apply(event)
     return status
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
 
 
 def render_summary(summary: dict[str, Any]) -> str:
@@ -143,6 +175,13 @@ def render_summary(summary: dict[str, Any]) -> str:
     ] or ["  (none)"]
     lines.append("Jobs waiting, and why:")
     lines += [f"  {r['job_id']:<18} {r['reason']}" for r in summary["waiting"]] or ["  (none)"]
+    if "online_services" in summary:  # the topics' status (the read models' has none yet)
+        lines.append("Online services (submitted jobs; replicas on guaranteed GPUs of their VC; worst replica's latest p99):")
+        lines += [
+            f"  {r['job_id']:<18} {r['vc'] or '-':<6} {r['state'] or '-':<10} {len(r['gpu_ids'])}/{r['replicas']} replicas on "
+            f"{', '.join(r['gpu_ids']) or '-':<32} p99 {_ms(r['p99_ms'])} / SLO {_ms(r['slo_p99_ms'])}"
+            for r in summary["online_services"]
+        ] or ["  (none)"]
     lines.append("Training jobs bound to cells:")
     lines += [f"  {r['job_id']:<18} on {', '.join(r['node_ids'])}" for r in summary["training_bound"]] or ["  (none)"]
     if "vcs" in summary:  # the read models' status (`projection.explain.vc_summary`)

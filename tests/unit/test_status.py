@@ -60,7 +60,7 @@ def binding(job_id: str, state: str, node_ids: tuple[str, ...] = ("node-02", "no
 
 
 def test_status_topics() -> None:
-    assert [t.name for t in STATUS_TOPICS] == ["gpu.health", "jobs.submitted", "jobs.lifecycle", "placements", "cells.bindings"]
+    assert [t.name for t in STATUS_TOPICS] == ["gpu.health", "jobs.submitted", "jobs.lifecycle", "placements", "cells.bindings", "online.latency"]
 
 
 def test_gpus_by_latest_health_state() -> None:
@@ -226,10 +226,43 @@ def test_render_of_an_empty_cluster() -> None:
     text = render_summary(ClusterStatus().summary())
     assert "  (no GPU reported yet)" in text
     assert "Jobs: submitted 0, placed 0, completed 0" in text
-    assert text.count("  (none)") == 3
+    assert text.count("  (none)") == 4  # offline sharing, waiting, online services, training
 
 
 def test_evicted_job_is_shared_but_not_sharing_now_in_the_render() -> None:
     text = render_summary(fold_status([placement("off-1"), placement("off-1", "evict")]).summary())
     [row] = [line for line in text.splitlines() if line.startswith("  off-1")]
     assert "(sharing now)" not in row
+
+
+def test_online_services_show_their_replicas_and_worst_p99_against_the_slo() -> None:
+    from datetime import timedelta
+
+    from hivemux.events import OnlineLatencyReport
+
+    service = JobSubmission.model_validate({
+        "occurred_at": T0, "source": "cli", "job_id": "svc-a", "vc": "vc-b", "kind": "online", "replicas": 2, "gpu_type": "T4",
+        "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 50, "request_rate": 100}})  # fmt: skip
+
+    def bound(pod: str, gpu: str) -> CellBinding:
+        return CellBinding(occurred_at=T0, source="cell-allocator/0", job_id="svc-a", vc="vc-b", state="bound", pod=pod,
+                           priority=Priority.GUARANTEED, node_ids=("node-00",), gpu_ids=(gpu,), reason="test")
+
+    def latency(gpu: str, p99: float, end_s: float) -> OnlineLatencyReport:
+        end = T0 + timedelta(seconds=end_s)
+        return OnlineLatencyReport(occurred_at=end, source="executor/node-00", node_id="node-00", gpu_id=gpu, service="svc-a",
+                                   p99_ms=p99, slo_p99_ms=50.0, window_start=end - timedelta(seconds=5), window_end=end)
+
+    status = fold_status([service, bound("svc-a/0", "node-00/gpu-0"), bound("svc-a/1", "node-00/gpu-1"),
+                          lifecycle("svc-a", JobState.RUNNING), latency("node-00/gpu-0", 44.0, 5), latency("node-00/gpu-0", 30.0, 10),
+                          latency("node-00/gpu-1", 36.0, 10)])  # fmt: skip
+    summary = status.summary()
+    assert OnlineLatencyReport in {t.model for t in STATUS_TOPICS}
+    [row] = summary["online_services"]
+    assert (row["vc"], row["state"], row["gpu_ids"], row["p99_ms"], row["slo_p99_ms"], row["replicas"]) == (
+        "vc-b", "running", ["node-00/gpu-0", "node-00/gpu-1"], 36.0, 50.0, 2)  # the latest window of each replica, the worst
+    assert summary["training_bound"] == []  # an online service is not a training job
+    text = render_summary(summary)
+    assert "svc-a" in text and "2/2 replicas on node-00/gpu-0, node-00/gpu-1" in text and "p99 36.0 ms / SLO 50.0 ms" in text
+    status.apply(lifecycle("svc-a", JobState.CANCELLED))
+    assert status.summary()["online_services"][0]["gpu_ids"] == []

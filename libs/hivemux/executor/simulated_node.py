@@ -203,8 +203,8 @@ class SimulatedExecutor:
 
     def _start_online(self, command: ExecutorCommand, now: datetime) -> list[Event]:
         """Serve an online service's replica on its GPU(s); a re-delivered start changes nothing."""
-        if all(self.services.get(g) == command for g in command.gpu_ids):
-            return []
+        if all((c := self.services.get(g)) is not None and c.job_id == command.job_id for g in command.gpu_ids):
+            return []  # serving there already (a re-delivered start)
         self.submitted.add(command.job_id)
         for gpu_id in command.gpu_ids:
             self.online.pop(gpu_id, None)

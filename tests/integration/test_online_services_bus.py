@@ -1,0 +1,111 @@
+"""Online services are jobs, on an embedded broker of its own (issue 19 item 1): a ``kind:
+online`` submission is bound by the cell allocator to guaranteed GPUs of its VC
+(``cells.bindings``, ``start_online``), the simulated fleet then serves it there (telemetry's
+``online_workload`` on exactly those GPUs), and the matcher, learning online GPUs from
+telemetry, places an offline job of another VC on one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from support.buskit import eventually, read_all
+
+from hivemux.bus import Publisher, ensure_topics
+from hivemux.bus.authorization import as_writer
+from hivemux.events import (
+    CellBinding,
+    CommandAction,
+    ExecutorCommand,
+    GpuTelemetryBatch,
+    JobKind,
+    JobSubmission,
+    Placement,
+    PredictorModel,
+    Profile,
+    WorkloadSpec,
+)
+from hivemux.infra import EmbeddedInfra, InfraSettings, embedded_infra
+from hivemux.prediction.analytic import default_analytic_model
+from hivemux.services.cell_allocator.service import AllocatorSettings
+from hivemux.services.cell_allocator.service import build as allocator
+from hivemux.services.health_processor.service import HealthSettings
+from hivemux.services.health_processor.service import build as health
+from hivemux.services.matcher.service import MatcherSettings
+from hivemux.services.matcher.service import build as matcher
+from hivemux.services.telemetry_ingester.service import IngesterSettings
+from hivemux.services.telemetry_ingester.service import build as ingester
+from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, PLACEMENTS
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+CLUSTER = Path(str(resources.files("hivemux.cells") / "demo_cluster_online.yaml"))
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[EmbeddedInfra]:
+    with embedded_infra(InfraSettings.model_construct(schemas_dir=InfraSettings().schemas_dir), want_postgres=False) as running:
+        yield running
+
+
+async def test_an_online_submission_is_bound_served_and_shared_with_offline_work(broker: EmbeddedInfra) -> None:
+    bootstrap = broker.endpoints.bootstrap_servers
+    await ensure_topics(bootstrap, ALL_TOPICS)
+    tag = uuid.uuid4().hex[:6]
+    common = dict(kafka_bootstrap_servers=bootstrap, group_prefix=f"online{tag}", instance=tag)
+    services = [
+        allocator(AllocatorSettings(**common, config=CLUSTER, retry_interval_s=1.0)),
+        ingester(IngesterSettings(**common, nodes=4, gpus_per_node=4, serving_nodes=0, hot_gpus=0, interval_s=0.5)),
+        health(HealthSettings(**common)),
+        matcher(MatcherSettings(**common, interval_s=1.0)),
+    ]
+    tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
+    service, offline = f"svc-{tag}", f"off-{tag}"
+    now = datetime.now(UTC)
+    base = {"source": "test", "occurred_at": now}
+    try:
+        for s in services:
+            await asyncio.wait_for(s.ready.wait(), 90)
+        async with Publisher(bootstrap, source="test") as publisher:
+            await publisher.publish_all([as_writer(e) for e in (
+                PredictorModel(**base, gpu_type="T4", version=1, kind="analytic", parameters=default_analytic_model("T4").parameters()),
+                JobSubmission.model_validate({**base, "job_id": service, "vc": "vc-b", "kind": "online", "replicas": 2, "gpu_type": "T4",
+                                              "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 50, "request_rate": 100}}),
+                JobSubmission(**base, job_id=offline, vc="vc-a", kind=JobKind.OFFLINE,
+                              workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=10**6)),
+                Profile(**base, job_id=offline, signature="0123456789abcdef", gpu_type="T4", method="simulated", iteration_time_ms=120.0,
+                        gpu_util=60.0, sm_activity=50.0, sm_occupancy=30.0, memory_peak_mib=2000.0, persistent_memory_mib=500.0),
+            )])  # fmt: skip
+
+        async def bound() -> list[CellBinding]:
+            found = [b for _, b in await read_all(bootstrap, CELL_BINDINGS) if isinstance(b, CellBinding) and b.job_id == service]
+            return [b for b in found if b.state == "bound"] if len(found) >= 2 else []
+
+        bindings = await eventually(bound, timeout_s=90)  # the allocator's leadership comes first
+        gpus = {g for b in bindings for g in b.gpu_ids}
+        assert len(gpus) == 2 and all(b.vc == "vc-b" and b.priority == "guaranteed" for b in bindings)
+        starts = [c for _, c in await read_all(bootstrap, EXECUTOR_COMMANDS) if isinstance(c, ExecutorCommand) and c.job_id == service]
+        assert {c.action for c in starts} == {CommandAction.START_ONLINE} and {g for c in starts for g in c.gpu_ids} == gpus
+
+        async def served() -> set[str]:
+            serving: dict[str, str | None] = {}
+            for _, batch in await read_all(bootstrap, GPU_TELEMETRY):
+                if isinstance(batch, GpuTelemetryBatch):
+                    serving.update({s.gpu_id: s.online_workload for s in batch.samples})
+            return {g for g, name in serving.items() if name == service} if len(serving) == 16 else set()
+
+        assert await eventually(served, timeout_s=60) == gpus  # the fleet serves it on its bound GPUs, nowhere else
+
+        async def placed() -> list[Placement]:
+            return [p for _, p in await read_all(bootstrap, PLACEMENTS) if isinstance(p, Placement) and p.job_id == offline and p.action == "place"]
+
+        [placement, *_] = await eventually(placed, timeout_s=90)
+        assert placement.gpu_id in gpus and placement.inputs["online_workload"] == service
+    finally:
+        for s in services:
+            s.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,68 @@
+"""The simulated executor serves an online service submitted as a job (issue 19): a
+``start_online`` makes its GPU serve (running, no iterations), latency reports carry the
+service's own SLO and request rate, and a stop or evict ends the replica."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hivemux.events import (
+    CommandAction,
+    ExecutorCommand,
+    ExecutorReport,
+    GpuTelemetrySample,
+    JobLifecycleEvent,
+    JobState,
+    OnlineLatencyReport,
+    ReportState,
+    WorkloadSpec,
+)
+from hivemux.executor.simulated_node import SimulatedExecutor
+
+T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+NODE, GPU = "node-00", "node-00/gpu-1"
+SPEC = WorkloadSpec(model="bert", batch_size=8, iterations=1, slo_p99_ms=45.0, request_rate=120.0)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def command(action: CommandAction, s: float = 0.0) -> ExecutorCommand:
+    starts = action is CommandAction.START_ONLINE
+    return ExecutorCommand(occurred_at=at(s), source="cell-allocator/0", node_id=NODE, action=action, job_id="svc-a",
+                           gpu_ids=(GPU,) if starts else (), workload=SPEC if starts else None, reason="test")
+
+
+def sample(online: str | None) -> GpuTelemetrySample:
+    return GpuTelemetrySample(
+        occurred_at=T0, source="telemetry-ingester/test", gpu_id=GPU, node_id=NODE, gpu_type="T4", gpu_util=40.0,
+        sm_activity=40.0, memory_used_mib=4000.0, memory_total_mib=15360.0, sm_clock_mhz=1590.0, max_sm_clock_mhz=1590.0,
+        power_w=40.0, temperature_c=50.0, online_workload=online,
+    )  # fmt: skip
+
+
+def test_start_online_serves_reports_latency_against_its_slo_and_stops() -> None:
+    ex = SimulatedExecutor(source="executor/0", latency_window_s=5.0)
+    out = ex.handle(command(CommandAction.START_ONLINE), now=at(0))
+    [report] = [e for e in out if isinstance(e, ExecutorReport)]
+    [running] = [e for e in out if isinstance(e, JobLifecycleEvent)]
+    assert report.state is ReportState.ACCEPTED and report.gpu_ids == (GPU,) and running.state is JobState.RUNNING
+    assert ex.handle(command(CommandAction.START_ONLINE), now=at(1)) == []  # a re-delivered start changes nothing
+    ex.on_sample(sample("svc-a"))  # the fleet serves it (the ingester folded the same command)
+    assert ex.advance(at(1)) == []  # the first window starts
+    [latency] = [e for e in ex.advance(at(7)) if isinstance(e, OnlineLatencyReport)]
+    assert (latency.service, latency.gpu_id, latency.slo_p99_ms, latency.request_rate) == ("svc-a", GPU, 45.0, 120.0)
+    assert 25.0 < latency.p99_ms < 45.0  # bert's idle p99 (25 ms) under 40 % SM activity, alone
+    out = ex.handle(command(CommandAction.STOP, 9), now=at(9))
+    assert [(type(e).__name__, e.state) for e in out] == [("ExecutorReport", ReportState.STOPPED), ("JobLifecycleEvent", JobState.STOPPED)]
+    ex.on_sample(sample("svc-a"))  # a late sample of the stopped service does not bring it back
+    assert [e for e in ex.advance(at(20)) if isinstance(e, OnlineLatencyReport)] == []
+
+
+def test_evict_ends_the_replica_as_evicted() -> None:
+    ex = SimulatedExecutor(source="executor/0")
+    ex.handle(command(CommandAction.START_ONLINE), now=at(0))
+    out = ex.handle(command(CommandAction.EVICT, 3), now=at(3))
+    assert [e.state for e in out] == [ReportState.EVICTED, JobState.EVICTED]
+    assert ex.handle(command(CommandAction.EVICT, 3), now=at(4)) == []  # re-delivered
