@@ -42,6 +42,16 @@ PB-multi-stream, which place FCFS on any GPU with memory for the job and have ne
 SysMonitor, xCUDA nor a slowdown bound (they are other systems). Protection = SysMonitor
 gating and evictions, xCUDA throttling, and the matcher's 20 % predicted-slowdown bound.
 
+SLO-driven protection (``muxflow-slo``, ours, issue 19): each online GPU has a p99 SLO of
+``slo_factor`` (1.2) x its Online-only latency at peak load and full clock; each tick's latency
+stands for that minute's p99. GPU-metric-only systems are MuxFlow at xCUDA targets 0.7 (the
+executor's default), 0.65, 0.6 and 0.5 (``MuxFlow-xCUDA-*``); the ``MuxFlow-SLO*`` systems add the
+real `sharing.slo_protection` per GPU (one report per tick): a step lowers that GPU's xCUDA
+target (applied through xCUDA's steady state) or caps its SM share (a restart, ``startup_s``;
+the round's dynamic share stays under the cap until restored); an SLO eviction sends the job
+back to the queue and keeps the GPU from offline work for ``slo_hold_s``. Metrics: SLO
+violation minutes (GPU-minutes over the SLO), request-weighted SLO attainment, the steps taken.
+
 Departures (also in each report): the share of a running job is re-set at a round only when
 the dynamic share moved by ``reshare_points`` or more (each re-set restarts the job, charged
 ``startup_s``, as the paper restarts to apply a share); an evicted job keeps its progress
