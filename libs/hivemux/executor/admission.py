@@ -36,7 +36,9 @@ from dataclasses import dataclass
 
 from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobKind, JobSubmission, Placement, WorkloadSpec
 
-_KIND = {CommandAction.START_OFFLINE: JobKind.OFFLINE, CommandAction.START_TRAINING: JobKind.TRAINING}
+# An online service's replica is admitted like a training pod: by its binding (cells.bindings).
+_KIND = {CommandAction.START_OFFLINE: JobKind.OFFLINE, CommandAction.START_TRAINING: JobKind.TRAINING,
+         CommandAction.START_ONLINE: JobKind.ONLINE}
 
 
 @dataclass(frozen=True)

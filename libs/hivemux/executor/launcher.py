@@ -88,8 +88,9 @@ class Launcher:
         if w.kind != "online" and self.config.salus_policy is not None:
             env[SALUS_SOCKET_ENV] = (await self.daemons.lane_server(indices[0])).socket_path
             env["HIVEMUX_JOB_ID"] = w.job_id
-        if w.kind == "online":
-            argv = [sys.executable, "-m", "hivemux.workloads.online", *self.config.online_args]
+        if w.kind == "online":  # a submitted service serves at its expected request rate
+            rate = ["--rate", f"{w.spec.request_rate:g}"] if w.spec is not None and w.spec.request_rate else []
+            argv = [sys.executable, "-m", "hivemux.workloads.online", *self.config.online_args, *rate]
         else:
             if w.spec is None and self.admissions is not None:
                 found = self.admissions.workload(w.job_id)  # a re-adopted workload: its submission

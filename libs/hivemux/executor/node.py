@@ -101,7 +101,7 @@ from hivemux.xcuda import ControlBlock, StateFile
 
 __all__ = ["NodeConfig", "ProcessNode"]
 log = logging.getLogger("hivemux.executor.node")
-_STARTS = {CommandAction.START_OFFLINE: "offline", CommandAction.START_TRAINING: "training"}
+_STARTS = {CommandAction.START_OFFLINE: "offline", CommandAction.START_TRAINING: "training", CommandAction.START_ONLINE: "online"}
 _HANDLED_MAX = 10_000
 
 

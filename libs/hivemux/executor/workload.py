@@ -60,6 +60,8 @@ class Workload:
     busy: bool = False  # an eviction / restart owns the process right now
     points: deque[ProgressPoint] = field(default_factory=lambda: deque(maxlen=4096))
     latencies: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))
+    percentiles: deque[tuple[float, float, float, int]] = field(default_factory=lambda: deque(maxlen=4096))  # (t, p50, p99, requests)
+    latency_until: float = 0.0  # a submitted online service: the end of its last latency report's window
     solo_latency_ms: float | None = None
     observed_until: float = 0.0
     reported_at: float = 0.0
@@ -95,6 +97,8 @@ class Workload:
                 self.cuda_error = line["code"]
             if event == "latency" and line.get("requests"):
                 self.latencies.append((at, float(line["mean_ms"])))
+                if "p99_ms" in line:
+                    self.percentiles.append((at, float(line.get("p50_ms", line["p99_ms"])), float(line["p99_ms"]), int(line["requests"])))
                 if self.solo_latency_ms is None and gpu_alone:
                     self.solo_latency_ms = float(line["mean_ms"])  # measured while nothing shares the GPU
 
@@ -154,8 +158,12 @@ class NodeWorkloads:
 
     def read_progress(self, w: Workload) -> None:
         if w.reader is not None:
-            alone = not any(o.gpu_ids == w.gpu_ids for o in self.jobs.values())
+            alone = not any(o is not w and o.kind != "online" and o.gpu_ids == w.gpu_ids for o in self.jobs.values())
             w.absorb(w.reader.read(), now=self.clock(), gpu_alone=alone)
+
+    def online_on(self, gpu_id: str) -> Workload | None:
+        """The online service on ``gpu_id``: a configured one, or a submitted one (a job)."""
+        return self.online.get(gpu_id) or next((w for w in self.jobs.values() if w.kind == "online" and w.gpu == gpu_id), None)
 
     def forget(self, w: Workload) -> None:
         """``w`` has ended: it leaves the table and its xCUDA files are closed."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from hivemux.events import Event, JobState, ReportState, derived_id
+from hivemux.events import Event, JobState, OnlineLatencyReport, ReportState, derived_id
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import memory_pressure
 from hivemux.executor.gpu_readings import GpuReadings
@@ -62,6 +62,8 @@ class WorkloadMonitor:
                 "host_memory_mib": group_rss_mib(w.proc.pid),
                 "gpu_memory_mib": gpu_bytes / MIB if gpu_bytes is not None else None,
             }))
+        if w.kind == "online":
+            out += self.latency(w, now_s)
         if w.kind == "offline" and now_s - w.observed_until >= self.config.observation_window_s:
             observation = self.observation(w, Window(w.observed_until, now_s))
             if observation is not None:
@@ -69,13 +71,36 @@ class WorkloadMonitor:
                 out.append(observation)
         return out
 
+    def latency(self, w: Workload, now_s: float) -> list[Event]:
+        """A submitted online service's p99 (the worst of the windows its process wrote since the
+        last report) with its SLO and the rate it served, every ``observation_window_s``
+        (`online.latency`: what SLO-driven protection acts on)."""
+        if now_s - w.latency_until < self.config.observation_window_s:
+            return []
+        windows = [p for p in w.percentiles if p[0] > w.latency_until]
+        if not windows:
+            return []
+        start, w.latency_until = w.latency_until, now_s
+        assert w.command is not None
+        spec, neighbour = w.spec or w.command.workload, next(
+            (o for o in self.workloads.jobs.values() if o.kind == "offline" and o.gpu == w.gpu), None)
+        end = datetime.fromtimestamp(now_s, UTC)
+        return [OnlineLatencyReport(
+            event_id=derived_id("latency", w.command.event_id, w.launches, now_s), occurred_at=end, source=self.reporter.source,
+            node_id=self.config.node_id, gpu_id=w.gpu, service=w.job_id, p50_ms=max(p[1] for p in windows),
+            p99_ms=max(p[2] for p in windows), slo_p99_ms=spec.slo_p99_ms if spec else None,
+            request_rate=sum(p[3] for p in windows) / max(now_s - start, 1e-3) if start else None,
+            window_start=datetime.fromtimestamp(start or windows[0][0], UTC), window_end=end,
+            offline_job_id=neighbour.job_id if neighbour else None, sm_share=neighbour.sm_share if neighbour else None,
+        )]  # fmt: skip
+
     def observation(self, w: Workload, window: Window) -> Event | None:
         assert w.command is not None and w.command.workload is not None and w.sm_share is not None
         sample = self.readings.latest.get(w.gpu)
         gpu_type = sample.gpu_type if sample is not None else self.config.default_gpu_type
         spec = w.command.workload
         solo_ms = w.command.solo_iteration_time_ms or solo_profile(spec.model, spec.batch_size, gpu_type).iteration_time_ms
-        online = self.workloads.online.get(w.gpu)
+        online = self.workloads.online_on(w.gpu)
         return observe(
             event_id=derived_id("observation", w.command.event_id, w.launches, window.end),
             source=self.reporter.source, gpu_id=w.gpu, node_id=self.config.node_id, gpu_type=gpu_type,
