@@ -38,7 +38,7 @@ from hivemux.errors import InvalidEvent
 from hivemux.events import CommandAction, ExecutorCommand, ExecutorReport, ReportState
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS, Topic
 
-STARTS = frozenset({CommandAction.START_OFFLINE, CommandAction.START_TRAINING})
+STARTS = frozenset({CommandAction.START_OFFLINE, CommandAction.START_TRAINING, CommandAction.START_ONLINE})
 ENDS = frozenset({CommandAction.STOP, CommandAction.EVICT})
 FINAL = frozenset({ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED})
 

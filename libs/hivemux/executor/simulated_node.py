@@ -103,6 +103,11 @@ class SimulatedExecutor:
         for run in ledger.runs(nodes.__contains__):
             command, last = run.command, run.last
             assert command.workload is not None
+            if command.action is CommandAction.START_ONLINE:  # a service serves on: it is its GPUs' again
+                if not self._start_online(command, now):
+                    continue
+                out.append(self._report(command, ReportState.RUNNING, now, detail="re-adopted after the executor restarted"))
+                continue
             node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
             gpu_type = self.gpu_types.get(command.gpu_ids[0], self.default_gpu_type)
             solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)

@@ -66,3 +66,21 @@ def test_evict_ends_the_replica_as_evicted() -> None:
     out = ex.handle(command(CommandAction.EVICT, 3), now=at(3))
     assert [e.state for e in out] == [ReportState.EVICTED, JobState.EVICTED]
     assert ex.handle(command(CommandAction.EVICT, 3), now=at(4)) == []  # re-delivered
+
+
+def test_a_restarted_executor_serves_the_services_the_log_says_it_runs() -> None:
+    from hivemux.executor.recovery import Ledger
+
+    first = SimulatedExecutor(source="executor/0")
+    start = command(CommandAction.START_ONLINE)
+    ledger = Ledger()
+    ledger.command(start, partition=0)
+    for event in first.handle(start, now=at(0)):
+        if isinstance(event, ExecutorReport):
+            ledger.report(event)
+    again = SimulatedExecutor(source="executor/0")
+    import asyncio
+
+    asyncio.run(again.start(ledger))
+    [report] = again.adopt(now=at(30))
+    assert (report.state, report.job_id, report.gpu_ids) == (ReportState.RUNNING, "svc-a", (GPU,)) and again.services[GPU] == start
