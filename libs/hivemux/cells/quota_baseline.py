@@ -63,10 +63,22 @@ def _walk(cell: PhysicalCellConfig) -> Iterator[PhysicalCellConfig]:
         yield from _walk(child)
 
 
-class QuotaScheduler:
-    """Implements `api.CellScheduler` with per-VC GPU quotas and best-fit packing."""
+PLACEMENTS = ("best", "first", "spread")
 
-    def __init__(self, config: HivedConfig) -> None:
+
+class QuotaScheduler:
+    """Implements `api.CellScheduler` with per-VC GPU quotas and best-fit packing.
+
+    Variants for the experiments (HiveD §5.1 describes YARN-CS as best fit with affinity-aware
+    preemption of opportunistic jobs, the default): ``placement`` ``best`` (the node with the
+    fewest free GPUs that fit), ``first`` (the first such node in name order) or ``spread`` (the
+    node with the most free GPUs); ``preempt`` False: a guaranteed gang never preempts
+    opportunistic ones, it waits for free GPUs."""
+
+    def __init__(self, config: HivedConfig, *, placement: str = "best", preempt: bool = True) -> None:
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement {placement!r} (one of {', '.join(PLACEMENTS)})")
+        self.placement, self.preempt_opportunistic = placement, preempt
         self.config = config
         self.leaves: dict[str, _Leaf] = {}
         self.nodes: dict[str, list[_Leaf]] = {}
@@ -122,7 +134,7 @@ class QuotaScheduler:
             placement = self._pack(members, t, suggested, spec.ignore_k8s_suggested_nodes, preemptible=False)
             if placement is not None:
                 return self._bind(pod, spec.leaf_cell_number, placement)
-        if guaranteed and phase == "preempting":
+        if guaranteed and phase == "preempting" and self.preempt_opportunistic:
             for t in admissible:
                 placement = self._pack(members, t, suggested, spec.ignore_k8s_suggested_nodes, preemptible=True)
                 if placement is not None:
@@ -145,7 +157,9 @@ class QuotaScheduler:
     def _pack(
         self, members: dict[int, int], leaf_type: str, suggested: api.SuggestedNodes, ignore_suggested: bool, *, preemptible: bool
     ) -> Placement | None:
-        """Best fit, biggest pods first: each pod on the node with the fewest free GPUs that fit."""
+        """Biggest pods first, each on one node: best fit (the node with the fewest free GPUs that
+        fit), first fit or spread (the most free GPUs), by ``self.placement``."""
+        placement_kind = self.placement
         taken: set[str] = set()
         placement: Placement = {}
         for number in sorted(members, reverse=True):
@@ -155,8 +169,14 @@ class QuotaScheduler:
                     if node in self.bad_nodes or not (ignore_suggested or suggested.allows(node)):
                         continue
                     free = [l for l in leaves if l.leaf_type == leaf_type and l.address not in taken and self._available(l, preemptible)]
-                    if len(free) >= number and (best is None or len(free) < best[0]):
+                    if len(free) < number:
+                        continue
+                    if best is None or (placement_kind == "best" and len(free) < best[0]) or (
+                        placement_kind == "spread" and len(free) > best[0]
+                    ):
                         best = (len(free), node, free)
+                        if placement_kind == "first":
+                            break
                 if best is None:
                     return None
                 chosen = sorted(best[2], key=lambda l: l.index)[:number]

@@ -38,13 +38,16 @@ def build_scheduler(
     config: HivedConfig | Mapping[str, Any],
     *,
     chain_search_order: Mapping[str, Sequence[str]] | None = None,
+    quota_placement: str = "best",
+    quota_preempt: bool = True,
 ) -> CellScheduler:
-    """A fresh scheduler of `kind` over `config` (raw HiveD YAML mapping or parsed)."""
+    """A fresh scheduler of `kind` over `config` (raw HiveD YAML mapping or parsed).
+    ``quota_placement`` / ``quota_preempt``: the quota baseline's variants (`QuotaScheduler`)."""
     if kind not in SCHEDULERS:
         raise ConfigurationError(f"unknown scheduler {kind!r} (one of {', '.join(SCHEDULERS)})")
     parsed = config if isinstance(config, HivedConfig) else parse_config(config)
     if kind == "quota":
         if chain_search_order:
             raise ConfigurationError("the quota baseline has no chain search order")
-        return QuotaScheduler(parsed)
+        return QuotaScheduler(parsed, placement=quota_placement, preempt=quota_preempt)
     return HivedScheduler(parsed, chain_search_order=chain_search_order)

@@ -154,13 +154,17 @@ def run_cluster(
     safety_every: int = 0,
     progress: ProgressFn | None = None,
     opportunistic_on_vc_wait: bool | None = None,
+    quota_placement: str = "best",
+    quota_preempt: bool = True,
+    soft_fraction: float = 0.0,
 ) -> ClusterRun:
     """Replay ``jobs`` on one cluster. ``pinned``: guaranteed jobs name their VC's pinned cell
     (static binding, ``cluster_configs``). Deterministic: the seed only feeds the engine's RNG,
     which this policy does not draw from (FIFO with ties broken by job id)."""
     return ClusterDriver(
         name, kind, raw_config, jobs, seed=seed, pinned=pinned, safety_every=safety_every, progress=progress,
-        opportunistic_on_vc_wait=opportunistic_on_vc_wait,
+        opportunistic_on_vc_wait=opportunistic_on_vc_wait, quota_placement=quota_placement, quota_preempt=quota_preempt,
+        soft_fraction=soft_fraction,
     ).run()  # fmt: skip
 
 
@@ -186,10 +190,18 @@ class ClusterDriver:
         safety_every: int = 0,
         progress: ProgressFn | None = None,
         opportunistic_on_vc_wait: bool | None = None,
+        quota_placement: str = "best",
+        quota_preempt: bool = True,
+        soft_fraction: float = 0.0,
     ) -> None:
         cfg = parse_config(raw_config)
         self.name, self.kind, self.pinned, self.safety_every, self.progress = name, kind, pinned, safety_every, progress
-        self.scheduler = build_scheduler(kind, cfg)
+        options = {"quota_placement": quota_placement, "quota_preempt": quota_preempt} if kind == "quota" else {}
+        self.scheduler = build_scheduler(kind, cfg, **options)
+        # soft affinity (HiveD §5.2, Figure 9): this share of multi-GPU jobs, picked by a hash of
+        # the job id (the same jobs under every scheduler), may run relaxed as 1-GPU pods
+        self.soft = {j.job_id for j in jobs if j.gpus > 1 and soft_fraction > 0 and _unit_hash(j.job_id) < soft_fraction}
+        self.relaxed_starts = 0
         self.fallback = (kind == "hived") if opportunistic_on_vc_wait is None else opportunistic_on_vc_wait
         self.quota = vc_quota_gpus(cfg)
         self.gpus_of_node = node_gpus(cfg)
@@ -325,22 +337,24 @@ class ClusterDriver:
         self.preemptions += 1
         bisect.insort(self.waiting, (rec.job.submit_s, job_id))
 
-    def try_start(self, job_id: str, priority: int, now: float) -> str:
+    def try_start(self, job_id: str, priority: int, now: float, relaxed: bool = False) -> str:
         """'started', 'started-preempting' (victims went back to the queue), 'waiting' or
-        'preempted-some' (victims evicted, yet no placement) — or raises on a bug."""
+        'preempted-some' (victims evicted, yet no placement) — or raises on a bug. ``relaxed``:
+        the gang as ``gpus`` pods of 1 GPU (relaxed affinity, any nodes)."""
         scheduler = self.scheduler
         rec = self.records[job_id]
         j = rec.job
+        n_pods, per_pod = (j.gpus, 1) if relaxed else (j.pods, j.gpus_per_pod)
         rec.attempts += 1
         group = f"{job_id}#{rec.attempts}"
         spec = api.PodSchedulingSpec(
             virtual_cluster=j.vc,
             priority=priority,
-            leaf_cell_number=j.gpus_per_pod,
+            leaf_cell_number=per_pod,
             pinned_cell_id=j.vc if (self.pinned and priority >= 0) else "",
-            affinity_group=api.AffinityGroupSpec(group, (api.AffinityGroupMember(j.pods, j.gpus_per_pod),)),
+            affinity_group=api.AffinityGroupSpec(group, (api.AffinityGroupMember(n_pods, per_pod),)),
         )
-        pods = [api.Pod(f"{group}/{k}", spec) for k in range(j.pods)]
+        pods = [api.Pod(f"{group}/{k}", spec) for k in range(n_pods)]
         placements: list[tuple[str, tuple[int, ...]]] = []
         preempted_any = False
         for k, pod in enumerate(pods):
@@ -369,6 +383,7 @@ class ClusterDriver:
         self.running[job_id] = r
         if rec.first_start is None:
             rec.first_start = now
+        self.relaxed_starts += relaxed
         if priority >= 0:
             self.guaranteed_used[j.vc] += j.gpus
             rec.ran_guaranteed = True
@@ -405,6 +420,14 @@ class ClusterDriver:
                     i += 1
                     continue
                 outcome = self.try_start(job_id, api.OPPORTUNISTIC_PRIORITY, now)
+                guaranteed = False
+            if outcome == "waiting" and job_id in self.soft:  # soft affinity: relax to 1-GPU pods
+                failed.add(key)
+                key = (j.vc if guaranteed else "", guaranteed, j.gpus, 1)
+                if key in failed:
+                    i += 1
+                    continue
+                outcome = self.try_start(job_id, GUARANTEED_PRIORITY if guaranteed else api.OPPORTUNISTIC_PRIORITY, now, relaxed=True)
             if outcome.startswith("started"):
                 del waiting[bisect.bisect_left(waiting, (j.submit_s, job_id))]
                 if outcome == "started-preempting":  # capacity moved and victims re-queued: rescan
@@ -418,6 +441,13 @@ class ClusterDriver:
             else:
                 failed.add(key)
                 i += 1
+
+
+def _unit_hash(text: str) -> float:
+    """A stable number in [0, 1) from ``text`` (no process-dependent hash)."""
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") / 2**64
 
 
 def tenant_comparison(shared: ClusterRun, private: Mapping[str, ClusterRun]) -> dict[str, dict[str, float | bool]]:

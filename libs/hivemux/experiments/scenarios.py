@@ -50,6 +50,9 @@ class Workload:
     max_duration_h: float | None = None  # table1: run-time cap (default: a quarter of the window)
     trace_file: str | None = None  # csv: a Philly-format CSV
     vc_nodes: Mapping[str, int] | None = None  # csv: VC sizes in nodes (else philly_vc_nodes × node_scale)
+    tenant_load: str = "quota"  # table1: load spread by quota (uniform) or by Table 1 GPU time (traces.table1_jobs)
+    reshape: Mapping[str, str] | None = None  # table1: tenant -> "1-GPU" / "8-GPU": every job of that size (Figure 8)
+    big_share: float | None = None  # table1: every tenant's job mix with this share of jobs 8-GPU or multi-node
 
     def label(self) -> str:
         if self.kind == "table1":
@@ -86,7 +89,8 @@ def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> t
         sizes = traces.table1_vc_nodes(tenants, w.nodes)
         durations = traces.load_philly(d / traces.PHILLY_WEEK)
         jobs = traces.table1_jobs(tenants, sizes, durations, load=w.load, span_s=span, rng=random.Random(seed),
-                                   max_duration_s=None if w.max_duration_h is None else w.max_duration_h * 3600)
+                                   max_duration_s=None if w.max_duration_h is None else w.max_duration_h * 3600,
+                                   tenant_load=w.tenant_load, mix=table1_mix(tenants, w))
         return traces.split_by_vc(jobs, sizes)
     if w.kind in ("philly-week", "philly-random", "csv"):
         path = {"philly-week": d / traces.PHILLY_WEEK, "philly-random": d / traces.PHILLY_RANDOM}.get(w.kind)
@@ -99,6 +103,24 @@ def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> t
         scale = 1.0 if w.vc_nodes else w.node_scale
         return traces.split_by_vc(jobs, vc_nodes, node_scale=scale)
     raise ConfigurationError(f"unknown workload kind {w.kind!r} (table1, philly-week, philly-random, csv)")
+
+
+def table1_mix(tenants: Any, w: Workload) -> dict[str, dict[str, float]] | None:
+    """Job mixes replacing Table 1's: ``reshape`` (one size per tenant, HiveD Figure 8) or
+    ``big_share`` (per tenant: its Table 1 mix with the 8-GPU and >16-GPU buckets scaled to
+    this share of its jobs, the 1/2/4-GPU buckets to the rest)."""
+    out: dict[str, dict[str, float]] = {}
+    for t in tenants:
+        if w.reshape and t.tenant in w.reshape:
+            out[t.tenant] = {w.reshape[t.tenant]: 1.0}
+        elif w.big_share is not None:
+            big = {b: n for b, n in t.jobs_by_gpus.items() if b in ("8-GPU", ">16-GPU")}
+            small = {b: n for b, n in t.jobs_by_gpus.items() if b not in big}
+            nb, ns = sum(big.values()), sum(small.values())
+            mix = {b: w.big_share * n / nb for b, n in big.items()} if nb else {"8-GPU": w.big_share}
+            mix.update({b: (1 - w.big_share) * n / ns for b, n in small.items()} if ns else {"1-GPU": 1 - w.big_share})
+            out[t.tenant] = mix
+    return out or None
 
 
 def total_jobs(params: Params, seed: int, runs_per_workload: int) -> int:

@@ -211,6 +211,8 @@ def table1_jobs(
     span_s: float,
     rng: random.Random,
     max_duration_s: float | None = None,
+    tenant_load: str = "quota",
+    mix: Mapping[str, Mapping[str, float]] | None = None,
 ) -> tuple[TraceJob, ...]:
     """A synthetic HiveD-like trace (HiveD's own trace is not public): per tenant, jobs whose GPU
     demand follows its Table 1 row, run times drawn from Philly jobs of the same GPU demand
@@ -221,8 +223,18 @@ def table1_jobs(
     heavy-tailed (up to 400 h), and uncapped, a few jobs would hold most of a short window's
     load, so the cluster would never reach the offered load inside the window.
 
+    ``tenant_load`` says how the offered load is spread over tenants: ``quota`` — every tenant
+    offers ``load`` × its own quota (uniform, no tenant idle while another is overloaded);
+    ``table1`` — the cluster offers ``load`` × all GPUs, shared among tenants in proportion to
+    their Table 1 GPU time (job counts × GPUs × mean run time by size), as in HiveD's trace,
+    where prod-c asks for ~3× its quota and prod-a for ~0.8× (``table1_demand_share``).
+    ``mix`` (tenant -> bucket -> weight) replaces a tenant's Table 1 job mix (the reshaping of
+    HiveD §5.2, Figure 8); the tenant's GPU time stays the same.
+
     Example: a tenant with 10 nodes (80 GPUs), ``load`` 0.9 and a mean job of 2 GPUs × 1 h
     gets 0.9 × 80 / 2 = 36 jobs per hour."""
+    if tenant_load not in ("quota", "table1"):
+        raise ConfigurationError(f"tenant_load {tenant_load!r} (quota or table1)")
     pools: dict[int, list[float]] = {}
     for j in durations:
         cap = max_duration_s if max_duration_s is not None else span_s / 4
@@ -234,15 +246,25 @@ def table1_jobs(
     def pool_for(g: int) -> list[float]:
         return pools[max((s for s in sizes if s <= g), default=sizes[0])]
 
+    def mean_gpu_s(t: Table1Tenant) -> float:  # one job's mean GPU time under its Table 1 mix
+        return sum(TABLE1_BUCKETS[b] * n / t.total * statistics.fmean(pool_for(TABLE1_BUCKETS[b])) for b, n in t.jobs_by_gpus.items() if n)
+
+    kept = [t for t in tenants if t.tenant in vc_nodes]
+    demand = {t.tenant: t.total * mean_gpu_s(t) for t in kept}  # Table 1 GPU time per tenant
+    cluster_gpus = sum(vc_nodes[t.tenant] for t in kept) * GPUS_PER_NODE
     out: list[TraceJob] = []
-    for t in tenants:
-        if t.tenant not in vc_nodes:
-            continue
-        mix = [(TABLE1_BUCKETS[b], n / t.total) for b, n in t.jobs_by_gpus.items() if n]
-        mean_gpu_s = sum(g * p * statistics.fmean(pool_for(g)) for g, p in mix)
-        rate = load * vc_nodes[t.tenant] * GPUS_PER_NODE / mean_gpu_s  # jobs per second
+    for t in kept:
+        if tenant_load == "quota":
+            offered = load * vc_nodes[t.tenant] * GPUS_PER_NODE  # GPUs busy on average
+        else:
+            offered = load * cluster_gpus * demand[t.tenant] / sum(demand.values())
+        weights = (mix or {}).get(t.tenant) or {b: n / t.total for b, n in t.jobs_by_gpus.items() if n}
+        total_w = sum(weights.values())
+        pairs = [(TABLE1_BUCKETS[b], w / total_w) for b, w in weights.items() if w]
+        job_gpu_s = sum(g * p * statistics.fmean(pool_for(g)) for g, p in pairs)
+        rate = offered / job_gpu_s  # jobs per second
         now, k = rng.expovariate(rate), 0
-        gs, ps = [g for g, _ in mix], [p for _, p in mix]
+        gs, ps = [g for g, _ in pairs], [p for _, p in pairs]
         while now < span_s:
             g = rng.choices(gs, ps)[0]
             out.append(TraceJob(f"{t.tenant}-{k:06d}", t.tenant, now, rng.choice(pool_for(g)), g))
