@@ -46,10 +46,35 @@ def totals(result: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The Pareto-efficient (violation minutes, oversold GPU) points, by violations ascending:
+    none has another with no more violations and at least as much oversold GPU."""
+    best: list[tuple[float, float]] = []
+    for v, o in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not best or o > best[-1][1]:
+            best.append((v, o))
+    return best
+
+
+def _between(points: list[tuple[float, float]], x: float, i: int) -> float | None:
+    """Linear interpolation of coordinate 1 - i at coordinate i = x along the frontier; None outside it."""
+    for a, b in zip(points, points[1:], strict=False):
+        lo, hi = sorted((a[i], b[i]))
+        if lo <= x <= hi:
+            if a[i] == b[i]:
+                return min(a[1 - i], b[1 - i]) if i == 1 else max(a[1 - i], b[1 - i])
+            f = (x - a[i]) / (b[i] - a[i])
+            return a[1 - i] + f * (b[1 - i] - a[1 - i])
+    if len(points) == 1 and points[0][i] == x:
+        return points[0][1 - i]
+    return None
+
+
 def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
     """One verdict per SLO-driven run against the GPU-metric frontier (totals over the traces)."""
     tot = totals(result)
     metric = {n: v for n, v in tot.items() if is_gpu_metric(n)}
+    front = frontier([(v["violation_min"], v["oversold_gpu"]) for v in metric.values()])
     out = []
     for name, ours in tot.items():
         if not is_slo(name):
@@ -64,6 +89,9 @@ def verdicts(result: dict[str, Any]) -> list[dict[str, Any]]:
             "more_oversold_at_equal_violations": best_at_equal_v is None or ours["oversold_gpu"] > best_at_equal_v[1]["oversold_gpu"],
             "equal_oversold": None if best_at_equal_o is None else {"policy": best_at_equal_o[0], **best_at_equal_o[1]},
             "fewer_violations_at_equal_oversold": best_at_equal_o is not None and ours["violation_min"] < best_at_equal_o[1]["violation_min"],
+            # the GPU-metric frontier, linearly interpolated between its settings, at our point
+            "frontier_oversold_at_our_violations": _between(front, ours["violation_min"], 0),
+            "frontier_violations_at_our_oversold": _between(front, ours["oversold_gpu"], 1),
         })  # fmt: skip
     return out
 
@@ -92,7 +120,12 @@ def summary_lines(result: dict[str, Any]) -> list[str]:
              + (f"{eq_o['violation_min']:,.0f} for {eq_o['policy']} (oversold {_f(eq_o['oversold_gpu'])})" if eq_o else "none: "
                 "no GPU-metric setting gives as much oversold GPU")
              + (": fewer" if v["fewer_violations_at_equal_oversold"] else ""))
-        lines.append(f"- **{v['policy']}**: {a}; {b}.")
+        fo, fv = v["frontier_oversold_at_our_violations"], v["frontier_violations_at_our_oversold"]
+        c = ("; the GPU-metric frontier interpolated between its settings gives "
+             + (f"oversold GPU {_f(fo)} at its {v['violation_min']:,.0f} violation minutes" if fo is not None else "no point at its violations")
+             + " and " + (f"{fv:,.0f} violation minutes at its oversold GPU {_f(v['oversold_gpu'])}" if fv is not None
+                          else "no point at its oversold GPU"))
+        lines.append(f"- **{v['policy']}**: {a}; {b}{c}.")
     return lines
 
 
@@ -116,6 +149,11 @@ def slo_rows(result: dict[str, Any]) -> tuple[list[tuple[str, str, str, str]], l
                      ("yes" if v["fewer_violations_at_equal_oversold"] else "no")
                      + (f" ({v['violation_min']:,.0f} vs {eq_o['violation_min']:,.0f} min, {eq_o['policy']})" if eq_o else
                         " (no GPU-metric setting reaches its oversold GPU)")))
+    for v in verdicts(result):
+        fo, fv = v["frontier_oversold_at_our_violations"], v["frontier_violations_at_our_oversold"]
+        rows.append((f"{v['policy']} vs the GPU-metric frontier (interpolated): oversold GPU at its violations / violations at its oversold GPU",
+                     "ours", "n/a", f"{_f(v['oversold_gpu'])} vs {_f(fo) if fo is not None else 'n/a'} / "
+                     f"{v['violation_min']:,.0f} vs {f'{fv:,.0f}' if fv is not None else 'n/a'} min"))
     notes = ["SLO-driven protection acts per GPU only where the measured p99 nears its SLO; lowering xCUDA's target "
              "throttles every offline job all the time. The simulator takes each one-minute latency as that minute's p99 "
              "(the world has no distribution within a minute) and applies a launch target through xCUDA's steady state "

@@ -30,11 +30,12 @@ Transitions, on each latency report (event time ``at``), with ``r = p99 / SLO``:
 Every action carries the measured p99, the SLO, the step and the knobs' new values; the core
 is a function of the reports and their event time (replaying them gives the same actions).
 
-Defaults: measured with the ``muxflow-slo`` scenario (`experiments.muxflow_experiments`): at
-approach 0.9 / restore 0.75 with targets (0.6, 0.5, 0.4) the protection keeps SLO violations at
-zero with more oversold GPU than any GPU-metric-only setting that does; at 0.8 / 0.6 with
-targets (0.5, 0.3) it also holds the SLO but engages so often that it gives away more offline
-throughput than lowering xCUDA's target for everyone.
+Defaults: measured with the ``muxflow-slo`` scenario at full scale (1,000 GPUs, traces A-D; see
+`experiments.slo_report`): at approach 0.9 / restore 0.75 with targets (0.6, 0.5, 0.4), 91 SLO
+violation minutes (MuxFlow's GPU metrics alone: 29,785) and oversold GPU 0.748, more than any
+GPU-metric-only setting with as few violations (0.727, xCUDA target 0.6 for every job); at
+0.8 / 0.6 with targets (0.5, 0.3), 3 minutes but only 0.695: it engages so often that it gives
+away more offline throughput than lowering xCUDA's target for everyone.
 
 Worked example (approach 0.8, restore 0.6, targets (0.5, 0.3), factors (0.5, 0.25), SLO 100 ms,
 share 80 %): a report at 85 ms -> ``lower_launch_target`` to 0.5 (level 1); 90 ms -> nothing (step_every=2);

@@ -43,3 +43,12 @@ def test_the_same_seed_gives_the_same_protection() -> None:
     a, b = (run_scenario("muxflow-slo", params, seed=3) for _ in range(2))
     ra, rb = a["results"]["traces"][0]["runs"]["MuxFlow-SLO"], b["results"]["traces"][0]["runs"]["MuxFlow-SLO"]
     assert (ra["slo_steps"], ra["slo_violation_min"], ra["oversold_gpu"]) == (rb["slo_steps"], rb["slo_violation_min"], rb["oversold_gpu"])
+
+
+def test_the_frontier_and_its_interpolation() -> None:
+    from hivemux.experiments.slo_report import _between, frontier
+
+    points = frontier([(0, 0.5), (0, 0.6), (10, 0.7), (5, 0.55), (20, 0.8)])
+    assert points == [(0, 0.6), (10, 0.7), (20, 0.8)]  # (5, 0.55) and (0, 0.5) are dominated
+    assert abs(_between(points, 5, 0) - 0.65) < 1e-9 and abs(_between(points, 0.75, 1) - 15) < 1e-9
+    assert _between(points, 30, 0) is None and _between(points, 0.5, 1) is None
