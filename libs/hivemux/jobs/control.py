@@ -185,8 +185,8 @@ _HOLDS_CELLS = frozenset({JobState.BOUND, JobState.RUNNING, JobState.PLACED})
 def _why_not_priority(command: Command, job: _Job) -> str | None:
     if command.action is not JobAction.SET_PRIORITY or command.priority_value is None:
         return None
-    if job.kind != "training":
-        return f"only training jobs have a HiveD priority ({job.kind} jobs are placed by matching)"
+    if job.kind not in ("training", "online"):  # online services are HiveD gangs too (issue 19)
+        return f"only training jobs and online services have a HiveD priority ({job.kind} jobs are placed by matching)"
     if (job.priority < 0) != (command.priority_value < 0):
         classes = ("opportunistic", "guaranteed") if job.priority < 0 else ("guaranteed", "opportunistic")
         return f"it is {classes[0]}; {classes[1]} is another class of VC {job.vc}'s capacity: submit it again as such"

@@ -117,7 +117,8 @@ PRIORITY_CASES = [
     ("training", 100, JobState.WAITING, 100, False, "already has priority 100"),
     ("training", 100, JobState.WAITING, -1, False, "it is guaranteed; opportunistic is another class"),
     ("training", -1, JobState.WAITING, 10, False, "it is opportunistic; guaranteed is another class"),
-    ("offline", -1, JobState.WAITING, -1, False, "only training jobs have a HiveD priority"),
+    ("offline", -1, JobState.WAITING, -1, False, "only training jobs and online services have a HiveD priority"),
+    ("online", 0, JobState.RUNNING, 300, True, "priority 0 -> 300 by alice"),
     ("training", 100, JobState.COMPLETED, 5, False, "finished"),
     ("training", 100, JobState.CANCELLED, 5, False, "finished"),
 ]
