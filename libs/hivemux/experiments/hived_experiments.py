@@ -31,7 +31,12 @@ Definitions (HiveD §5.2, §2):
   opportunistic jobs can be preempted, so they do not fragment), averaged over the submission
   window (time 0 to the last arrival, while the trace loads the cluster; runs of one trace then
   compare over the same span whatever their drain tails) — ``fragmentation_makespan`` is the
-  average to the last completion;
+  average to the last completion. ``fragmentation_blocked`` counts the paper's words literally:
+  every node that cannot take an 8-GPU guaranteed job, i.e. holding 1–8 guaranteed GPUs (a node
+  filled by guaranteed work counts too). The two differ in what they reward: the first counts
+  partly used nodes only (packing small jobs into *full* nodes lowers it), the literal one
+  counts every node touched by guaranteed work (packing small jobs into *fewer* nodes lowers
+  it) — Figure 11's comparison (§5.3) is about the second (``tests/unit/experiments/test_fidelity_metrics.py``);
 * GPU utilization = busy GPU-seconds / (GPUs × makespan); preempted GPUs = the sum over
   preemptions of the victim gang's GPUs (HiveD Figure 10).
 
@@ -113,6 +118,9 @@ class ClusterRun:
     safety_checks: int
     events: int
     series: dict[str, list[float]] = field(default_factory=dict)  # hourly samples
+    window_blocked_node_s: float = 0.0  # nodes holding >= 1 guaranteed GPU, over the window
+    window_guaranteed_gpu_s: float = 0.0  # GPUs held by guaranteed jobs, over the window
+    relaxed_starts: int = 0  # starts of soft-affinity jobs as 1-GPU pods
 
     def vc_delays(self, select: Callable[[JobRecord], bool] | None = None) -> dict[str, float]:
         """Average queuing delay per VC (seconds), over the jobs ``select`` keeps (default all)."""
@@ -136,6 +144,9 @@ class ClusterRun:
             "fragmentation": self.window_fragmented_node_s / (self.nodes * window),
             "fragmentation_makespan": self.fragmented_node_s / (self.nodes * span),
             "gpu_utilization_window": self.window_busy_gpu_s / (self.total_gpus * window),
+            "fragmentation_blocked": self.window_blocked_node_s / (self.nodes * window),
+            "guaranteed_utilization_window": self.window_guaranteed_gpu_s / (self.total_gpus * window),
+            "relaxed_starts": self.relaxed_starts,
             "preempted_gpus": self.preempted_gpus,
             "preemptions": self.preemptions,
             "safety_checks": self.safety_checks,
@@ -219,11 +230,13 @@ class ClusterDriver:
         self.guaranteed_used = {vc: 0 for vc in self.quota}
         self.node_guaranteed = {n: 0 for n in self.gpus_of_node}
         self.busy = self.fragmented = self.preempted_gpus = self.preemptions = 0
+        self.blocked = self.guaranteed_gpus = 0
         self.busy_gpu_s = self.fragmented_node_s = self.last = 0.0
+        self.blocked_node_s = self.guaranteed_gpu_s = 0.0
         self.series: dict[str, list[float]] = {"hour": [], "busy_gpus": [], "fragmented_nodes": [], "waiting": []}
         self.checks = self.batches = 0
         self.last_submit = max((j.submit_s for j in jobs), default=0.0)
-        self.window: tuple[float, float, float] | None = None  # (at, busy GPU-s, fragmented node-s) at the last arrival
+        self.window: tuple[float, ...] | None = None  # (at, busy GPU-s, fragmented, blocked node-s, guaranteed GPU-s) at the last arrival
 
     # -- the event loop --------------------------------------------------------------------------
     def run(self) -> ClusterRun:
@@ -260,6 +273,8 @@ class ClusterDriver:
         dt = now - self.last
         self.busy_gpu_s += self.busy * dt
         self.fragmented_node_s += self.fragmented * dt
+        self.blocked_node_s += self.blocked * dt
+        self.guaranteed_gpu_s += self.guaranteed_gpus * dt
         series = self.series
         while len(series["hour"]) * 3600.0 <= now:
             series["hour"].append(len(series["hour"]))
@@ -268,7 +283,7 @@ class ClusterDriver:
             series["waiting"].append(len(self.waiting))
         self.last = now
         if self.window is None and now >= self.last_submit:
-            self.window = (now, self.busy_gpu_s, self.fragmented_node_s)
+            self.window = (now, self.busy_gpu_s, self.fragmented_node_s, self.blocked_node_s, self.guaranteed_gpu_s)
 
     def arrive(self, job_id: str) -> None:
         bisect.insort(self.waiting, (self.records[job_id].job.submit_s, job_id))
@@ -283,7 +298,7 @@ class ClusterDriver:
             self.progress(1)
 
     def summary(self) -> ClusterRun:
-        window_at, window_busy, window_fragmented = self.window or (0.0, 0.0, 0.0)
+        window_at, window_busy, window_fragmented, window_blocked, window_guaranteed = self.window or (0.0,) * 5
         return ClusterRun(
             name=self.name,
             scheduler=self.kind,
@@ -301,6 +316,9 @@ class ClusterDriver:
             safety_checks=self.checks,
             events=self.sim.processed,
             series=self.series,
+            window_blocked_node_s=window_blocked,
+            window_guaranteed_gpu_s=window_guaranteed,
+            relaxed_starts=self.relaxed_starts,
         )
 
     # -- jobs on the scheduler -------------------------------------------------------------------
@@ -311,8 +329,11 @@ class ClusterDriver:
             self.busy += sign * len(leaves)
             if r.priority >= 0:
                 before = 0 < node_guaranteed[node] < gpus_of_node[node]
+                was_blocked = node_guaranteed[node] > 0
                 node_guaranteed[node] += sign * len(leaves)
+                self.guaranteed_gpus += sign * len(leaves)
                 self.fragmented += (0 < node_guaranteed[node] < gpus_of_node[node]) - before
+                self.blocked += (node_guaranteed[node] > 0) - was_blocked
 
     def stop(self, job_id: str, now: float) -> _Running:
         r = self.running.pop(job_id)

@@ -146,6 +146,19 @@ GENERAL_DISAGREEMENTS = (
 )
 
 
+def _write_sweep_report(result: dict[str, Any], out: Path, wall_s: float | None) -> list[Path]:
+    from hivemux.experiments.hived_fidelity import plot_sweep, sweep_markdown
+
+    fig = plot_sweep(result["results"], out / "anomaly-sweep.png")
+    md = [f"# {result['scenario']} — {result['paper']}", "", result["description"] + ".", "",
+          f"Seed {result['seed']}" + (f", wall time {wall_s:.1f} s" if wall_s is not None else "") + ". "
+          f"Reproduce: `hivemux sim run --scenario {result['scenario']} --seed {result['seed']}`. Every metric is in `results.json`.", "",
+          *([f"**Varied:** {result['varied']}", ""] if result.get("varied") else []),
+          *sweep_markdown(result["results"]), "", f"![sweep]({fig.name})", ""]
+    (out / "report.md").write_text("\n".join(md))
+    return [fig, out / "report.md"] if fig.exists() else [out / "report.md"]
+
+
 def _tenant_plot(entry: dict[str, Any], path: Path) -> None:
     q, h = entry["schedulers"]["quota"]["tenants"], entry["schedulers"]["hived"]["tenants"]
     vcs = list(q)
@@ -212,7 +225,10 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
         from hivemux.experiments.muxflow_report import write_report as write_muxflow_report
 
         return files + write_muxflow_report(result, out, wall_s)
+    if result["scenario"] == "hived-anomaly-sweep":  # a sweep of points, not workloads: its own report
+        return files + _write_sweep_report(result, out, wall_s)
     md = [f"# {result['scenario']} — {result['paper']}", "", result["description"] + ".", "",
+          *([f"**Varied:** {result['varied']}", ""] if result.get("varied") else []),
           f"Seed {result['seed']}" + (f", wall time {wall_s:.1f} s" if wall_s is not None else "") + ". "
           f"Reproduce: `hivemux sim run --scenario {result['scenario']} --seed {result['seed']}` "
           "(add `--scale small` for the reduced run). Every metric is in `results.json`.", ""]
@@ -220,7 +236,7 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
     for i, entry in enumerate(result["results"]["workloads"]):
         md += [f"## Workload {i + 1}: {entry['label']}", "",
                f"{entry['jobs']} jobs; VC sizes (8-GPU nodes): {entry['vc_nodes']}; dropped: {entry['dropped'] or 'none'}.", ""]
-        if result["scenario"] == "hived-sharing-safety":
+        if result["scenario"].startswith("hived-sharing-safety"):
             rows, notes = _sharing_rows(entry)
             md += _table(rows) + [""]
             md += ["| scheduler | avg queuing delay (min) | avg JCT (min) | makespan (h) | GPU util. | fragmentation | preempted GPUs | safety checks |",
@@ -245,11 +261,11 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
         else:
             rows, notes = _binding_rows(entry)
             md += _table(rows) + [""]
-            md += ["| variant | avg queuing delay (min) | avg JCT (min) | GPU util. | fragmentation | preempted GPUs | preemptions |", "|---|---|---|---|---|---|---|"]
+            md += ["| variant | avg queuing delay (min) | avg JCT (min) | GPU util. | fragmentation: 1-7 / any guaranteed GPUs | preempted GPUs | preemptions |", "|---|---|---|---|---|---|---|"]
             for label, v in entry["variants"].items():
                 s = v["summary"]
                 md.append(f"| {label} | {_fmt(s['avg_queuing_delay_min'])} | {_fmt(s['avg_jct_min'])} | {_fmt(s['gpu_utilization'], True)} | "
-                          f"{_fmt(s['fragmentation'], True)} | {s['preempted_gpus']} | {s['preemptions']} |")
+                          f"{_fmt(s['fragmentation'], True)} / {_fmt(s.get('fragmentation_blocked'), True)} | {s['preempted_gpus']} | {s['preemptions']} |")
             p1 = out / f"preempted-w{i + 1}.png"
             _bar_plot({k: v["summary"]["preempted_gpus"] for k, v in entry["variants"].items()}, "preempted GPUs",
                       f"Preempted GPUs — {entry['label']}", p1)
@@ -260,7 +276,7 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
             files += [p1, p2]
             md += ["", f"![preempted]({p1.name}) ![fragmentation]({p2.name})", ""]
         all_notes += [f"Workload {i + 1}: {n}" for n in notes]
-    if result["scenario"] == "hived-binding":
+    if result["scenario"].startswith("hived-binding"):
         md += ["## How the variants map onto the real scheduler", "",
                "All three variants run `cells.hived.HivedScheduler` unchanged; only its configuration differs "
                "(`experiments/cluster_configs.py`). *Static binding*: each VC's nodes form one physical cell with "

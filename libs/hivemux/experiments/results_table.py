@@ -31,8 +31,15 @@ def scenario_table_rows(result: dict[str, Any]) -> list[Row]:
     if name.startswith("muxflow-"):
         return muxflow_rows(result)[0]
     rows: list[Row] = []
+    if name == "hived-anomaly-sweep":
+        for p in result["results"]["points"]:
+            q, h = p["quota"], p["hived"]
+            rows.append((f"worst excess over private, Quota / HiveD — {p['label']}", "§5.2, Fig. 6-8", "Quota > 0, HiveD none",
+                         f"{q['max_excess_min']:,.0f} ({', '.join(q['anomalous_tenants']) or 'no anomaly'}) / "
+                         f"{h['max_excess_min']:,.0f} ({', '.join(h['anomalous_tenants']) or 'no anomaly'})"))
+        return rows
     for entry in result["results"]["workloads"]:
-        got = _sharing_rows(entry)[0] if name == "hived-sharing-safety" else _binding_rows(entry)[0]
+        got = _sharing_rows(entry)[0] if name.startswith("hived-sharing-safety") else _binding_rows(entry)[0]
         rows += [(f"{claim} — {entry['label']}", section, paper, measured) for claim, section, paper, measured in got]
     return rows
 

@@ -68,6 +68,10 @@ class Params:
     safety_every: int = 1  # check HiveD's invariant (2) after every k-th event batch (0: never)
     salus: SalusParams | None = None  # salus-policies: the one-GPU job mix (no cluster workloads)
     muxflow: MuxflowParams | None = None  # muxflow-*: online GPUs shared with offline traces A-D
+    quota_placement: str = "best"  # the quota baseline's placement: best | first | spread (QuotaScheduler)
+    quota_preempt: bool = True  # the quota baseline preempts opportunistic jobs for guaranteed ones
+    soft_fraction: float = 0.0  # share of multi-GPU jobs with soft affinity (relaxed to 1-GPU pods)
+    sweep: Any = None  # hived-anomaly-sweep: hived_fidelity.SweepParams
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class Scenario:
     full: Params
     small: Params
     runner: Callable[[Params, int, ProgressFn | None], dict[str, Any]] = field(repr=False)
+    in_results: bool = True  # run by `hivemux sim results` (named variants: only with --scenario)
+    varied: str = ""  # what this scenario varies against its default, for its report
 
 
 def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> traces.TraceSplit:
@@ -127,6 +133,8 @@ def total_jobs(params: Params, seed: int, runs_per_workload: int) -> int:
     if params.muxflow is not None:  # every placing policy finishes each job of each trace once
         placing = sum(1 for p in params.muxflow.policies if MUXFLOW_POLICIES[p].placement != "none")
         return sum(params.muxflow.job_counts()) * placing
+    if params.sweep is not None:  # each point: shared + private under both schedulers
+        return sum(len(build_workload(p.workload, seed).jobs) * 4 for p in params.sweep.points)
     return sum(len(build_workload(w, seed).jobs) * runs_per_workload for w in params.workloads)
 
 
@@ -151,11 +159,14 @@ def run_sharing_safety(params: Params, seed: int, progress: ProgressFn | None = 
             "dropped": dict(split.dropped), "schedulers": {},
         }
         for kind in ("quota", "hived"):
+            opts: dict[str, Any] = {"soft_fraction": params.soft_fraction}
+            if kind == "quota":
+                opts.update(quota_placement=params.quota_placement, quota_preempt=params.quota_preempt)
             shared = run_cluster("shared", kind, cluster_config(split.vc_nodes), split.jobs, seed=seed,
-                                 safety_every=params.safety_every, progress=progress)
+                                 safety_every=params.safety_every, progress=progress, **opts)
             private = {
                 vc: run_cluster(f"private-{vc}", kind, cluster_config({vc: split.vc_nodes[vc]}), jobs, seed=seed,
-                                safety_every=params.safety_every, progress=progress)
+                                safety_every=params.safety_every, progress=progress, **opts)
                 for vc, jobs in by_vc.items() if jobs
             }
             tenants = tenant_comparison(shared, private)
@@ -211,6 +222,13 @@ def run_binding(params: Params, seed: int, progress: ProgressFn | None = None) -
         entry["fragmentation_single_minus_multi"] = dyn["fragmentation"] - multi["fragmentation"]
         results.append(entry)
     return {"workloads": results}
+
+
+def run_anomaly_sweep(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Issue 21's experiments (``experiments.hived_fidelity``): baseline variants, load × mix, Philly scales."""
+    from hivemux.experiments.hived_fidelity import SweepParams, run_sweep
+
+    return run_sweep(params.sweep or SweepParams(), seed, progress)
 
 
 def run_salus(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
@@ -374,13 +392,15 @@ def _muxflow_config(path: Path, raw: Any, base: MuxflowParams) -> MuxflowParams:
 
 def run_scenario(name: str, params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
     s = SCENARIOS[name]
-    return {"scenario": name, "paper": s.paper, "description": s.description, "seed": seed,
-            "params": {"workloads": [asdict(w) for w in params.workloads], "safety_every": params.safety_every},
+    return {"scenario": name, "paper": s.paper, "description": s.description, "seed": seed, "varied": s.varied,
+            "params": {"workloads": [asdict(w) for w in params.workloads], "safety_every": params.safety_every,
+                       "quota_placement": params.quota_placement, "quota_preempt": params.quota_preempt,
+                       "soft_fraction": params.soft_fraction},
             "results": s.runner(params, seed, progress)}
 
 
 def runs_per_workload(name: str, params: Params, seed: int) -> int:
     """How many times each job is simulated (progress bar length)."""
-    if name == "hived-binding":
+    if name.startswith("hived-binding"):
         return len(BINDING_VARIANTS)
     return 4  # shared + private, for both schedulers

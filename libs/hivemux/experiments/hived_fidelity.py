@@ -1,0 +1,193 @@
+"""Where HiveD §5.2's sharing anomaly appears and where it does not (issue 21, "Fidelity").
+
+One *point* replays one workload under the quota scheduler and under HiveD, each in the shared
+cluster and with every tenant alone in its private cluster (`hived_experiments.run_cluster`),
+and keeps the worst tenant's excess queuing delay over private (``tenant_comparison``), the
+anomalous tenants, GPU utilization, the share of GPUs held by guaranteed jobs and both
+fragmentation counts. A *sweep* is a list of points (``SweepParams``):
+
+* ``baseline`` — the quota baseline's own variants on one workload: placement (best fit, first
+  fit, spread; HiveD §5.1's YARN-CS is best fit with affinity-aware preemption of opportunistic
+  jobs, the default), preemption of opportunistic jobs on/off, and soft affinity (a share of
+  multi-GPU jobs may relax to 1-GPU pods, §5.2 Figure 9; applied under both schedulers);
+* ``load`` — ``table1`` at several node scales, load 0.8-1.6, and job mixes: Table 1's own mix,
+  every tenant with a given share of 8-GPU and multi-node jobs (``big_share``), and HiveD
+  Figure 8's reshaping (the tenants of a group run only 8-GPU jobs, the others only 1-GPU jobs);
+* ``philly`` — the real Philly week at several node scales (the load axis of a real trace).
+
+`plot_sweep` draws the worst excess per point (Quota solid, HiveD dashed) against load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from hivemux.experiments.cluster_configs import cluster_config
+from hivemux.experiments.hived_experiments import run_cluster, tenant_comparison
+
+ProgressFn = Callable[[int], None]
+
+TABLE1_TENANTS = ("res-a", "res-b", "res-c", "res-d", "res-e", "res-f", "prod-a", "prod-b", "prod-c", "prod-d", "prod-e")
+
+
+def figure8_reshape(big: Sequence[str]) -> dict[str, str]:
+    """HiveD Figure 8: the tenants in ``big`` run only 1×8 jobs, all others only 1×1 jobs."""
+    return {t: ("8-GPU" if t in big else "1-GPU") for t in TABLE1_TENANTS}
+
+
+# named job mixes for the load sweep: (label, Workload overrides)
+MIXES: dict[str, dict[str, Any]] = {
+    "Table 1 mix": {},
+    "Table 1 mix, uniform load": {"tenant_load": "quota"},
+    "8-GPU/multi-node share 10%": {"big_share": 0.1},
+    "8-GPU/multi-node share 50%": {"big_share": 0.5},
+    "Fig. 8: res-f 8-GPU, others 1-GPU": {"reshape": figure8_reshape(("res-f",))},
+    "Fig. 8: res-f, prod-e, prod-d, prod-c 8-GPU": {"reshape": figure8_reshape(("res-f", "prod-e", "prod-d", "prod-c"))},
+}
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    workload: Any  # scenarios.Workload
+    quota_placement: str = "best"
+    quota_preempt: bool = True
+    soft_fraction: float = 0.0
+    group: str = ""  # the sweep's curve this point belongs to
+    x: float = 0.0  # its position on the curve
+
+
+@dataclass(frozen=True)
+class SweepParams:
+    points: tuple[Point, ...] = field(default_factory=tuple)
+
+
+def run_point(p: Point, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    from hivemux.experiments.scenarios import build_workload
+
+    split = build_workload(p.workload, seed)
+    by_vc = split.by_vc()
+    out: dict[str, Any] = {"label": p.label, "group": p.group, "x": p.x, "workload": asdict(p.workload), "jobs": len(split.jobs),
+                           "vc_nodes": dict(split.vc_nodes), "quota_placement": p.quota_placement,
+                           "quota_preempt": p.quota_preempt, "soft_fraction": p.soft_fraction}
+    for kind in ("quota", "hived"):
+        opts: dict[str, Any] = {"soft_fraction": p.soft_fraction}
+        if kind == "quota":
+            opts.update(quota_placement=p.quota_placement, quota_preempt=p.quota_preempt)
+        shared = run_cluster("shared", kind, cluster_config(split.vc_nodes), split.jobs, seed=seed, progress=progress, **opts)
+        private = {vc: run_cluster(f"private-{vc}", kind, cluster_config({vc: split.vc_nodes[vc]}), jobs, seed=seed,
+                                   progress=progress, **opts) for vc, jobs in by_vc.items() if jobs}
+        tenants = tenant_comparison(shared, private)
+        worst = max(tenants, key=lambda vc: tenants[vc]["excess_min"]) if tenants else None
+        s = shared.summary()
+        out[kind] = {
+            "max_excess_min": tenants[worst]["excess_min"] if worst else 0.0,
+            "worst_tenant": worst,
+            "worst_private_min": tenants[worst]["private_min"] if worst else 0.0,
+            "worst_shared_min": tenants[worst]["shared_min"] if worst else 0.0,
+            "anomalous_tenants": [vc for vc, t in tenants.items() if t["anomaly"]],
+            "excess_min": {vc: t["excess_min"] for vc, t in tenants.items()},
+            "gpu_utilization": s["gpu_utilization_window"],
+            "guaranteed_utilization": s["guaranteed_utilization_window"],
+            "fragmentation": s["fragmentation"],
+            "fragmentation_blocked": s["fragmentation_blocked"],
+            "preempted_gpus": s["preempted_gpus"],
+            "relaxed_starts": s["relaxed_starts"],
+        }
+    return out
+
+
+def run_sweep(params: SweepParams, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    return {"points": [run_point(p, seed, progress) for p in params.points]}
+
+
+def baseline_points(workload: Any, *, soft: Sequence[float] = (0.5,)) -> tuple[Point, ...]:
+    """Item 1: the quota baseline's placement × preemption, and soft affinity, on one workload."""
+    pts = [Point(f"{pl} fit, preempt {'on' if pre else 'off'}" if pl != "spread" else f"spread, preempt {'on' if pre else 'off'}",
+                 workload, quota_placement=pl, quota_preempt=pre, group="baseline")
+           for pl in ("best", "first", "spread") for pre in (True, False)]
+    pts += [Point(f"best fit, soft affinity {int(100 * f)}%", workload, soft_fraction=f, group="soft", x=f) for f in soft]
+    return tuple(pts)
+
+
+def load_points(base: Any, nodes: Sequence[int], loads: Sequence[float], mixes: Sequence[str]) -> tuple[Point, ...]:
+    """Item 2: ``table1`` at each node scale × load × named mix (``MIXES``)."""
+    return tuple(
+        Point(f"{n} nodes, load {load:g}, {mix}", replace(base, nodes=n, load=load, **MIXES[mix]), group=f"{n} nodes | {mix}", x=load)
+        for n in nodes for mix in mixes for load in loads
+    )
+
+
+def philly_points(base: Any, scales: Sequence[float]) -> tuple[Point, ...]:
+    return tuple(Point(f"philly-week x{s:g}", replace(base, node_scale=s), group="philly-week", x=s) for s in scales)
+
+
+def default_sweep(base: Any, philly: Any, *, days: float = 3.0) -> SweepParams:
+    """The sweep `hived-anomaly-sweep` runs (reduced from HiveD's 200-279 nodes and 20 days so
+    that it finishes on two cores): the baseline variants on the Figure 8 workload at 30 nodes;
+    load 0.8-1.6 × five mixes at 30 nodes and × two mixes at 60 nodes; Philly at four scales."""
+    fig8 = replace(base, nodes=30, days=days, load=1.0, **MIXES["Fig. 8: res-f 8-GPU, others 1-GPU"])
+    loads = (0.8, 1.0, 1.2, 1.4, 1.6)
+    return SweepParams(
+        baseline_points(fig8, soft=(0.5, 1.0))
+        + load_points(replace(base, days=days), (30,), loads, tuple(m for m in MIXES if m != "8-GPU/multi-node share 10%"))
+        + load_points(replace(base, days=days), (60,), loads, ("Table 1 mix", "Fig. 8: res-f 8-GPU, others 1-GPU"))
+        + philly_points(replace(philly, days=days), (0.06, 0.1, 0.15, 0.25))
+    )
+
+
+def plot_sweep(result: dict[str, Any], path: Path) -> Path:
+    """Worst tenant's excess queuing delay over private (min) per point: one panel per node
+    scale of the load sweep (x = load) and one for the Philly week (x = measured GPU
+    utilization); Quota solid with filled markers where some tenant is anomalous, HiveD dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = result["points"]
+    panels: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for p in pts:
+        if not p["group"] or p["group"] in ("baseline", "soft"):
+            continue
+        panel, _, curve = p["group"].partition(" | ")
+        panels.setdefault(panel, {}).setdefault(curve or panel, []).append(p)
+    if not panels:
+        return path
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4), squeeze=False)
+    for ax, (panel, curves) in zip(axes[0], panels.items(), strict=True):
+        for k, (curve, cps) in enumerate(curves.items()):
+            xs = [p["quota"]["gpu_utilization"] if panel == "philly-week" else p["x"] for p in cps]
+            color = f"C{k}"
+            ax.plot(xs, [p["quota"]["max_excess_min"] for p in cps], "-", color=color, label=f"Quota: {curve}")
+            ax.plot(xs, [p["hived"]["max_excess_min"] for p in cps], "--", color=color, alpha=0.7)
+            for x, p in zip(xs, cps, strict=True):
+                ax.plot([x], [p["quota"]["max_excess_min"]], "o", color=color, fillstyle="full" if p["quota"]["anomalous_tenants"] else "none")
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.set_title(panel)
+        ax.set_xlabel("GPU utilization (Quota)" if panel == "philly-week" else "offered load (× cluster)")
+        ax.set_ylabel("worst tenant: shared − private queuing delay (min)")
+        ax.legend(fontsize=6)
+    fig.suptitle("Sharing anomaly: Quota (solid; filled = anomalous tenant) vs HiveD (dashed)", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def sweep_markdown(result: dict[str, Any]) -> list[str]:
+    out = ["| point | jobs | Quota: worst tenant excess (min), private → shared | Quota anomalous | HiveD worst excess (min) | HiveD anomalous | "
+           "GPU util. | guaranteed GPUs | fragmentation (1-7 / any guaranteed) Quota |", "|---|---|---|---|---|---|---|---|---|"]
+    for p in result["points"]:
+        q, h = p["quota"], p["hived"]
+        out.append(
+            f"| {p['label']} | {p['jobs']} | {q['max_excess_min']:,.0f} ({q['worst_tenant']}: {q['worst_private_min']:,.0f} → {q['worst_shared_min']:,.0f}) | "
+            f"{', '.join(q['anomalous_tenants']) or 'none'} | {h['max_excess_min']:,.0f} | {', '.join(h['anomalous_tenants']) or 'none'} | "
+            f"{100 * q['gpu_utilization']:.0f}% | {100 * q['guaranteed_utilization']:.0f}% | "
+            f"{100 * q['fragmentation']:.0f}% / {100 * q['fragmentation_blocked']:.0f}% |"
+        )
+    return out
