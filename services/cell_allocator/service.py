@@ -14,19 +14,17 @@ from __future__ import annotations
 import gc
 import logging
 from datetime import UTC, datetime, timedelta
-from importlib import resources
 from pathlib import Path
 
 import grpc
-import yaml
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
+from hivemux.cells.config import load_config
 from hivemux.cells.schedulers import SchedulerKind, build_scheduler
 from hivemux.cells_inspect.server import start_inspect_server
-from hivemux.errors import ConfigurationError
 from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobLifecycleEvent, JobPriorityChanged, JobSubmission
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
@@ -47,17 +45,6 @@ class AllocatorSettings(ServiceSettings):
     fairness_weights: dict[str, float] = Field(
         default_factory=dict, description='VC weights for sharing opportunistic capacity, e.g. {"vc-a": 2}; default 1'
     )
-
-
-def load_config(path: Path | None) -> dict:
-    text = path.read_text() if path else (resources.files("hivemux.cells") / "demo_cluster.yaml").read_text()
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigurationError(f"cell configuration {path}: not valid YAML: {error}") from error
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"cell configuration {path}: expected a mapping with physicalCluster and virtualClusters")
-    return data
 
 
 class CellAllocatorShell:

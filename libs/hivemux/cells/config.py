@@ -28,8 +28,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+
+import yaml
 
 from hivemux.cells import api
 from hivemux.errors import ConfigurationError, InvalidEvent
@@ -484,3 +488,16 @@ def pod_spec_to_annotation(s: api.PodSchedulingSpec) -> dict[str, Any]:
             ],
         }
     return out
+
+
+def load_config(path: Path | None = None) -> dict:
+    """A cell configuration file as its raw mapping (default: the demo cluster shipped with the
+    package); parse it with `parse_config`."""
+    text = path.read_text() if path else (resources.files("hivemux.cells") / "demo_cluster.yaml").read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigurationError(f"cell configuration {path}: not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"cell configuration {path}: expected a mapping with physicalCluster and virtualClusters")
+    return data

@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 
+from .. import commands
 from ..bus import Publisher, ensure_topics
 from ..bus.replay import read_topics
 from ..infra import EmbeddedInfra, InfraSettings, die_with_parent, embedded_infra, free_port
@@ -253,6 +254,16 @@ def announce_api(children: list[Child], dsn: str | None) -> None:
     print(f"Console: {url}/console?token={token}  (open it in a browser; the page keeps the token in that tab only)", flush=True)
 
 
+async def publish_cell_config(bootstrap: str, path: str | None) -> None:
+    """The cell configuration the allocator starts from, published as an operator would (the read
+    models' VC quotas, and so the console's and `vcs`' guaranteed cells, come from `cells.config`)."""
+    from ..cells.config import load_config
+
+    config = load_config(Path(path) if path else None)
+    async with Publisher(bootstrap, source="cli") as publisher:
+        await publisher.publish_all([commands.cell_config(config, version=None, principal="hivemux-up", source="cli")])
+
+
 def demo_jobs_path() -> Path:
     return Path(str(resources.files("hivemux.cli") / "demo_jobs.yaml"))
 
@@ -343,6 +354,8 @@ def run_up(options: UpOptions) -> dict[str, Any]:
         env = {**DEMO_ENV, **(EMBEDDED_ENV if "tansu" in infra.servers else {}), **os.environ, **options.extra_env}
         env["KAFKA_BOOTSTRAP_SERVERS"] = endpoints.bootstrap_servers
         env["HIVEMUX_POSTGRES_DSN"] = endpoints.postgres_dsn
+        if not resumed:  # the configuration in force goes on the log, as `hivemux cells configure` puts it
+            asyncio.run(publish_cell_config(endpoints.bootstrap_servers, env.get("HIVEMUX_ALLOCATOR_CONFIG")))
         children = start_services(options, env)
         try:
             wait_ready(children, options.ready_timeout_s)
