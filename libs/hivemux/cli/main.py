@@ -299,7 +299,7 @@ def sim_results(out_dir: Path, seed: int, scale: str, reuse: bool, names: tuple[
     if unknown:
         raise click.ClickException(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
     results = []
-    for name in names or tuple(SCENARIOS):
+    for name in names or tuple(n for n, s in SCENARIOS.items() if s.in_results):  # named variants: only with --scenario
         folder = out_dir / f"{name}-{scale}-seed{seed}"
         saved = folder / "results.json"
         if reuse and saved.exists():

@@ -430,25 +430,22 @@ class ClusterDriver:
                 guaranteed = False  # the VC has no cell for this shape: straight to opportunistic
             if not guaranteed:
                 key = ("", False, j.pods, j.gpus_per_pod)
+            soft = job_id in self.soft
             if key in failed:
-                i += 1
-                continue
-            outcome = self.try_start(job_id, GUARANTEED_PRIORITY if guaranteed else api.OPPORTUNISTIC_PRIORITY, now)
-            if outcome == "waiting" and guaranteed and fallback:
-                failed.add(key)
-                key = ("", False, j.pods, j.gpus_per_pod)
-                if key in failed:
-                    i += 1
-                    continue
-                outcome = self.try_start(job_id, api.OPPORTUNISTIC_PRIORITY, now)
-                guaranteed = False
-            if outcome == "waiting" and job_id in self.soft:  # soft affinity: relax to 1-GPU pods
+                outcome = "waiting"  # this shape failed in this pass already
+            else:
+                outcome = self.try_start(job_id, GUARANTEED_PRIORITY if guaranteed else api.OPPORTUNISTIC_PRIORITY, now)
+                if outcome == "waiting" and guaranteed and fallback:
+                    failed.add(key)
+                    key = ("", False, j.pods, j.gpus_per_pod)
+                    guaranteed = False
+                    if key not in failed:
+                        outcome = self.try_start(job_id, api.OPPORTUNISTIC_PRIORITY, now)
+            if outcome == "waiting" and soft:  # soft affinity: relax to 1-GPU pods
                 failed.add(key)
                 key = (j.vc if guaranteed else "", guaranteed, j.gpus, 1)
-                if key in failed:
-                    i += 1
-                    continue
-                outcome = self.try_start(job_id, GUARANTEED_PRIORITY if guaranteed else api.OPPORTUNISTIC_PRIORITY, now, relaxed=True)
+                if key not in failed:
+                    outcome = self.try_start(job_id, GUARANTEED_PRIORITY if guaranteed else api.OPPORTUNISTIC_PRIORITY, now, relaxed=True)
             if outcome.startswith("started"):
                 del waiting[bisect.bisect_left(waiting, (j.submit_s, job_id))]
                 if outcome == "started-preempting":  # capacity moved and victims re-queued: rescan
@@ -496,7 +493,7 @@ def tenant_comparison(shared: ClusterRun, private: Mapping[str, ClusterRun]) -> 
             "private_min": p / 60,
             "shared_min": s / 60,
             "excess_min": excess / 60,
-            "ratio": s / p if p > 0 else (1.0 if s == 0 else float("inf")),
+            "ratio": s / p if p > 1e-6 else (1.0 if s <= 1e-6 else float("inf")),  # below a microsecond: zero
             "anomaly": excess > ANOMALY_TOLERANCE_S and excess > ANOMALY_TOLERANCE_REL * p,
             "1gpu_shared_min": split["1gpu_shared_min"].get(vc, 0.0) / 60,
             "1gpu_private_min": run.vc_delays(one).get(vc, 0.0) / 60,
