@@ -2,7 +2,8 @@
 online`` submission is bound by the cell allocator to guaranteed GPUs of its VC
 (``cells.bindings``, ``start_online``), the simulated fleet then serves it there (telemetry's
 ``online_workload`` on exactly those GPUs), and the matcher, learning online GPUs from
-telemetry, places an offline job of another VC on one of them."""
+telemetry, places an offline job of another VC on one of them; the health processor's SysMonitors
+learn the service from the same telemetry."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from hivemux.events import (
     PredictorModel,
     Profile,
     ReportState,
+    SysMonitorSnapshot,
     WorkloadSpec,
 )
 from hivemux.infra import EmbeddedInfra, InfraSettings, embedded_infra
@@ -50,7 +52,16 @@ from hivemux.services.matcher.service import MatcherSettings
 from hivemux.services.matcher.service import build as matcher
 from hivemux.services.telemetry_ingester.service import IngesterSettings
 from hivemux.services.telemetry_ingester.service import build as ingester
-from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, EXECUTOR_REPORTS, GPU_TELEMETRY, JOBS_LIFECYCLE, PLACEMENTS
+from hivemux.topics import (
+    ALL_TOPICS,
+    CELL_BINDINGS,
+    EXECUTOR_COMMANDS,
+    EXECUTOR_REPORTS,
+    GPU_TELEMETRY,
+    HEALTH_STATE,
+    JOBS_LIFECYCLE,
+    PLACEMENTS,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 CLUSTER = Path(str(resources.files("hivemux.cells") / "demo_cluster_online.yaml"))
@@ -114,6 +125,15 @@ async def test_an_online_submission_is_bound_served_and_shared_with_offline_work
             return await serving(bootstrap, service)
 
         assert await eventually(served, timeout_s=60) == gpus  # the fleet serves it on its bound GPUs, nowhere else
+
+        async def health_knows() -> set[str]:  # the health processor's SysMonitors learn it from telemetry
+            latest: dict[str, str | None] = {}
+            for _, snapshot in await read_all(bootstrap, HEALTH_STATE):
+                if isinstance(snapshot, SysMonitorSnapshot):
+                    latest[snapshot.gpu_id] = snapshot.online_workload
+            return {g for g, name in latest.items() if name == service}
+
+        assert await eventually(health_knows, timeout_s=60) == gpus
 
         async def placed() -> list[Placement]:
             return [p for _, p in await read_all(bootstrap, PLACEMENTS) if isinstance(p, Placement) and p.job_id == offline and p.action == "place"]
