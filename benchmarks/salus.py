@@ -64,7 +64,7 @@ def busy(seconds: float) -> None:
 
 
 def timed_job(socket: str, name: str, iterations: int, body_s: float, offset: float, go: Any, start: Any,
-              results: Any) -> None:  # fmt: skip
+              results: Any, ephemeral_mib: float = EPHEMERAL_MIB) -> None:  # fmt: skip
     """Arrive ``offset`` s after the common start; run ``iterations`` through the gate; report
     the arrival, the finish and (start, end) perf_counter stamps of each body."""
     from hivemux import salus
@@ -78,7 +78,7 @@ def timed_job(socket: str, name: str, iterations: int, body_s: float, offset: fl
     if delay > 0:
         time.sleep(delay)
     stamps = []
-    with salus.job(name, persistent_mib=PERSISTENT_MIB, ephemeral_mib=EPHEMERAL_MIB, iterations=iterations,
+    with salus.job(name, persistent_mib=PERSISTENT_MIB, ephemeral_mib=ephemeral_mib, iterations=iterations,
                    iteration_seconds=body_s, socket=socket) as gate:  # fmt: skip
         for _ in gate.iterations():
             began = time.perf_counter()
@@ -182,7 +182,8 @@ def core_echo_server(socket: str, stop: Any) -> None:
 # -- the parent: servers and figures --------------------------------------------------------------
 
 
-async def run_jobs(ctx: Any, policy: str, jobs: list[tuple[str, int, float, float]]) -> list[tuple]:
+async def run_jobs(ctx: Any, policy: str, jobs: list[tuple[str, int, float, float]],
+                   ephemeral_mib: float = EPHEMERAL_MIB) -> list[tuple]:
     """Start a LaneServer with ``policy`` and one process per (name, iterations, body_s, start offset)."""
     from hivemux.salus.server import LaneServer
 
@@ -192,7 +193,7 @@ async def run_jobs(ctx: Any, policy: str, jobs: list[tuple[str, int, float, floa
         await server.start()
         try:
             results, go, start = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
-            procs = [ctx.Process(target=timed_job, args=(socket, name, n, body, offset, go, start, results))
+            procs = [ctx.Process(target=timed_job, args=(socket, name, n, body, offset, go, start, results, ephemeral_mib))
                      for name, n, body, offset in jobs]  # fmt: skip
             for p in procs:
                 p.start()
@@ -211,6 +212,15 @@ async def run_jobs(ctx: Any, policy: str, jobs: list[tuple[str, int, float, floa
 async def gate_round_trip(ctx: Any, samples: int) -> list[float]:
     [(_, _, _, stamps)] = await run_jobs(ctx, "fifo", [("alone", samples + 200, 0.0, 0.0)])
     return [b[0] - a[1] for a, b in zip(stamps[200:], stamps[201:], strict=False)]
+
+
+async def shared_round_trip(ctx: Any, samples: int, jobs: int) -> list[float]:
+    """Gate round trip while ``jobs`` jobs share the GPU, each in a lane of its own (Algorithm 1
+    opens one lane per job: ``jobs × (P + E) <= C``), all iterating at once; every job's round
+    trips (end of its body to the start of its next) pooled."""
+    ephemeral = (CAPACITY_MIB / jobs) - PERSISTENT_MIB
+    out = await run_jobs(ctx, "pack", [(f"j{i}", samples + 200, 0.0, 0.0) for i in range(jobs)], ephemeral)
+    return [b[0] - a[1] for _, _, _, stamps in out for a, b in zip(stamps[200:], stamps[201:], strict=False)]
 
 
 async def switch_gaps(ctx: Any, samples: int) -> list[float]:
@@ -315,7 +325,20 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=3000)
     parser.add_argument("--jobs", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sharing", type=int, default=0,
+                        help="only the gate round trip with this many jobs sharing the GPU, each in its own lane")
     args = parser.parse_args()
+    if args.sharing:
+        trips = asyncio.run(shared_round_trip(mp.get_context("spawn"), args.samples, args.sharing))
+        median, p99 = statistics.median(trips) * 1e6, percentile(trips, 0.99) * 1e6
+        print(f"salus gate: {args.sharing} jobs sharing one GPU (one lane each, C = {CAPACITY_MIB:g} MiB, P = {PERSISTENT_MIB:g}, "
+              f"E = {CAPACITY_MIB / args.sharing - PERSISTENT_MIB:g}), empty iterations, {args.samples} samples per job; "
+              f"{os.cpu_count()} CPUs")  # fmt: skip
+        print(f"gate round trip median (us) {median:10.3f}  target <= 200")
+        print(f"gate round trip p99 (us)    {p99:10.3f}")
+        print(json.dumps({"benchmark": "salus-sharing", "jobs": args.sharing, "samples": args.samples,
+                          "gate_round_trip_median_us": round(median, 3), "gate_round_trip_p99_us": round(p99, 3)}))
+        return
     figures = asyncio.run(run(args))
     print(f"salus gate: unix socket, core server thread + direct client, {args.samples} samples per latency figure; "
           f"job mix: {args.jobs} jobs (1 long, then 7:3 short 4-12 : long 60-120 iterations) of {ITERATION_S * 1e3:g} ms CPU, arriving "
