@@ -13,6 +13,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.submitted
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.commands
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic cells.config
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.refusals
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.resizes
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.lifecycle
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic cells.bindings
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic executor.commands
@@ -38,6 +40,8 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.refusals
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.priorities
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.lifecycle
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.refusals
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.resizes
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.lifecycle
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic placements
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic executor.commands
@@ -72,6 +76,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic sharing.observations.dlq
@@ -97,6 +102,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic sharing.observations.dlq
@@ -122,6 +128,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations.dlq
@@ -147,6 +154,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic sharing.observations.dlq
@@ -172,6 +180,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic sharing.observations.dlq
@@ -197,6 +206,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic sharing.observations.dlq
@@ -222,6 +232,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic sharing.observations.dlq
@@ -247,6 +258,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic sharing.observations.dlq
@@ -272,6 +284,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic sharing.observations.dlq
@@ -297,6 +310,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.refusals.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.priorities.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.lifecycle.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic sharing.observations.dlq

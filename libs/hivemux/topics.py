@@ -38,6 +38,7 @@ from .events import (
     JobCommandRefused,
     JobLifecycleEvent,
     JobPriorityChanged,
+    JobResized,
     JobSubmission,
     LeaderElected,
     NodePressure,
@@ -111,9 +112,10 @@ GPU_FAULTS = Topic("gpu.faults", Fault, "gpu_id", 4, "delete", "Detected error p
 JOBS_SUBMITTED = Topic("jobs.submitted", JobSubmission, "job_id", 4, "delete", "The event-sourced job log")
 # Commands share the job log's key and partition count: one job's submission, commands and
 # lifecycle sit on the same partition number of each topic.
-JOBS_COMMANDS = Topic("jobs.commands", JobCommand, "job_id", 4, "delete", "Users' commands on jobs: cancel, suspend, resume")
+JOBS_COMMANDS = Topic("jobs.commands", JobCommand, "job_id", 4, "delete", "Users' commands on jobs: cancel, suspend, resume, priority, resize")
 JOBS_REFUSALS = Topic("jobs.refusals", JobCommandRefused, "job_id", 4, "delete", "Job commands refused, with the reason")
 JOBS_PRIORITIES = Topic("jobs.priorities", JobPriorityChanged, "job_id", 4, "delete", "Training jobs' HiveD priority changes")
+JOBS_RESIZES = Topic("jobs.resizes", JobResized, "job_id", 4, "delete", "Resizes applied: replicas, SM share, memory quota, before and after")
 JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete", "Job state changes with reasons")
 # Compacted: a profile is the job's whole solo profile; a newer one replaces it.
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
@@ -161,6 +163,7 @@ TOPICS: tuple[Topic, ...] = (
     JOBS_COMMANDS,
     JOBS_REFUSALS,
     JOBS_PRIORITIES,
+    JOBS_RESIZES,
     JOBS_LIFECYCLE,
     JOBS_PROFILED,
     SHARING_OBSERVATIONS,

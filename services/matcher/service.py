@@ -17,35 +17,17 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import (
-    Event,
-    ExecutorReport,
-    GpuTelemetryBatch,
-    HealthTransition,
-    JobLifecycleEvent,
-    JobSubmission,
-    Placement,
-    PredictorModel,
-    Profile,
-)
+from hivemux.events import Event, ExecutorReport, GpuTelemetryBatch, HealthTransition, JobLifecycleEvent, JobSubmission, Placement, PredictorModel, Profile
 from hivemux.events.versions import LatestVersions
 from hivemux.matching.efficiency import EfficiencyReport
 from hivemux.matching.fairness import VcFairness
 from hivemux.matching.matcher import MatcherCore
 from hivemux.matching.policy import MatchingPolicy
+from hivemux.matching.resize_events import ResizeEvents
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import (
-    EXECUTOR_COMMANDS,
-    EXECUTOR_REPORTS,
-    GPU_HEALTH,
-    GPU_TELEMETRY,
-    JOBS_LIFECYCLE,
-    JOBS_PROFILED,
-    JOBS_SUBMITTED,
-    PLACEMENTS,
-    PREDICTOR_MODELS,
-)
+from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY, JOBS_COMMANDS, JOBS_LIFECYCLE  # fmt: skip
+from hivemux.topics import JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES, JOBS_SUBMITTED, PLACEMENTS, PREDICTOR_MODELS
 
 NAME = "matcher"
 NORMALIZED = Gauge("hivemux_offline_normalized_throughput", "Normalized throughput of an offline job (shared/solo)", ["job_id"])
@@ -82,6 +64,7 @@ class Matcher:
         interval = timedelta(seconds=settings.interval_s)
         self.core = MatcherCore(policy, interval=interval, placement=settings.policy, source=f"{NAME}/{settings.instance}")
         self.model_versions = LatestVersions()
+        self.resizes = ResizeEvents(self.core.scheduler, self.core.source)
 
     def on_submission(self, job: JobSubmission, _: RecordContext) -> None:
         self.core.on_submission(job)
@@ -125,7 +108,8 @@ class Matcher:
 def build(settings: MatcherSettings) -> Service:
     matcher = Matcher(settings)
     service = Service(NAME, settings)
-    service.audit({"settings": settings.recorded()}, decides=(PLACEMENTS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE), owns=(PLACEMENTS,))
+    service.audit({"settings": settings.recorded()}, decides=(PLACEMENTS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE, JOBS_RESIZES, JOBS_REFUSALS),
+                  owns=(PLACEMENTS,))
     service.single_active()  # standbys fold; the group on `leadership` says who decides
     service.fold(JOBS_SUBMITTED, matcher.on_submission)
     service.fold(JOBS_PROFILED, matcher.on_profile)
@@ -133,6 +117,9 @@ def build(settings: MatcherSettings) -> Service:
     service.fold(PLACEMENTS, matcher.on_placement)
     service.fold(EXECUTOR_REPORTS, matcher.on_report)
     service.fold(JOBS_LIFECYCLE, matcher.on_lifecycle)
+    service.fold(JOBS_RESIZES, lambda e, _: matcher.resizes.on_resized(e))  # resizes: `matching.resize_events`
+    service.fold(JOBS_REFUSALS, lambda e, _: matcher.resizes.on_refusal(e))
+    service.fold(JOBS_COMMANDS, lambda c, ctx: matcher.resizes.on_command(c, live=not ctx.replaying))
     service.fold(GPU_HEALTH, matcher.on_health)
     service.fold(GPU_TELEMETRY, matcher.on_batch)
     service.every(15.0, matcher.export_efficiency)

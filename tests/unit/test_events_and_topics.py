@@ -42,6 +42,7 @@ from hivemux.events import (
     JobCommandRefused,
     JobLifecycleEvent,
     JobPriorityChanged,
+    JobResized,
     JobState,
     JobSubmission,
     LeaderElected,
@@ -122,6 +123,7 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
     JobLifecycleEvent: lambda: JobLifecycleEvent(**ENVELOPE, job_id="train-1", state=JobState.BOUND, gpu_ids=("a",)),
     JobCommand: lambda: JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="cancel"),
     JobPriorityChanged: lambda: JobPriorityChanged(**ENVELOPE, job_id="train-1", priority_value=200, previous=100),
+    JobResized: lambda: JobResized(**ENVELOPE, command_id="c-1", principal="alice", job_id="svc-1", vc="vc-a", replicas=3, previous_replicas=2),
     JobCommandRefused: lambda: JobCommandRefused(
         **ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="resume", reason="not suspended", job_state="running",
     ),
@@ -501,3 +503,11 @@ def test_job_commands_are_validated_at_decode() -> None:
         JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="set_priority", priority_value=1001)
     with pytest.raises(ValidationError):
         JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="cancel", priority_value=5)
+    # resize: replicas (online), or sm_share and/or memory_mib (offline); nothing else takes them
+    JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="svc-1", action="resize", replicas=3)
+    JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="off-1", action="resize", sm_share=30, memory_mib=4096)
+    for bad in ({}, {"replicas": 2, "sm_share": 30}, {"replicas": 0}, {"sm_share": 0}, {"sm_share": 101}):
+        with pytest.raises(ValidationError):
+            JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="j", action="resize", **bad)
+    with pytest.raises(ValidationError):
+        JobCommand(**ENVELOPE, command_id="c-1", principal="alice", job_id="train-1", action="cancel", replicas=2)

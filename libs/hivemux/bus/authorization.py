@@ -59,7 +59,8 @@ WRITERS: Mapping[str, frozenset[str]] = {
     t.GPU_FAULTS.name: frozenset({"health-processor"}),
     t.JOBS_SUBMITTED.name: COMMANDERS | {UP},
     t.JOBS_COMMANDS.name: COMMANDERS,
-    t.JOBS_REFUSALS.name: frozenset({"job-controller"}),
+    t.JOBS_REFUSALS.name: frozenset({"job-controller", "cell-allocator", "matcher"}),  # resize: the deciders refuse too
+    t.JOBS_RESIZES.name: frozenset({"cell-allocator", "matcher"}),
     t.JOBS_PRIORITIES.name: frozenset({"job-controller"}),
     t.JOBS_LIFECYCLE.name: frozenset({"job-controller", "cell-allocator", "matcher", "profiler", "executor"}),
     t.JOBS_PROFILED.name: frozenset({"profiler"}),
@@ -86,7 +87,7 @@ PER_NODE: frozenset[tuple[str, str]] = frozenset({
 # (a matcher does not stop training jobs, the health processor starts nothing).
 ACTIONS: Mapping[tuple[str, str], frozenset[str]] = {
     (t.EXECUTOR_COMMANDS.name, "cell-allocator"): frozenset({"start_training", "start_online", "stop", "evict"}),
-    (t.EXECUTOR_COMMANDS.name, "matcher"): frozenset({"start_offline", "stop", "evict"}),
+    (t.EXECUTOR_COMMANDS.name, "matcher"): frozenset({"start_offline", "stop", "evict", "adjust"}),  # adjust: a user's resize
     (t.EXECUTOR_COMMANDS.name, "health-processor"): frozenset({"evict", "restart_mps", "reset_workload", "adjust"}),
 }
 # Every service writes the dead letters of what it consumes: any principal may (the dead-letter

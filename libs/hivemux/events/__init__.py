@@ -14,7 +14,7 @@ decoded and validated once, converted to domain values by the code that consumes
 from .audit import ConsumedRange, ConsumptionJournal, PartitionsAssigned, RecordRefused
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .clock import ClockTick
-from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChanged, outcome_id
+from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChanged, JobResized, outcome_id
 from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState, dead_letter_of
 from .jobs import (
     FINISHED_STATES,
@@ -56,6 +56,7 @@ __all__ = [
     "JobCommand",
     "JobCommandRefused",
     "JobPriorityChanged",
+    "JobResized",
     "outcome_id",
     "REASON_MAX",
     "Reason",

@@ -430,10 +430,14 @@ class ProcessNode:
         it at start); the launch target is one write into its xCUDA control block (after the
         restart, which recreates the block at the configured target)."""
         out: list[Event] = []
+        if command.memory_quota_mib is not None and command.memory_quota_mib != w.memory_quota_mib:  # a user's resize
+            w.memory_quota_mib = command.memory_quota_mib
+            if w.control is not None:
+                w.control.set_quota(self.launcher.quota_bytes(w))
         if command.sm_share is not None and command.sm_share != w.sm_share:
             old, w.sm_share = w.sm_share, command.sm_share
             out += await self.remediation.relaunch(w, command.event_id, kill=False,
-                                                   why=f"SLO protection: SM share {old:g} % → {command.sm_share:g} %, restart from checkpoint")
+                                                   why=f"SM share {old:g} % → {command.sm_share:g} %, restart from checkpoint: {command.reason}"[:2000])
         if command.launch_target is not None and w.control is not None:
             w.control.write(target=command.launch_target)
             out.append(self.reporter.report(w, command.event_id, ReportState.RUNNING, self.at(), step="adjusted",

@@ -16,6 +16,8 @@ States and transitions (a command in any other cell of this table is refused):
     suspend   any state but finished and suspended            suspended
     resume    suspended                                       resumed (back in its queue)
     priority  a training job not finished, within its class   its HiveD priority changed
+    resize    an online service (replicas) or offline job     left to its decider (cell allocator:
+              (SM share, memory) not finished nor suspended    replicas; matcher: SM share, memory)
 
 Priority changes (``set_priority``) stay within the VC's rules as HiveD has them: a guaranteed
 job (0..1000) runs on its VC's quota, an opportunistic one (-1) on capacity nobody reserved, so
@@ -69,6 +71,7 @@ class Command:
     reason: str
     at: datetime
     priority_value: int | None = None  # set_priority only
+    resize: tuple[str, ...] = ()  # resize only: the footprints it changes (replicas, sm_share, memory_mib)
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,8 @@ class JobControl:
 
     # -- decisions ------------------------------------------------------------------------
     def decide(self, command: Command) -> Applied | Reprioritized | Refused | None:
-        """The outcome of one command; None when this command id was decided before."""
+        """The outcome of one command; None when this command id was decided before, or for a
+        resize this controller lets through (its decider publishes the outcome)."""
         event_id = outcome_id(command.command_id)
         if event_id in self.outcomes:
             return None
@@ -157,9 +161,12 @@ class JobControl:
         if job is None:
             return Refused(command, event_id, f"unknown job {command.job_id}", None, inputs)
         inputs |= {"job_state": job.state.value, "vc": job.vc, "kind": job.kind, "priority": str(job.priority)}
-        why_not = _why_not(command.action, job.state) or _why_not_priority(command, job)
+        why_not = _why_not(command.action, job.state) or _why_not_priority(command, job) or _why_not_resize(command, job)
         if why_not is not None:
             return Refused(command, event_id, f"cannot {command.action.value} job {command.job_id}: {why_not}", job.state, inputs)
+        if command.action is JobAction.RESIZE:
+            self.outcomes.discard(event_id)  # the decider's outcome, folded back, marks it decided
+            return None
         if command.action is JobAction.SET_PRIORITY:
             return self._reprioritize(command, job, event_id, inputs)
         target = _TARGET[command.action]
@@ -192,6 +199,22 @@ def _why_not_priority(command: Command, job: _Job) -> str | None:
         return f"it is {classes[0]}; {classes[1]} is another class of VC {job.vc}'s capacity: submit it again as such"
     if job.priority == command.priority_value:
         return f"it already has priority {job.priority}"
+    return None
+
+
+_RESIZABLE = {"online": ("replicas",), "offline": ("sm_share", "memory_mib")}
+
+
+def _why_not_resize(command: Command, job: _Job) -> str | None:
+    if command.action is not JobAction.RESIZE:
+        return None
+    if job.state is JobState.SUSPENDED:
+        return "it is suspended (resize it once resumed and running)"
+    allowed = _RESIZABLE.get(job.kind)
+    if allowed is None:
+        return f"{job.kind} jobs are not resized (a HiveD gang keeps its size): submit it again at the new size"
+    if not set(command.resize) <= set(allowed):
+        return f"an {job.kind} job's footprint is its {' and '.join(allowed)}, not {', '.join(sorted(set(command.resize) - set(allowed)))}"
     return None
 
 

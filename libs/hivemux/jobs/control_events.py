@@ -46,7 +46,8 @@ class JobControlEvents:
         return job_id in self.core.jobs
 
     def on_command(self, c: JobCommand) -> list[Event]:
-        outcome = self.core.decide(Command(c.command_id, c.principal, c.job_id, c.action, c.reason, c.occurred_at, c.priority_value))
+        resize = tuple(name for name in ("replicas", "sm_share", "memory_mib") if getattr(c, name) is not None)
+        outcome = self.core.decide(Command(c.command_id, c.principal, c.job_id, c.action, c.reason, c.occurred_at, c.priority_value, resize))
         if outcome is None:
             return []
         if isinstance(outcome, Reprioritized):
