@@ -94,7 +94,7 @@ class TelemetryIngester:
 
     def read_devices(self, at: datetime) -> tuple[list[GpuReading], list[NodeReading]]:
         """The raw readings of the instant `at` (blocking: NVML calls, HTTP scrapes)."""
-        return list(self.gpu_backend.read(at)), list(self.node_backend.read_nodes(at))
+        return self.online.stamp(list(self.gpu_backend.read(at))), list(self.node_backend.read_nodes(at))
 
     def sample(self, at: datetime) -> list[Event]:
         """The valid events of the simulated instant `at`, as if it were now (tests)."""

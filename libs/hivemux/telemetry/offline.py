@@ -20,9 +20,11 @@ Worked example: START_OFFLINE of ``job-a`` on ``node-00/gpu-1`` at 70 %: ``by_gp
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 from hivemux.events import CommandAction, ExecutorCommand, ExecutorReport, ReportState, WorkloadSpec
+from hivemux.telemetry.readings import GpuReading
 
 L = TypeVar("L")
 GONE = frozenset({ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED})
@@ -82,6 +84,15 @@ class OnlineServices:
     def on_report(self, report: ExecutorReport) -> None:
         if report.state in GONE:
             self.forget(report.job_id, report.node_id)
+
+    def stamp(self, readings: list[GpuReading]) -> list[GpuReading]:
+        """Readings with the service the executors were told to serve on their GPU, where the
+        device did not name one: NVML and dcgm-exporter see processes, not services, so on real
+        GPUs this is how the health processor and the matcher learn which GPUs serve online work."""
+        if not self.by_gpu:
+            return readings
+        return [replace(r, online_workload=self.by_gpu[r.gpu_id]) if r.online_workload is None and r.gpu_id in self.by_gpu else r
+                for r in readings]
 
     def forget(self, job_id: str, node_id: str) -> None:
         # a stop is per node (the allocator sends one to each node of the job): that node's replicas go

@@ -63,3 +63,19 @@ def test_the_ingester_fold_follows_start_online_stop_and_reports() -> None:
     assert fold.by_gpu == {"node-01/gpu-0": "svc-a"}
     backend = SimulatedBackend(SimulatedFleet(FleetSpec(serving_nodes=0, hot_gpus=0)), {}, fold.by_gpu)
     assert {g.gpu_id for g in backend.read(AT + timedelta(seconds=1)) if g.online_workload == "svc-a"} == {"node-01/gpu-0"}
+
+
+def test_real_gpus_readings_are_stamped_with_the_service_bound_there() -> None:
+    """NVML and dcgm-exporter cannot name a service: the fold stamps the one the executors serve."""
+    from hivemux.telemetry.readings import GpuReading
+
+    def reading(gpu: str, online: str | None = None) -> GpuReading:
+        return GpuReading(gpu_id=gpu, node_id="node-00", gpu_type="T4", gpu_util=10.0, memory_used_mib=100.0, memory_total_mib=15360.0,
+                          sm_clock_mhz=1590.0, max_sm_clock_mhz=1590.0, sm_activity=10.0, sm_occupancy=5.0, power_w=30.0,
+                          temperature_c=40.0, online_workload=online)
+
+    fold = OnlineServices()
+    readings = [reading("node-00/gpu-0"), reading("node-00/gpu-1"), reading("node-00/gpu-2", "named-by-device")]
+    assert fold.stamp(readings) == readings
+    fold.on_command(command(CommandAction.START_ONLINE, "svc-a", "node-00", ("node-00/gpu-0", "node-00/gpu-2")))
+    assert [r.online_workload for r in fold.stamp(readings)] == ["svc-a", None, "named-by-device"]
