@@ -144,10 +144,12 @@ def _binding_rows(entry: dict[str, Any]) -> tuple[list[tuple[str, str, str, str]
 
 GENERAL_DISAGREEMENTS = (
     "HiveD's 2-month production trace is not public. `table1` workloads are synthetic: the 11 tenants' quota "
-    "shares and job-size mix of HiveD Table 1, with Philly run times (capped at a quarter of the window) and "
-    "Poisson arrivals at `load` × quota; the bursts, correlations and long tails of the real trace are missing, "
-    "and they drive when fragmentation hurts. `philly-week` workloads are real but Philly's VC table does not "
-    "match one week's demand.",
+    "shares and job-size mix of HiveD Table 1 (or Figure 8's reshaping), with Philly run times (capped at a quarter "
+    "of the window) and Poisson arrivals, the cluster's `load` spread over tenants by quota (`tenant_load quota`) or by "
+    "their Table 1 GPU time (`tenant_load table1`, the default since issue 21); the bursts, correlations and long "
+    "tails of the real trace are missing, and they drive when fragmentation hurts (`hived-anomaly-sweep` shows where "
+    "the anomaly appears). Scales are reduced (30-60 nodes, 2-4 days, against 200-279 nodes and 20 days). "
+    "`philly-week` workloads are real but Philly's VC table does not match one week's demand.",
     "One intra-VC policy (YARN-CS-like FIFO with backfilling, hard affinity) stands for the paper's YARN-CS; "
     "Gandiva's migration and Tiresias's priorities (§5.1) are not simulated.",
     "Preempted jobs keep their progress (checkpoint/restart at no cost); in the paper preemption loses work, "
@@ -233,6 +235,10 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
         from hivemux.experiments.salus_experiments import write_report
 
         return files + write_report(result, out, wall_s)
+    if result["scenario"] == "salus-lanes":  # a search set with and without lanes: its own report
+        from hivemux.experiments.salus_lanes import write_report as write_lanes_report
+
+        return files + write_lanes_report(result, out, wall_s)
     if result["scenario"].startswith("muxflow-"):  # online GPUs shared with offline traces: its own report
         from hivemux.experiments.muxflow_report import write_report as write_muxflow_report
 

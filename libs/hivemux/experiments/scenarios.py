@@ -35,6 +35,7 @@ from hivemux.experiments.hived_experiments import ClusterRun, run_cluster, tenan
 from hivemux.experiments.muxflow_experiments import POLICIES as MUXFLOW_POLICIES
 from hivemux.experiments.muxflow_experiments import MuxflowParams, run_traces
 from hivemux.experiments.salus_experiments import SalusParams, run_policies
+from hivemux.experiments.salus_lanes import LanesParams, run_lanes_search
 
 ProgressFn = Callable[[int], None]
 
@@ -53,6 +54,7 @@ class Workload:
     tenant_load: str = "quota"  # table1: load spread by quota (uniform) or by Table 1 GPU time (traces.table1_jobs)
     reshape: Mapping[str, str] | None = None  # table1: tenant -> "1-GPU" / "8-GPU": every job of that size (Figure 8)
     big_share: float | None = None  # table1: every tenant's job mix with this share of jobs 8-GPU or multi-node
+    burst: float = 0.0  # table1: amplitude of each tenant's arrival-rate cycle (phases spread over tenants)
 
     def label(self) -> str:
         if self.kind == "table1":
@@ -62,6 +64,8 @@ class Workload:
                 extra += f", Fig. 8 reshape: {', '.join(big) or 'none'} 8-GPU, others 1-GPU"
             elif self.big_share is not None:
                 extra += f", 8-GPU/multi-node share {self.big_share:g}"
+            if self.burst:
+                extra += f", bursty arrivals ±{self.burst:g}"
             return f"table1 ({self.nodes} nodes, load {self.load}, {self.days:g} d{extra})"
         if self.kind == "csv":
             return f"csv {Path(self.trace_file or '').name} ({self.days:g} d)"
@@ -73,6 +77,7 @@ class Params:
     workloads: tuple[Workload, ...]
     safety_every: int = 1  # check HiveD's invariant (2) after every k-th event batch (0: never)
     salus: SalusParams | None = None  # salus-policies: the one-GPU job mix (no cluster workloads)
+    salus_lanes: LanesParams | None = None  # salus-lanes: the hyper-parameter search with and without lanes
     muxflow: MuxflowParams | None = None  # muxflow-*: online GPUs shared with offline traces A-D
     quota_placement: str = "best"  # the quota baseline's placement: best | first | spread (QuotaScheduler)
     quota_preempt: bool = True  # the quota baseline preempts opportunistic jobs for guaranteed ones
@@ -102,7 +107,7 @@ def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> t
         durations = traces.load_philly(d / traces.PHILLY_WEEK)
         jobs = traces.table1_jobs(tenants, sizes, durations, load=w.load, span_s=span, rng=random.Random(seed),
                                    max_duration_s=None if w.max_duration_h is None else w.max_duration_h * 3600,
-                                   tenant_load=w.tenant_load, mix=table1_mix(tenants, w))
+                                   tenant_load=w.tenant_load, mix=table1_mix(tenants, w), burst=w.burst)
         return traces.split_by_vc(jobs, sizes)
     if w.kind in ("philly-week", "philly-random", "csv"):
         path = {"philly-week": d / traces.PHILLY_WEEK, "philly-random": d / traces.PHILLY_RANDOM}.get(w.kind)
@@ -242,6 +247,11 @@ def run_salus(params: Params, seed: int, progress: ProgressFn | None = None) -> 
     return run_policies(params.salus or SalusParams(), seed)
 
 
+def run_salus_lanes(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Salus §5.2: a hyper-parameter search with and without lane packing (``experiments.salus_lanes``)."""
+    return run_lanes_search(params.salus_lanes or LanesParams(), seed)
+
+
 def run_muxflow(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
     """MuxFlow §7.2-7.4 (``sim.muxflow_experiments``)."""
     return run_traces(params.muxflow or MuxflowParams(), seed, progress)
@@ -349,6 +359,15 @@ SCENARIOS: dict[str, Scenario] = {
             runner=run_salus,
         ),
         Scenario(
+            "salus-lanes",
+            "Salus (MLSys '20) §5.2, Figure 12",
+            "A hyper-parameter search (many short, small jobs, all ready at once) on a cluster with and without lane "
+            "packing, driving the real LanePlacer and IterationScheduler; makespan, average JCT, GPU utilization",
+            full=Params((), salus_lanes=LanesParams(gpus=4, jobs=300)),
+            small=Params((), salus_lanes=LanesParams(gpus=2, jobs=60)),
+            runner=run_salus_lanes,
+        ),
+        Scenario(
             "muxflow-testbed",
             "MuxFlow (preprint §7.2, Figure 10; journal §7.2)",
             "1,000 online GPUs shared with a 12-hour offline trace: online latency vs Online-only, offline normalized throughput, oversold GPU, evictions, GPU utilization, SM activity and memory",
@@ -394,6 +413,8 @@ def describe_params(params: Params) -> str:
         gpus = ", ".join(f"{n} {t}" for t, n in m.gpus.items())
         traces = ", ".join(f"{t} ({n} jobs)" for t, n in zip(m.traces, m.job_counts(), strict=True))
         return f"{gpus} online GPUs; traces {traces} over {m.hours:g} h; {', '.join(m.policies)}"
+    if params.salus_lanes is not None:
+        return params.salus_lanes.label()
     if params.salus is not None:
         s = params.salus
         return f"one 16 GiB GPU; {s.jobs} jobs, mean inter-arrival {s.mean_interarrival_s:g} s, median {s.iter_median:g} iterations"

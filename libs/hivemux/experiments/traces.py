@@ -213,6 +213,8 @@ def table1_jobs(
     max_duration_s: float | None = None,
     tenant_load: str = "quota",
     mix: Mapping[str, Mapping[str, float]] | None = None,
+    burst: float = 0.0,
+    burst_period_s: float = 2 * 86400,
 ) -> tuple[TraceJob, ...]:
     """A synthetic HiveD-like trace (HiveD's own trace is not public): per tenant, jobs whose GPU
     demand follows its Table 1 row, run times drawn from Philly jobs of the same GPU demand
@@ -229,7 +231,10 @@ def table1_jobs(
     their Table 1 GPU time (job counts × GPUs × mean run time by size), as in HiveD's trace,
     where prod-c asks for ~3× its quota and prod-a for ~0.8× (``table1_demand_share``).
     ``mix`` (tenant -> bucket -> weight) replaces a tenant's Table 1 job mix (the reshaping of
-    HiveD §5.2, Figure 8); the tenant's GPU time stays the same.
+    HiveD §5.2, Figure 8); the tenant's GPU time stays the same. ``burst`` in [0, 1): each
+    tenant's arrival rate swings as ``1 + burst · sin(2πt / burst_period_s + φ)`` with its own
+    phase φ (tenants evenly spread over the cycle), same mean: tenants' busy periods no longer
+    coincide (Poisson thinning; ``burst`` 0 keeps the stationary process and its random stream).
 
     Example: a tenant with 10 nodes (80 GPUs), ``load`` 0.9 and a mean job of 2 GPUs × 1 h
     gets 0.9 × 80 / 2 = 36 jobs per hour."""
@@ -253,7 +258,8 @@ def table1_jobs(
     demand = {t.tenant: t.total * mean_gpu_s(t) for t in kept}  # Table 1 GPU time per tenant
     cluster_gpus = sum(vc_nodes[t.tenant] for t in kept) * GPUS_PER_NODE
     out: list[TraceJob] = []
-    for t in kept:
+    for idx, t in enumerate(kept):
+        phase = 2 * math.pi * idx / max(len(kept), 1)
         if tenant_load == "quota":
             offered = load * vc_nodes[t.tenant] * GPUS_PER_NODE  # GPUs busy on average
         else:
@@ -262,10 +268,13 @@ def table1_jobs(
         total_w = sum(weights.values())
         pairs = [(TABLE1_BUCKETS[b], w / total_w) for b, w in weights.items() if w]
         job_gpu_s = sum(g * p * statistics.fmean(pool_for(g)) for g, p in pairs)
-        rate = offered / job_gpu_s  # jobs per second
+        rate = offered / job_gpu_s * (1 + burst)  # jobs per second (the peak rate when bursty)
         now, k = rng.expovariate(rate), 0
         gs, ps = [g for g, _ in pairs], [p for _, p in pairs]
         while now < span_s:
+            if burst and rng.random() > (1 + burst * math.sin(2 * math.pi * now / burst_period_s + phase)) / (1 + burst):
+                now += rng.expovariate(rate)
+                continue
             g = rng.choices(gs, ps)[0]
             out.append(TraceJob(f"{t.tenant}-{k:06d}", t.tenant, now, rng.choice(pool_for(g)), g))
             k += 1

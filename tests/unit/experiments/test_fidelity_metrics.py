@@ -93,3 +93,23 @@ def test_quota_without_preemption_waits_for_opportunistic_jobs() -> None:
     off = run_cluster("off", "quota", cluster_config({"a": 1, "b": 1}), jobs, quota_preempt=False)
     assert (on.preempted_gpus, on.records["a1"].queuing_delay()) == (8, 0.0)
     assert (off.preempted_gpus, off.records["a1"].queuing_delay()) == (0, 49.0)  # b2 ends at 51
+
+
+def test_table1_tenant_load_bursts_and_reshape() -> None:
+    """Tenant load by Table 1 GPU time gives prod-c (~3× its quota's share of demand) more GPU
+    time than prod-d (~0.3×) though prod-d's quota is larger; bursty arrivals keep the job count
+    but crowd a tenant's jobs into the high half of its cycle; Figure 8's reshape leaves one size."""
+    from hivemux.experiments.scenarios import Workload, build_workload
+
+    base = Workload("table1", nodes=30, load=1.0, days=2.0, tenant_load="table1")
+    jobs = build_workload(base, 0).jobs
+    gpu_s = {vc: sum(j.gpus * j.duration_s for j in jobs if j.vc == vc) for vc in ("prod-c", "prod-d")}
+    assert gpu_s["prod-c"] > 2 * gpu_s["prod-d"]
+    flat = build_workload(Workload("table1", nodes=30, load=1.0, days=4.0), 0).jobs
+    bursty = build_workload(Workload("table1", nodes=30, load=1.0, days=4.0, burst=0.9), 0).jobs
+    assert 0.8 < len(bursty) / len(flat) < 1.2
+    first = [j for j in bursty if j.vc == "res-a"]  # phase 0: high in the first half of each 2-day cycle
+    high = sum(1 for j in first if (j.submit_s % (2 * 86400)) < 86400)
+    assert high > 2 * (len(first) - high)
+    fig8 = build_workload(Workload("table1", nodes=30, load=1.0, days=1.0, reshape={"res-f": "8-GPU", "prod-e": "1-GPU"}), 0).jobs
+    assert {j.gpus for j in fig8 if j.vc == "res-f"} == {8} and {j.gpus for j in fig8 if j.vc == "prod-e"} == {1}
