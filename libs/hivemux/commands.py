@@ -2,7 +2,7 @@
 (ARCHITECTURE.md "Commands and facts"): one place builds and publishes them, so both edges
 send the same events.
 
-- `job_command`: cancel, suspend, resume, set_priority of one job (`JobCommand`);
+- `job_command`: cancel, suspend, resume, set_priority, resize of one job (`JobCommand`);
 - `device_control`: drain or undrain one GPU (`DeviceControl`);
 - `cell_config`: a HiveD cell configuration, validated before it is published (`CellConfig`);
 - `submit`: job submissions, published and, with `hivemux up`'s embedded broker, confirmed
@@ -33,12 +33,15 @@ class NotArchived(HivemuxError):
 
 def job_command(
     action: str, job_id: str, *, principal: str, source: str, reason: str = "", command_id: str | None = None,
-    priority: int | None = None, at: datetime | None = None,
+    priority: int | None = None, at: datetime | None = None, replicas: int | None = None, sm_share: float | None = None,
+    memory_mib: float | None = None,
 ) -> JobCommand:  # fmt: skip
-    """The command (pydantic's ValidationError if it is not a valid one)."""
+    """The command (pydantic's ValidationError if it is not a valid one); resize: ``replicas``
+    (an online service) or ``sm_share`` and/or ``memory_mib`` (an offline job)."""
     return JobCommand(
         occurred_at=at or datetime.now(UTC), source=source, command_id=command_id or uuid.uuid4().hex, principal=principal,
-        job_id=job_id, action=action, reason=reason, priority_value=priority,
+        job_id=job_id, action=action, reason=reason, priority_value=priority, replicas=replicas, sm_share=sm_share,
+        memory_mib=memory_mib,
     )  # fmt: skip
 
 

@@ -125,7 +125,7 @@ def endpoints(job_id: str) -> list[tuple[str, str, dict[str, Any] | None]]:
         ("GET", f"/api/v1/jobs/{job_id}", None), ("GET", f"/api/v1/jobs/{job_id}/history", None),
         ("GET", f"/api/v1/jobs/{job_id}/explain", None), ("POST", f"/api/v1/jobs/{job_id}/cancel", {}),
         ("POST", f"/api/v1/jobs/{job_id}/suspend", {}), ("POST", f"/api/v1/jobs/{job_id}/resume", {}),
-        ("POST", f"/api/v1/jobs/{job_id}/priority", {"value": 3}),
+        ("POST", f"/api/v1/jobs/{job_id}/priority", {"value": 3}), ("POST", f"/api/v1/jobs/{job_id}/resize", {"replicas": 2}),
         ("GET", "/api/v1/cluster/status", None), ("GET", "/api/v1/cluster/metrics", None), ("GET", "/api/v1/cluster/nodes", None), ("GET", "/api/v1/cluster/gpus", None),
         ("GET", "/api/v1/cluster/gpus/n0/gpu-0", None), ("GET", "/api/v1/cluster/vcs", None), ("GET", "/api/v1/cluster/placements", None),
         ("GET", "/api/v1/cluster/faults", None), ("POST", "/api/v1/admin/gpus/drain", {"gpu_id": "n0/gpu-0"}),
@@ -162,7 +162,7 @@ async def test_a_tenant_acts_on_its_own_jobs_only_and_every_command_carries_its_
 
     # 403: another tenant's VC or job, everywhere
     assert (await api.call("a", "POST", "/api/v1/jobs", json=job_body(f"{mine}-x", "vc-b"))).status_code == 403
-    for method, path, body in endpoints(theirs)[3:10]:
+    for method, path, body in endpoints(theirs)[3:11]:
         response = await api.call("a", method, path, json=body)
         assert response.status_code == 403 and "not in your VCs (vc-a)" in response.json()["detail"], (path, response.text)
     assert (await api.call("a", "GET", "/api/v1/jobs", params={"vc": "vc-b"})).status_code == 403
@@ -191,6 +191,9 @@ async def test_a_tenant_acts_on_its_own_jobs_only_and_every_command_carries_its_
     assert outcome["what"] == "resumed", outcome
     outcome = (await api.call("a", "POST", f"/api/v1/jobs/{mine}/priority", json={"value": 3})).json()["outcome"]
     assert outcome["refused"] is True and outcome["kind"] == "refusal", outcome  # an offline job has no HiveD priority
+    outcome = (await api.call("a", "POST", f"/api/v1/jobs/{mine}/resize", json={"replicas": 2})).json()["outcome"]
+    assert outcome["refused"] is True and "footprint is its sm_share and memory_mib" in outcome["reason"], outcome
+    assert (await api.call("a", "POST", f"/api/v1/jobs/{mine}/resize", json={"replicas": 0})).status_code == 422
     outcome = (await api.call("a", "POST", f"/api/v1/jobs/{mine}/cancel", json={"reason": "done"})).json()["outcome"]
     assert outcome["what"] == "cancelled" and not outcome["refused"], outcome
     again = (await api.call("a", "POST", f"/api/v1/jobs/{mine}/cancel", json={})).json()["outcome"]

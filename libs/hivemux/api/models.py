@@ -35,6 +35,14 @@ class PriorityBody(CommandBody):
     value: int = Field(ge=-1, le=1000, description="HiveD priority: -1 opportunistic, 0..1000")
 
 
+class ResizeBody(CommandBody):
+    """An online service's ``replicas``, or an offline job's ``sm_share`` and/or ``memory_mib``."""
+
+    replicas: int | None = Field(default=None, ge=1, le=1024, description="Online service: replicas")
+    sm_share: float | None = Field(default=None, gt=0, le=100, description="Offline job: SM share (%)")
+    memory_mib: float | None = Field(default=None, gt=0, description="Offline job: GPU memory quota (MiB)")
+
+
 class DrainBody(Body):
     gpu_id: Name = Field(description="NODE/GPU, e.g. node-00/gpu-1")
     reason: Reason = ""

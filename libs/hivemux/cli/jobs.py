@@ -59,30 +59,31 @@ def _principal(value: str | None) -> str:
 
 
 def _control(
-    action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float, priority: int | None = None
-) -> None:
+    action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float, priority: int | None = None,
+    **resize: Any,
+) -> None:  # fmt: skip
     """Publish one command, wait for its outcome on the bus and print it (a refusal exits 1)."""
     from pydantic import ValidationError
 
     from .. import commands
     from ..bus.lookup import wait_for_event
-    from ..events import JobCommandRefused, JobLifecycleEvent, JobPriorityChanged, outcome_id
-    from ..topics import JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS
+    from ..events import JobCommandRefused, JobLifecycleEvent, JobPriorityChanged, JobResized, outcome_id
+    from ..topics import JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS, JOBS_RESIZES
 
     client = api_client()
     if client is not None:
-        _control_through_api(client, action, job_id, reason, principal, command_id, timeout, priority)
+        _control_through_api(client, action, job_id, reason, principal, command_id, timeout, priority, **resize)
         return
     try:
         command = commands.job_command(action, job_id, principal=_principal(principal), source="cli", reason=reason,
-                                       command_id=command_id, priority=priority)  # fmt: skip
+                                       command_id=command_id, priority=priority, **resize)  # fmt: skip
     except ValidationError as error:
         raise click.ClickException(f"invalid {action} command: {error.errors()[0]['loc']}: {error.errors()[0]['msg']}") from error
     servers = BusSettings().kafka_bootstrap_servers
 
     async def send_and_wait() -> object:
         await commands.publish(servers, [command], source="cli")
-        outcomes = (JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS)
+        outcomes = (JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS, JOBS_RESIZES)
         return await wait_for_event(servers, outcomes, job_id, outcome_id(command.command_id), timeout_s=timeout)
 
     outcome = run_on_bus(send_and_wait())
@@ -91,6 +92,8 @@ def _control(
             click.echo(f"{job_id} {outcome.state.value}: {outcome.reason}")
         case JobPriorityChanged():
             click.echo(f"{job_id} priority {outcome.priority_value}: {outcome.reason}")
+        case JobResized():
+            click.echo(f"{job_id} resized: {outcome.reason}")
         case JobCommandRefused():
             raise click.ClickException(outcome.reason)
         case _:
@@ -100,14 +103,16 @@ def _control(
 
 
 def _control_through_api(
-    client: Any, action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float, priority: int | None
+    client: Any, action: str, job_id: str, reason: str, principal: str | None, command_id: str | None, timeout: float, priority: int | None,
+    **resize: Any,
 ) -> None:  # fmt: skip
     """The same command through the API (the principal is the token's), printed the same way."""
     if principal:
         click.echo(f"note: --principal {principal} is ignored through the API: the token's principal asks", err=True)
     body: dict[str, Any] = {"reason": reason, "command_id": command_id, "wait_s": min(timeout, 60.0)}
     path = f"/api/v1/jobs/{job_id}/{'priority' if action == 'set_priority' else action}"
-    answer = api_call(client, "POST", path, json=body | ({"value": priority} if action == "set_priority" else {}))
+    body |= {"value": priority} if action == "set_priority" else {k: v for k, v in resize.items() if v is not None}
+    answer = api_call(client, "POST", path, json=body)
     outcome = answer["outcome"]
     if outcome is None:
         raise click.ClickException(
@@ -117,6 +122,8 @@ def _control_through_api(
         raise click.ClickException(outcome["reason"])
     if outcome["kind"] == "priority":
         click.echo(f"{job_id} priority {outcome['what']}: {outcome['reason']}")
+    elif outcome["kind"] == "resize":
+        click.echo(f"{job_id} resized: {outcome['reason']}")
     else:
         click.echo(f"{job_id} {outcome['what']}: {outcome['reason']}")
 
@@ -149,3 +156,24 @@ def priority(job_id: str, value: int, reason: str, principal: str | None, comman
 
     A job holding cells keeps them; the new priority counts from its next scheduling."""
     _control("set_priority", job_id, reason, principal, command_id, timeout, value)
+
+
+@jobs_group.command("resize")
+@click.argument("job_id")
+@click.option("--replicas", type=click.IntRange(1, 1024), default=None, help="An online service's replicas (cell allocator: VC headroom)")
+@click.option("--sm-share", type=click.FloatRange(0, 100, min_open=True), default=None, help="An offline job's SM share, % (matcher)")
+@click.option("--memory-mib", type=click.FloatRange(0, min_open=True), default=None, help="An offline job's GPU memory quota, MiB (matcher)")
+@click.option("--reason", default="", help="Why (recorded with the command and its outcome)")
+@click.option("--principal", default=None, help="Who asks; default $HIVEMUX_PRINCIPAL or the OS user name")
+@click.option("--command-id", default=None, help="Command id (a retry with the same id acts once); default a new one")
+@click.option("--timeout", default=10.0, show_default=True, help="Seconds to wait for the outcome")
+def resize(
+    job_id: str, replicas: int | None, sm_share: float | None, memory_mib: float | None, reason: str, principal: str | None,
+    command_id: str | None, timeout: float,
+) -> None:  # fmt: skip
+    """Resize a running job: an online service's replicas (within its VC's free guaranteed GPUs), or
+    an offline job's SM share and/or memory quota (within its GPU's safety limits; a new share
+    restarts it from its checkpoint). Refused with the reason otherwise (exit 1)."""
+    if (replicas is None) == (sm_share is None and memory_mib is None):
+        raise click.UsageError("give --replicas (an online service) or --sm-share and/or --memory-mib (an offline job)")
+    _control("resize", job_id, reason, principal, command_id, timeout, replicas=replicas, sm_share=sm_share, memory_mib=memory_mib)

@@ -58,6 +58,7 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "jobs.commands",
     "jobs.refusals",
     "jobs.priorities",
+    "jobs.resizes",
     "cells.bindings",
     "placements",
     "gpu.health",
@@ -354,8 +355,9 @@ def _fault(event: Fault, at: Position) -> tuple[Change, ...]:
 
 def _command(event: Any, at: Position) -> tuple[Change, ...]:
     inputs = {"command_id": event.command_id, "principal": event.principal}
-    if getattr(event, "priority_value", None) is not None:
-        inputs["priority_value"] = event.priority_value
+    for name in ("priority_value", "replicas", "sm_share", "memory_mib"):  # set_priority's value, resize's footprint
+        if getattr(event, name, None) is not None:
+            inputs[name] = getattr(event, name)
     return (_row(event, event.job_id, at, "command", str(event.action), event.reason, inputs),)
 
 
@@ -370,6 +372,16 @@ def _priority(event: Any, at: Position) -> tuple[Change, ...]:
         JobPriorityChanged(event.job_id, event.priority_value, event.occurred_at),
         _row(event, event.job_id, at, "priority", str(event.priority_value), event.reason, inputs),
     )
+
+
+def _resized(event: Any, at: Position) -> tuple[Change, ...]:
+    """A resize applied (issue 19 item 4): a history row; ``what`` is the footprint after."""
+    after = {"replicas": event.replicas, "sm_share": event.sm_share, "memory_mib": event.memory_mib}
+    before = {"previous_replicas": event.previous_replicas, "previous_sm_share": event.previous_sm_share,
+              "previous_memory_mib": event.previous_memory_mib}  # fmt: skip
+    what = " ".join(f"{k}={v:g}" for k, v in after.items() if v is not None)
+    inputs = {**event.inputs, "command_id": event.command_id, "principal": event.principal, **after, **before}
+    return (_row(event, event.job_id, at, "resize", what, event.reason, {k: v for k, v in inputs.items() if v is not None}),)
 
 
 def _cell_config(event: CellConfig, at: Position) -> tuple[Change, ...]:
@@ -396,6 +408,7 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "JobCommand": _command,
     "JobCommandRefused": _refusal,
     "JobPriorityChanged": _priority,
+    "JobResized": _resized,
     "CellConfig": _cell_config,
     "SharingObservation": observation,
 }

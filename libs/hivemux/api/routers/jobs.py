@@ -1,4 +1,4 @@
-"""``/api/v1/jobs``: submit, cancel, suspend, resume, priority, list, describe, history, explain.
+"""``/api/v1/jobs``: submit, cancel, suspend, resume, priority, resize, list, describe, history, explain.
 
 Reads are the queries `hivemux jobs list|describe|history|explain` make (`store.read_models`);
 writes publish the commands `hivemux jobs` publishes (`hivemux.commands`) with the token's
@@ -22,7 +22,7 @@ from ...projection.explain import QUEUED_STATES, explain_job
 from ...store.read_models import JobRow, ReadModelStore
 from ...store.tokens import Principal
 from ..auth import principal, require_vc
-from ..models import CommandBody, JobRequest, PriorityBody
+from ..models import CommandBody, JobRequest, PriorityBody, ResizeBody
 from ..views import event_json, job_json
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
@@ -89,12 +89,14 @@ async def explain(request: Request, job_id: str, who: Principal = Depends(princi
     return explain_job(job, await store.history(job_id), queue, since)
 
 
-async def _command(request: Request, who: Principal, job_id: str, action: str, body: CommandBody, priority: int | None = None) -> dict[str, Any]:
+async def _command(
+    request: Request, who: Principal, job_id: str, action: str, body: CommandBody, priority: int | None = None, **resize: Any
+) -> dict[str, Any]:  # fmt: skip
     await _own_job(request, who, job_id)
     state = request.app.state
     try:
         command = commands.job_command(action, job_id, principal=who.name, source=state.source, reason=body.reason,
-                                       command_id=body.command_id, priority=priority)  # fmt: skip
+                                       command_id=body.command_id, priority=priority, **resize)  # fmt: skip
     except ValidationError as error:
         raise _invalid(error) from error
     await state.publisher.publish(command)
@@ -131,3 +133,8 @@ _control("resume", "Resume a suspended job: back to the end of its VC's queue")
 @router.post("/{job_id}/priority", summary="Change a training job's HiveD priority within its class")
 async def set_priority(request: Request, job_id: str, body: PriorityBody, who: Principal = Depends(principal)) -> dict[str, Any]:
     return await _command(request, who, job_id, "set_priority", body, body.value)
+
+
+@router.post("/{job_id}/resize", summary="Resize a running job: an online service's replicas, an offline job's SM share / memory quota")
+async def resize(request: Request, job_id: str, body: ResizeBody, who: Principal = Depends(principal)) -> dict[str, Any]:
+    return await _command(request, who, job_id, "resize", body, replicas=body.replicas, sm_share=body.sm_share, memory_mib=body.memory_mib)
