@@ -28,6 +28,10 @@ def scenario_table_rows(result: dict[str, Any]) -> list[Row]:
     name = result["scenario"]
     if name == "salus-policies":
         return salus_rows(result)
+    if name == "salus-lanes":
+        from .salus_lanes import table_rows
+
+        return table_rows(result)
     if name.startswith("muxflow-"):
         return muxflow_rows(result)[0]
     rows: list[Row] = []

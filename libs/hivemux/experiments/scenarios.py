@@ -36,6 +36,7 @@ from hivemux.experiments.muxflow_experiments import POLICIES as MUXFLOW_POLICIES
 from hivemux.experiments.muxflow_experiments import MuxflowParams, run_traces
 from hivemux.experiments.salus_experiments import SalusParams, run_policies
 from hivemux.experiments.salus_lanes import LanesParams, run_lanes_search
+from hivemux.experiments.salus_lanes import LanesParams, run_lanes_search
 
 ProgressFn = Callable[[int], None]
 
@@ -77,6 +78,7 @@ class Params:
     workloads: tuple[Workload, ...]
     safety_every: int = 1  # check HiveD's invariant (2) after every k-th event batch (0: never)
     salus: SalusParams | None = None  # salus-policies: the one-GPU job mix (no cluster workloads)
+    salus_lanes: LanesParams | None = None  # salus-lanes: the hyper-parameter search with and without lanes
     salus_lanes: LanesParams | None = None  # salus-lanes: the hyper-parameter search with and without lanes
     muxflow: MuxflowParams | None = None  # muxflow-*: online GPUs shared with offline traces A-D
     quota_placement: str = "best"  # the quota baseline's placement: best | first | spread (QuotaScheduler)
@@ -252,6 +254,11 @@ def run_salus_lanes(params: Params, seed: int, progress: ProgressFn | None = Non
     return run_lanes_search(params.salus_lanes or LanesParams(), seed)
 
 
+def run_salus_lanes(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Salus §5.2: a hyper-parameter search with and without lane packing (``experiments.salus_lanes``)."""
+    return run_lanes_search(params.salus_lanes or LanesParams(), seed)
+
+
 def run_muxflow(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
     """MuxFlow §7.2-7.4 (``sim.muxflow_experiments``)."""
     return run_traces(params.muxflow or MuxflowParams(), seed, progress)
@@ -368,6 +375,15 @@ SCENARIOS: dict[str, Scenario] = {
             runner=run_salus_lanes,
         ),
         Scenario(
+            "salus-lanes",
+            "Salus (MLSys '20) §5.2, Figure 12",
+            "A hyper-parameter search (many short, small jobs, all ready at once) on a cluster with and without lane "
+            "packing, driving the real LanePlacer and IterationScheduler; makespan, average JCT, GPU utilization",
+            full=Params((), salus_lanes=LanesParams(gpus=4, jobs=300)),
+            small=Params((), salus_lanes=LanesParams(gpus=2, jobs=60)),
+            runner=run_salus_lanes,
+        ),
+        Scenario(
             "muxflow-testbed",
             "MuxFlow (preprint §7.2, Figure 10; journal §7.2)",
             "1,000 online GPUs shared with a 12-hour offline trace: online latency vs Online-only, offline normalized throughput, oversold GPU, evictions, GPU utilization, SM activity and memory",
@@ -413,6 +429,8 @@ def describe_params(params: Params) -> str:
         gpus = ", ".join(f"{n} {t}" for t, n in m.gpus.items())
         traces = ", ".join(f"{t} ({n} jobs)" for t, n in zip(m.traces, m.job_counts(), strict=True))
         return f"{gpus} online GPUs; traces {traces} over {m.hours:g} h; {', '.join(m.policies)}"
+    if params.salus_lanes is not None:
+        return params.salus_lanes.label()
     if params.salus_lanes is not None:
         return params.salus_lanes.label()
     if params.salus is not None:
