@@ -175,11 +175,11 @@ def render_summary(summary: dict[str, Any]) -> str:
     ] or ["  (none)"]
     lines.append("Jobs waiting, and why:")
     lines += [f"  {r['job_id']:<18} {r['reason']}" for r in summary["waiting"]] or ["  (none)"]
-    if "online_services" in summary:  # the topics' status (the read models' has none yet)
+    if "online_services" in summary:
         lines.append("Online services (submitted jobs; replicas on guaranteed GPUs of their VC; worst replica's latest p99):")
         lines += [
             f"  {r['job_id']:<18} {r['vc'] or '-':<6} {r['state'] or '-':<10} {len(r['gpu_ids'])}/{r['replicas']} replicas on "
-            f"{', '.join(r['gpu_ids']) or '-':<32} p99 {_ms(r['p99_ms'])} / SLO {_ms(r['slo_p99_ms'])}"
+            f"{', '.join(r['gpu_ids']) or '-':<32}" + (f" p99 {_ms(r['p99_ms'])} / SLO {_ms(r['slo_p99_ms'])}" if r["slo_p99_ms"] else "")
             for r in summary["online_services"]
         ] or ["  (none)"]
     lines.append("Training jobs bound to cells:")

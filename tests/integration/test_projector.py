@@ -116,6 +116,20 @@ async def test_a_sigkilled_projector_resumes_with_no_duplicate_and_no_gap(infra:
     assert states[f"{prefix}-00007"] == "running"
 
 
+def _online_service(job_id: str) -> list:  # type: ignore[type-arg]
+    from datetime import UTC, datetime
+
+    from hivemux.events import CellBinding, JobLifecycleEvent, JobState, JobSubmission, Priority
+
+    at = datetime.now(UTC)
+    submission = JobSubmission.model_validate({
+        "occurred_at": at, "source": "cli", "job_id": job_id, "vc": "vc-1", "kind": "online", "replicas": 2, "gpu_type": "T4",
+        "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 50, "request_rate": 100}})  # fmt: skip
+    bound = [CellBinding(occurred_at=at, source="cell-allocator/0", job_id=job_id, vc="vc-1", state="bound", pod=f"{job_id}/{i}",
+                         priority=Priority.GUARANTEED, node_ids=("node-00",), gpu_ids=(f"node-00/gpu-{i}",), reason="test") for i in range(2)]
+    return [submission, *bound, JobLifecycleEvent(occurred_at=at, source="executor/0", job_id=job_id, state=JobState.RUNNING)]
+
+
 async def _equals(value, wanted: int) -> bool:  # type: ignore[no-untyped-def]
     return await value == wanted
 
@@ -125,6 +139,7 @@ async def test_read_commands_on_a_projected_database(infra: Endpoints, pg_dsn: s
     await ensure_topics(infra.bootstrap_servers, ALL_TOPICS)  # the services would have created them
     async with Publisher(infra.bootstrap_servers, source="burst") as publisher:
         await publisher.publish_all([e for job in job_burst(prefix, 12) for e in job])
+        await publisher.publish_all(_online_service(f"{prefix}-svc"))
     env = env_for(infra, pg_dsn)
     rebuilt = spawn(["projector", "rebuild"], env)
     assert rebuilt.wait(timeout=120) == 0, rebuilt.communicate()[0].decode()
@@ -157,6 +172,10 @@ async def test_read_commands_on_a_projected_database(infra: Endpoints, pg_dsn: s
     assert shown["gpus_by_health"] == folded["gpus_by_health"]
     for part in ("offline_sharing", "offline_shared", "waiting", "training_bound", "training_bound_now"):
         assert [r for r in shown[part] if r["job_id"].startswith(prefix)] == [r for r in folded[part] if r["job_id"].startswith(prefix)], part
+    # An online service (issue 19) is listed apart from the training jobs, with its replicas' GPUs
+    [service] = [{k: r[k] for k in ("job_id", "vc", "state", "replicas", "gpu_ids")} for r in shown["online_services"] if r["job_id"].startswith(prefix)]
+    assert service == {"job_id": f"{prefix}-svc", "vc": "vc-1", "state": "running", "replicas": 2, "gpu_ids": ["node-00/gpu-0", "node-00/gpu-1"]}
+    assert [r for r in folded["online_services"] if r["job_id"] == service["job_id"]][0]["gpu_ids"] == service["gpu_ids"]
     mine = [e for e in events if getattr(e, "job_id", "").startswith(prefix)]
     assert Counter(fold_status(mine).job_state.values()) == Counter(
         {s: n for s, n in await _my_states(env["HIVEMUX_POSTGRES_DSN"], prefix)}

@@ -51,6 +51,7 @@ READ_MODEL_TABLES = (
 )  # fmt: skip
 _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
+_NOT_BOUND_STATES = frozenset({*FINISHED_STATES, "stopped", "suspended"})  # the same, in Python
 _NOT_SHARING = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended", "evicted", "preempted")) + "]"
 
 
@@ -398,13 +399,16 @@ class ReadModelStore:
             shared_ever = await conn.fetch(
                 "SELECT DISTINCT ON (job_id) job_id, inputs FROM job_events WHERE kind = 'placement' AND what = 'place' "
                 'ORDER BY job_id, occurred_at DESC, topic, partition, "offset" DESC')
+            # Online services (issue 19) are bound to cells too, but listed apart from training jobs.
+            services = await conn.fetch("SELECT job_id, vc, state, pods, binding FROM jobs WHERE kind = 'online' ORDER BY job_id")
             bound_ever = await conn.fetch(
                 "SELECT job_id, array_agg(DISTINCT node) AS nodes FROM job_events, "
                 "jsonb_array_elements_text(inputs -> 'node_ids') AS node WHERE kind = 'binding' AND what = 'bound' "
-                "GROUP BY job_id ORDER BY job_id")
+                "AND job_id NOT IN (SELECT job_id FROM jobs WHERE kind = 'online') GROUP BY job_id ORDER BY job_id")
             bound_now = await conn.fetch(
                 "SELECT job_id, array_agg(DISTINCT node) AS nodes FROM jobs, jsonb_each(binding) AS b(pod, spec), "
-                f"jsonb_array_elements_text(spec -> 'node_ids') AS node WHERE NOT state = ANY({_NOT_BOUND}) GROUP BY job_id ORDER BY job_id")
+                f"jsonb_array_elements_text(spec -> 'node_ids') AS node WHERE NOT state = ANY({_NOT_BOUND}) "
+                "AND kind IS DISTINCT FROM 'online' GROUP BY job_id ORDER BY job_id")
             waiting = await conn.fetch("SELECT job_id, last_reason FROM jobs WHERE state = 'waiting' ORDER BY job_id")
             cells = await conn.fetch("SELECT * FROM vc_cells ORDER BY vc")
             queued = await conn.fetch(
@@ -419,6 +423,7 @@ class ReadModelStore:
             "offline_sharing": [_sharing(r["job_id"], json.loads(r["placement"])) for r in sharing_now],
             "offline_shared": list(shared.values()),
             "waiting": [{"job_id": r["job_id"], "reason": r["last_reason"]} for r in waiting],
+            "online_services": [_service(r) for r in services],
             "training_bound": [{"job_id": j, "node_ids": n} for j, n in bound.items()],
             "training_bound_now": [{"job_id": r["job_id"], "node_ids": sorted(r["nodes"])} for r in bound_now],
             "vcs": vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued}),
@@ -429,3 +434,12 @@ class ReadModelStore:
         if name not in (*READ_MODEL_TABLES, "vcs", "vc_cells"):
             raise ValueError(f"not a read-model table: {name}")
         return [dict(r) for r in await self._pool.fetch(f"SELECT * FROM {name} ORDER BY {order_by}")]
+
+
+def _service(row: Any) -> dict[str, Any]:
+    """An online service as the read models know it: its replicas' GPUs now (its latency is on
+    ``online.latency``, which the read models do not fold: no p99 or SLO here)."""
+    binding = json.loads(row["binding"]) if isinstance(row["binding"], str) else (row["binding"] or {})
+    gpus = sorted(g for spec in binding.values() for g in spec.get("gpu_ids", ())) if row["state"] not in _NOT_BOUND_STATES else []
+    return {"job_id": row["job_id"], "vc": row["vc"], "state": row["state"], "replicas": row["pods"], "gpu_ids": gpus,
+            "slo_p99_ms": None, "p99_ms": None}
