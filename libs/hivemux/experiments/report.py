@@ -239,10 +239,6 @@ def write_outputs(result: dict[str, Any], out: Path, *, wall_s: float | None = N
         from hivemux.experiments.salus_lanes import write_report as write_lanes_report
 
         return files + write_lanes_report(result, out, wall_s)
-    if result["scenario"] == "salus-lanes":  # a search set with and without lanes: its own report
-        from hivemux.experiments.salus_lanes import write_report as write_lanes_report
-
-        return files + write_lanes_report(result, out, wall_s)
     if result["scenario"].startswith("muxflow-"):  # online GPUs shared with offline traces: its own report
         from hivemux.experiments.muxflow_report import write_report as write_muxflow_report
 

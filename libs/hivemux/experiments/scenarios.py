@@ -36,7 +36,6 @@ from hivemux.experiments.muxflow_experiments import POLICIES as MUXFLOW_POLICIES
 from hivemux.experiments.muxflow_experiments import MuxflowParams, run_traces
 from hivemux.experiments.salus_experiments import SalusParams, run_policies
 from hivemux.experiments.salus_lanes import LanesParams, run_lanes_search
-from hivemux.experiments.salus_lanes import LanesParams, run_lanes_search
 
 ProgressFn = Callable[[int], None]
 
@@ -56,6 +55,7 @@ class Workload:
     reshape: Mapping[str, str] | None = None  # table1: tenant -> "1-GPU" / "8-GPU": every job of that size (Figure 8)
     big_share: float | None = None  # table1: every tenant's job mix with this share of jobs 8-GPU or multi-node
     burst: float = 0.0  # table1: amplitude of each tenant's arrival-rate cycle (phases spread over tenants)
+    load_factor: Mapping[str, float] | None = None  # table1: tenant -> factor on its offered load
 
     def label(self) -> str:
         if self.kind == "table1":
@@ -67,6 +67,8 @@ class Workload:
                 extra += f", 8-GPU/multi-node share {self.big_share:g}"
             if self.burst:
                 extra += f", bursty arrivals ±{self.burst:g}"
+            if self.load_factor:
+                extra += ", load × " + ", ".join(f"{f:g} for {t}" for t, f in sorted(self.load_factor.items()))
             return f"table1 ({self.nodes} nodes, load {self.load}, {self.days:g} d{extra})"
         if self.kind == "csv":
             return f"csv {Path(self.trace_file or '').name} ({self.days:g} d)"
@@ -78,7 +80,6 @@ class Params:
     workloads: tuple[Workload, ...]
     safety_every: int = 1  # check HiveD's invariant (2) after every k-th event batch (0: never)
     salus: SalusParams | None = None  # salus-policies: the one-GPU job mix (no cluster workloads)
-    salus_lanes: LanesParams | None = None  # salus-lanes: the hyper-parameter search with and without lanes
     salus_lanes: LanesParams | None = None  # salus-lanes: the hyper-parameter search with and without lanes
     muxflow: MuxflowParams | None = None  # muxflow-*: online GPUs shared with offline traces A-D
     quota_placement: str = "best"  # the quota baseline's placement: best | first | spread (QuotaScheduler)
@@ -109,7 +110,8 @@ def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> t
         durations = traces.load_philly(d / traces.PHILLY_WEEK)
         jobs = traces.table1_jobs(tenants, sizes, durations, load=w.load, span_s=span, rng=random.Random(seed),
                                    max_duration_s=None if w.max_duration_h is None else w.max_duration_h * 3600,
-                                   tenant_load=w.tenant_load, mix=table1_mix(tenants, w), burst=w.burst)
+                                   tenant_load=w.tenant_load, mix=table1_mix(tenants, w), burst=w.burst,
+                                   load_factor=w.load_factor)
         return traces.split_by_vc(jobs, sizes)
     if w.kind in ("philly-week", "philly-random", "csv"):
         path = {"philly-week": d / traces.PHILLY_WEEK, "philly-random": d / traces.PHILLY_RANDOM}.get(w.kind)
@@ -254,11 +256,6 @@ def run_salus_lanes(params: Params, seed: int, progress: ProgressFn | None = Non
     return run_lanes_search(params.salus_lanes or LanesParams(), seed)
 
 
-def run_salus_lanes(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Salus §5.2: a hyper-parameter search with and without lane packing (``experiments.salus_lanes``)."""
-    return run_lanes_search(params.salus_lanes or LanesParams(), seed)
-
-
 def run_muxflow(params: Params, seed: int, progress: ProgressFn | None = None) -> dict[str, Any]:
     """MuxFlow §7.2-7.4 (``sim.muxflow_experiments``)."""
     return run_traces(params.muxflow or MuxflowParams(), seed, progress)
@@ -375,15 +372,6 @@ SCENARIOS: dict[str, Scenario] = {
             runner=run_salus_lanes,
         ),
         Scenario(
-            "salus-lanes",
-            "Salus (MLSys '20) §5.2, Figure 12",
-            "A hyper-parameter search (many short, small jobs, all ready at once) on a cluster with and without lane "
-            "packing, driving the real LanePlacer and IterationScheduler; makespan, average JCT, GPU utilization",
-            full=Params((), salus_lanes=LanesParams(gpus=4, jobs=300)),
-            small=Params((), salus_lanes=LanesParams(gpus=2, jobs=60)),
-            runner=run_salus_lanes,
-        ),
-        Scenario(
             "muxflow-testbed",
             "MuxFlow (preprint §7.2, Figure 10; journal §7.2)",
             "1,000 online GPUs shared with a 12-hour offline trace: online latency vs Online-only, offline normalized throughput, oversold GPU, evictions, GPU utilization, SM activity and memory",
@@ -429,8 +417,6 @@ def describe_params(params: Params) -> str:
         gpus = ", ".join(f"{n} {t}" for t, n in m.gpus.items())
         traces = ", ".join(f"{t} ({n} jobs)" for t, n in zip(m.traces, m.job_counts(), strict=True))
         return f"{gpus} online GPUs; traces {traces} over {m.hours:g} h; {', '.join(m.policies)}"
-    if params.salus_lanes is not None:
-        return params.salus_lanes.label()
     if params.salus_lanes is not None:
         return params.salus_lanes.label()
     if params.salus is not None:
