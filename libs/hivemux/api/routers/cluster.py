@@ -34,7 +34,7 @@ async def status(request: Request, who: Principal = Depends(principal)) -> dict[
     if scope is None:
         return summary
     mine = {r["job_id"] for r in await request.app.state.pool.fetch("SELECT job_id FROM jobs WHERE vc = ANY($1::text[])", list(scope))}
-    for key in ("offline_sharing", "offline_shared", "waiting", "training_bound", "training_bound_now"):
+    for key in ("offline_sharing", "offline_shared", "waiting", "online_services", "training_bound", "training_bound_now"):
         summary[key] = [row for row in summary[key] if row["job_id"] in mine]
     summary["vcs"] = [v for v in summary["vcs"] if v["vc"] in scope]
     return summary
