@@ -47,6 +47,13 @@ MIXES: dict[str, dict[str, Any]] = {
     "Fig. 8: res-f 8-GPU, others 1-GPU": {"reshape": figure8_reshape(("res-f",))},
     "Fig. 8: res-f, prod-e, prod-d, prod-c 8-GPU": {"reshape": figure8_reshape(("res-f", "prod-e", "prod-d", "prod-c"))},
 }
+# further setups, each at two loads only (``default_sweep``)
+EXTRA_MIXES: dict[str, dict[str, Any]] = {
+    "Fig. 8: res-f, prod-e 8-GPU": {"reshape": figure8_reshape(("res-f", "prod-e"))},
+    "Fig. 8: res-f, prod-e, prod-d 8-GPU": {"reshape": figure8_reshape(("res-f", "prod-e", "prod-d"))},
+    "Table 1 mix, uniform load, bursty ±0.9 (2-day cycle)": {"tenant_load": "quota", "burst": 0.9},
+    "Table 1 mix, uniform load, prod-a at half": {"tenant_load": "quota", "load_factor": {"prod-a": 0.5}},
+}
 
 
 @dataclass(frozen=True)
@@ -114,9 +121,10 @@ def baseline_points(workload: Any, *, soft: Sequence[float] = (0.5,)) -> tuple[P
 
 
 def load_points(base: Any, nodes: Sequence[int], loads: Sequence[float], mixes: Sequence[str]) -> tuple[Point, ...]:
-    """Item 2: ``table1`` at each node scale × load × named mix (``MIXES``)."""
+    """Item 2: ``table1`` at each node scale × load × named mix (``MIXES``, ``EXTRA_MIXES``)."""
+    every = {**MIXES, **EXTRA_MIXES}
     return tuple(
-        Point(f"{n} nodes, load {load:g}, {mix}", replace(base, nodes=n, load=load, **MIXES[mix]), group=f"{n} nodes | {mix}", x=load)
+        Point(f"{n} nodes, load {load:g}, {mix}", replace(base, nodes=n, load=load, **every[mix]), group=f"{n} nodes | {mix}", x=load)
         for n in nodes for mix in mixes for load in loads
     )
 
@@ -128,7 +136,8 @@ def philly_points(base: Any, scales: Sequence[float]) -> tuple[Point, ...]:
 def default_sweep(base: Any, philly: Any, *, days: float = 3.0) -> SweepParams:
     """The sweep `hived-anomaly-sweep` runs (reduced from HiveD's 200-279 nodes and 20 days so
     that it finishes on two cores): the baseline variants on the Figure 8 workload at 30 nodes;
-    load 0.8-1.6 × five mixes at 30 nodes and × two mixes at 60 nodes; Philly at four scales."""
+    load 0.8-1.6 × five mixes at 30 nodes and × two mixes at 60 nodes; Philly at four scales;
+    the rest of Figure 8's series, bursty arrivals and a victim below its quota at loads 1.0, 1.4."""
     fig8 = replace(base, nodes=30, days=days, load=1.0, **MIXES["Fig. 8: res-f 8-GPU, others 1-GPU"])
     loads = (0.8, 1.0, 1.2, 1.4, 1.6)
     return SweepParams(
@@ -136,6 +145,7 @@ def default_sweep(base: Any, philly: Any, *, days: float = 3.0) -> SweepParams:
         + load_points(replace(base, days=days), (30,), loads, tuple(m for m in MIXES if m != "8-GPU/multi-node share 10%"))
         + load_points(replace(base, days=days), (60,), loads, ("Table 1 mix", "Fig. 8: res-f 8-GPU, others 1-GPU"))
         + philly_points(replace(philly, days=days), (0.06, 0.1, 0.15, 0.25))
+        + load_points(replace(base, days=days), (30,), (1.0, 1.4), tuple(EXTRA_MIXES))
     )
 
 

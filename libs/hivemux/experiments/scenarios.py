@@ -55,6 +55,7 @@ class Workload:
     reshape: Mapping[str, str] | None = None  # table1: tenant -> "1-GPU" / "8-GPU": every job of that size (Figure 8)
     big_share: float | None = None  # table1: every tenant's job mix with this share of jobs 8-GPU or multi-node
     burst: float = 0.0  # table1: amplitude of each tenant's arrival-rate cycle (phases spread over tenants)
+    load_factor: Mapping[str, float] | None = None  # table1: tenant -> factor on its offered load
 
     def label(self) -> str:
         if self.kind == "table1":
@@ -66,6 +67,8 @@ class Workload:
                 extra += f", 8-GPU/multi-node share {self.big_share:g}"
             if self.burst:
                 extra += f", bursty arrivals ±{self.burst:g}"
+            if self.load_factor:
+                extra += ", load × " + ", ".join(f"{f:g} for {t}" for t, f in sorted(self.load_factor.items()))
             return f"table1 ({self.nodes} nodes, load {self.load}, {self.days:g} d{extra})"
         if self.kind == "csv":
             return f"csv {Path(self.trace_file or '').name} ({self.days:g} d)"
@@ -107,7 +110,8 @@ def build_workload(w: Workload, seed: int, traces_path: Path | None = None) -> t
         durations = traces.load_philly(d / traces.PHILLY_WEEK)
         jobs = traces.table1_jobs(tenants, sizes, durations, load=w.load, span_s=span, rng=random.Random(seed),
                                    max_duration_s=None if w.max_duration_h is None else w.max_duration_h * 3600,
-                                   tenant_load=w.tenant_load, mix=table1_mix(tenants, w), burst=w.burst)
+                                   tenant_load=w.tenant_load, mix=table1_mix(tenants, w), burst=w.burst,
+                                   load_factor=w.load_factor)
         return traces.split_by_vc(jobs, sizes)
     if w.kind in ("philly-week", "philly-random", "csv"):
         path = {"philly-week": d / traces.PHILLY_WEEK, "philly-random": d / traces.PHILLY_RANDOM}.get(w.kind)

@@ -215,6 +215,7 @@ def table1_jobs(
     mix: Mapping[str, Mapping[str, float]] | None = None,
     burst: float = 0.0,
     burst_period_s: float = 2 * 86400,
+    load_factor: Mapping[str, float] | None = None,
 ) -> tuple[TraceJob, ...]:
     """A synthetic HiveD-like trace (HiveD's own trace is not public): per tenant, jobs whose GPU
     demand follows its Table 1 row, run times drawn from Philly jobs of the same GPU demand
@@ -235,6 +236,7 @@ def table1_jobs(
     tenant's arrival rate swings as ``1 + burst · sin(2πt / burst_period_s + φ)`` with its own
     phase φ (tenants evenly spread over the cycle), same mean: tenants' busy periods no longer
     coincide (Poisson thinning; ``burst`` 0 keeps the stationary process and its random stream).
+    ``load_factor`` (tenant -> factor) scales chosen tenants' offered load (a victim below its quota).
 
     Example: a tenant with 10 nodes (80 GPUs), ``load`` 0.9 and a mean job of 2 GPUs × 1 h
     gets 0.9 × 80 / 2 = 36 jobs per hour."""
@@ -264,6 +266,7 @@ def table1_jobs(
             offered = load * vc_nodes[t.tenant] * GPUS_PER_NODE  # GPUs busy on average
         else:
             offered = load * cluster_gpus * demand[t.tenant] / sum(demand.values())
+        offered *= (load_factor or {}).get(t.tenant, 1.0)
         weights = (mix or {}).get(t.tenant) or {b: n / t.total for b, n in t.jobs_by_gpus.items() if n}
         total_w = sum(weights.values())
         pairs = [(TABLE1_BUCKETS[b], w / total_w) for b, w in weights.items() if w]
