@@ -64,7 +64,7 @@ def busy(seconds: float) -> None:
 
 
 def timed_job(socket: str, name: str, iterations: int, body_s: float, offset: float, go: Any, start: Any,
-              results: Any, ephemeral_mib: float = EPHEMERAL_MIB) -> None:  # fmt: skip
+              results: Any, ephemeral_mib: float = EPHEMERAL_MIB, sleep_s: float = 0.0) -> None:  # fmt: skip
     """Arrive ``offset`` s after the common start; run ``iterations`` through the gate; report
     the arrival, the finish and (start, end) perf_counter stamps of each body."""
     from hivemux import salus
@@ -84,6 +84,8 @@ def timed_job(socket: str, name: str, iterations: int, body_s: float, offset: fl
             began = time.perf_counter()
             if body_s:
                 busy(body_s)
+            if sleep_s:  # the iteration's GPU work: the CPU is free meanwhile
+                time.sleep(sleep_s)
             stamps.append((began, time.perf_counter()))
     results.put((name, start_at, time.perf_counter(), stamps))
 
@@ -183,7 +185,7 @@ def core_echo_server(socket: str, stop: Any) -> None:
 
 
 async def run_jobs(ctx: Any, policy: str, jobs: list[tuple[str, int, float, float]],
-                   ephemeral_mib: float = EPHEMERAL_MIB) -> list[tuple]:
+                   ephemeral_mib: float = EPHEMERAL_MIB, sleep_s: float = 0.0) -> list[tuple]:
     """Start a LaneServer with ``policy`` and one process per (name, iterations, body_s, start offset)."""
     from hivemux.salus.server import LaneServer
 
@@ -193,7 +195,7 @@ async def run_jobs(ctx: Any, policy: str, jobs: list[tuple[str, int, float, floa
         await server.start()
         try:
             results, go, start = ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
-            procs = [ctx.Process(target=timed_job, args=(socket, name, n, body, offset, go, start, results, ephemeral_mib))
+            procs = [ctx.Process(target=timed_job, args=(socket, name, n, body, offset, go, start, results, ephemeral_mib, sleep_s))
                      for name, n, body, offset in jobs]  # fmt: skip
             for p in procs:
                 p.start()
@@ -214,12 +216,13 @@ async def gate_round_trip(ctx: Any, samples: int) -> list[float]:
     return [b[0] - a[1] for a, b in zip(stamps[200:], stamps[201:], strict=False)]
 
 
-async def shared_round_trip(ctx: Any, samples: int, jobs: int) -> list[float]:
+async def shared_round_trip(ctx: Any, samples: int, jobs: int, sleep_s: float = 0.0) -> list[float]:
     """Gate round trip while ``jobs`` jobs share the GPU, each in a lane of its own (Algorithm 1
     opens one lane per job: ``jobs × (P + E) <= C``), all iterating at once; every job's round
-    trips (end of its body to the start of its next) pooled."""
+    trips (end of its body to the start of its next) pooled. ``sleep_s``: each iteration's body
+    sleeps that long (GPU work, the CPU free) instead of being empty."""
     ephemeral = (CAPACITY_MIB / jobs) - PERSISTENT_MIB
-    out = await run_jobs(ctx, "pack", [(f"j{i}", samples + 200, 0.0, 0.0) for i in range(jobs)], ephemeral)
+    out = await run_jobs(ctx, "pack", [(f"j{i}", samples + 200, 0.0, 0.0) for i in range(jobs)], ephemeral, sleep_s)
     return [b[0] - a[1] for _, _, _, stamps in out for a, b in zip(stamps[200:], stamps[201:], strict=False)]
 
 
@@ -327,16 +330,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sharing", type=int, default=0,
                         help="only the gate round trip with this many jobs sharing the GPU, each in its own lane")
+    parser.add_argument("--body-ms", type=float, default=0.0,
+                        help="with --sharing: each iteration sleeps this long (GPU work; the CPU is free meanwhile)")
     args = parser.parse_args()
     if args.sharing:
-        trips = asyncio.run(shared_round_trip(mp.get_context("spawn"), args.samples, args.sharing))
+        trips = asyncio.run(shared_round_trip(mp.get_context("spawn"), args.samples, args.sharing, args.body_ms / 1e3))
         median, p99 = statistics.median(trips) * 1e6, percentile(trips, 0.99) * 1e6
         print(f"salus gate: {args.sharing} jobs sharing one GPU (one lane each, C = {CAPACITY_MIB:g} MiB, P = {PERSISTENT_MIB:g}, "
-              f"E = {CAPACITY_MIB / args.sharing - PERSISTENT_MIB:g}), empty iterations, {args.samples} samples per job; "
+              f"E = {CAPACITY_MIB / args.sharing - PERSISTENT_MIB:g}), iteration body "
+              f"{'empty' if not args.body_ms else f'a {args.body_ms:g} ms sleep'}, {args.samples} samples per job; "
               f"{os.cpu_count()} CPUs")  # fmt: skip
         print(f"gate round trip median (us) {median:10.3f}  target <= 200")
         print(f"gate round trip p99 (us)    {p99:10.3f}")
-        print(json.dumps({"benchmark": "salus-sharing", "jobs": args.sharing, "samples": args.samples,
+        print(json.dumps({"benchmark": "salus-sharing", "jobs": args.sharing, "samples": args.samples, "body_ms": args.body_ms,
                           "gate_round_trip_median_us": round(median, 3), "gate_round_trip_p99_us": round(p99, 3)}))
         return
     figures = asyncio.run(run(args))
