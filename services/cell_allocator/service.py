@@ -25,10 +25,11 @@ from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
 from hivemux.cells.config import load_config
 from hivemux.cells.schedulers import SchedulerKind, build_scheduler
 from hivemux.cells_inspect.server import start_inspect_server
-from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobLifecycleEvent, JobPriorityChanged, JobSubmission
+from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobCommand, JobLifecycleEvent, JobPriorityChanged, JobSubmission
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
-from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, EXECUTOR_COMMANDS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED
+from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, EXECUTOR_COMMANDS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED  # fmt: skip
+from hivemux.topics import JOBS_COMMANDS, JOBS_REFUSALS, JOBS_RESIZES
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
@@ -72,6 +73,9 @@ class CellAllocatorShell:
     def on_priority(self, change: JobPriorityChanged, ctx: RecordContext) -> list[Event]:
         return self.edge.on_priority(change, replaying=ctx.replaying)
 
+    def on_command(self, command: JobCommand, ctx: RecordContext) -> list[Event]:
+        return self.edge.on_command(command, replaying=ctx.replaying)  # an online service's resize
+
     def on_health(self, transition: HealthTransition, ctx: RecordContext) -> list[Event]:
         return self.edge.on_health(transition, replaying=ctx.replaying)
 
@@ -94,13 +98,15 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
     configuration = {"settings": settings.recorded(), "cells": cells}
-    service.audit(configuration, decides=(CELL_BINDINGS, JOBS_LIFECYCLE, EXECUTOR_COMMANDS), owns=(CELL_BINDINGS,))
+    service.audit(configuration, decides=(CELL_BINDINGS, JOBS_LIFECYCLE, EXECUTOR_COMMANDS, JOBS_RESIZES, JOBS_REFUSALS), owns=(CELL_BINDINGS,))
     service.single_active()  # standbys fold; the group on `leadership` says who decides
     service.fold(CELL_CONFIG, shell.on_config)
     service.fold(JOBS_SUBMITTED, shell.on_submission)
     service.fold(CELL_BINDINGS, shell.on_binding)
     service.fold(JOBS_LIFECYCLE, shell.on_lifecycle)
     service.fold(JOBS_PRIORITIES, shell.on_priority)
+    service.fold(JOBS_RESIZES, lambda e, ctx: edge.on_resized(e, replaying=ctx.replaying))
+    service.fold(JOBS_COMMANDS, shell.on_command)
     service.fold(GPU_HEALTH, shell.on_health)
     service.fold(CLOCK_TICKS, shell.on_tick)
     service.every(settings.retry_interval_s, shell.tick)

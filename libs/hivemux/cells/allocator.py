@@ -50,6 +50,7 @@ from hivemux.events.versions import version_jump
 from . import api
 from .bad_hardware import BadNodes, NodeHealth
 from .job_allocator import Decision, JobAllocator, PodBound, TrainingJob
+from .resize import ReplicasFit, ReplicasRefused
 from .schedulers import build_scheduler
 
 NEVER = datetime.min.replace(tzinfo=UTC)  # the latest event time before any event
@@ -140,6 +141,12 @@ class CellAllocator:
         """A user changed the job's HiveD priority (`JobAllocator.reprioritize`)."""
         self._saw(at)
         return self._allocation(self.jobs.reprioritize(job_id, priority), at, cause)
+
+    def resize(self, job_id: str, replicas: int, *, at: datetime, cause: str) -> tuple[ReplicasFit | ReplicasRefused, Allocation]:
+        """A user's resize of an online service (`JobAllocator.resize`): the verdict and what it changed."""
+        self._saw(at)
+        verdict, decisions = self.jobs.resize(job_id, replicas)
+        return verdict, self._allocation(decisions, at, cause)
 
     def gpu_health(self, node: str, gpu: str, *, disabled: bool, at: datetime, cause: str) -> Allocation:
         """A GPU entered or left Disabled: its node may turn bad or healthy (`bad_hardware`)."""

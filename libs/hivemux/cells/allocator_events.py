@@ -26,6 +26,12 @@ freeze, SIGTERM, grace, kill); a ``resumed`` job goes back to the end of the que
 job must stay resumable), so it is ignored. A ``JobPriorityChanged`` sets the job's HiveD
 priority (`JobAllocator.reprioritize`).
 
+Resize (`cells.resize`): a ``resize`` `JobCommand` naming an online service's ``replicas`` is
+decided here: a `JobResized` (id `outcome_id(command_id)`) with the released and new bindings,
+a ``stop`` per node that ran a replica and a ``start_online`` per new binding; or a
+`JobCommandRefused` with the reason (the VC's free guaranteed GPUs in its inputs). A recorded
+`JobResized` sets the service's size after a restart (`JobAllocator.resized`).
+
 Events are stamped with the allocation's event time and their ids derived from its cause
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
 after a restart (``replaying``), decisions change the state but nothing is published: what they
@@ -49,12 +55,17 @@ from hivemux.events import (
     HealthTransition,
     JobKind,
     JobLifecycleEvent,
+    JobAction,
+    JobCommand,
+    JobCommandRefused,
     JobPriorityChanged,
+    JobResized,
     JobState,
     JobSubmission,
     Priority,
     clip_reason,
     derived_id,
+    outcome_id,
 )
 from hivemux.gpu_ids import gpu_ids
 
@@ -62,6 +73,7 @@ from . import api
 from .allocator import Allocation, CellAllocator
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
+from .resize import ReplicasRefused
 
 ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
 CELL_KINDS = frozenset({JobKind.TRAINING, JobKind.ONLINE})  # the jobs HiveD places on cells
@@ -135,7 +147,7 @@ class AllocatorEvents:
                     allocation = self.core.end(job_id, at=at, cause=cause)
                 else:
                     allocation = self.core.suspend(job_id, at=at, cause=cause)
-                return [] if replaying else [*self._stops(allocation, change), *self.events(allocation)]
+                return [] if replaying else [*self._stops(allocation, job_id, change.reason), *self.events(allocation)]
             case JobState.RESUMED:
                 allocation = self.core.resume(job_id, at=at, cause=cause)
             case JobState.STOPPED if job_id in self.stopped_on_command:
@@ -152,13 +164,44 @@ class AllocatorEvents:
         allocation = self.core.reprioritize(change.job_id, change.priority_value, at=change.occurred_at, cause=str(change.event_id))
         return [] if replaying else self.events(allocation)
 
-    def _stops(self, allocation: Allocation, change: JobLifecycleEvent) -> list[Event]:
+    def on_command(self, c: JobCommand, *, replaying: bool) -> list[Event]:
+        """A user's resize of an online service's replicas (module docstring); other commands
+        reach this allocator as the job controller's lifecycle events and priority changes."""
+        self.core.folding(replaying)
+        job = self.submissions.get(c.job_id)
+        if replaying or c.action is not JobAction.RESIZE or c.replicas is None or job is None or job.kind is not JobKind.ONLINE:
+            return []
+        verdict, allocation = self.core.resize(c.job_id, c.replicas, at=c.occurred_at, cause=str(c.event_id))
+        asked = {"command_id": c.command_id, "principal": c.principal}
+        if isinstance(verdict, ReplicasRefused):
+            return [
+                JobCommandRefused(
+                    event_id=outcome_id(c.command_id), occurred_at=c.occurred_at, source=self.source, command_id=c.command_id,
+                    principal=c.principal, job_id=c.job_id, action=c.action, reason=clip_reason(verdict.reason),
+                    inputs=verdict.inputs | asked,
+                )  # fmt: skip
+            ]
+        self.stopped_on_command.add(c.job_id)  # the executor's stopped reports are not the service's end
+        reason = f"replicas {verdict.previous} -> {verdict.replicas} by {c.principal}; re-bound as one group of {verdict.replicas}"
+        reason += f": {c.reason}" if c.reason else ""
+        resized = JobResized(
+            event_id=outcome_id(c.command_id), occurred_at=c.occurred_at, source=self.source, command_id=c.command_id,
+            principal=c.principal, job_id=c.job_id, vc=job.vc, replicas=verdict.replicas, previous_replicas=verdict.previous,
+            reason=clip_reason(reason), inputs=verdict.inputs | asked,
+        )  # fmt: skip
+        return [resized, *self._stops(allocation, c.job_id, f"resized: {reason}"), *self.events(allocation)]
+
+    def on_resized(self, e: JobResized, *, replaying: bool) -> None:
+        if replaying and e.replicas is not None and e.job_id in self.submissions:
+            self.core.jobs.resized(e.job_id, e.replicas)
+
+    def _stops(self, allocation: Allocation, job_id: str, reason: str) -> list[Event]:
         """One ``stop`` per node that ran a pod the command released (the executor keys by job)."""
-        nodes = dict.fromkeys(d.node for d in allocation.decisions if isinstance(d, PodReleased) and d.job_id == change.job_id)
+        nodes = dict.fromkeys(d.node for d in allocation.decisions if isinstance(d, PodReleased) and d.job_id == job_id)
         return [
             ExecutorCommand(
-                event_id=derived_id("stop", change.job_id, node, allocation.cause), occurred_at=allocation.at, source=self.source,
-                node_id=node, action=CommandAction.STOP, job_id=change.job_id, reason=clip_reason(change.reason),
+                event_id=derived_id("stop", job_id, node, allocation.cause), occurred_at=allocation.at, source=self.source,
+                node_id=node, action=CommandAction.STOP, job_id=job_id, reason=clip_reason(reason),
             )  # fmt: skip
             for node in nodes
         ]

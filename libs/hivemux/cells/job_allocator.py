@@ -55,6 +55,8 @@ from hivemux.events.base import clip_reason, reason_substance
 
 from . import api
 from .fairness import fair_shares
+from .resize import ReplicasFit, ReplicasRefused, free_guaranteed_gpus
+from .resize import decide as decide_replicas
 
 MAX_PREEMPTION_ROUNDS = 8
 
@@ -309,6 +311,33 @@ class JobAllocator:
         self._drop_reservation(job_id)
         self.waiting[job_id] = ""
         return self._try(job) if self.deciding else []
+
+    def resize(self, job_id: str, replicas: int) -> tuple[ReplicasFit | ReplicasRefused, list[Decision]]:
+        """An online service's replicas (`cells.resize`): checked against the VC's guaranteed
+        headroom, then re-bound as a group of the new size (HiveD frees a group's cells only
+        with its last pod)."""
+        job = self.jobs.get(job_id)
+        if job is None or job_id in self.ended:
+            return ReplicasRefused(f"cannot resize {job_id}: the cell allocator holds no such running service", {}), []
+        size, bound = len(job.pod_sizes), len(self.placed.get(job_id, {}))
+        free = free_guaranteed_gpus(self.scheduler.virtual_cluster(job.vc), job.leaf_type) if replicas > size else None
+        holding = job_id not in self.suspended and job_id not in self.waiting
+        verdict = decide_replicas(job_id, job.vc, replicas=replicas, bound=bound, size=size, holding=holding, priority=job.priority, free=free)
+        if isinstance(verdict, ReplicasRefused):
+            return verdict, []
+        released = self._release(job_id)
+        self.jobs[job_id] = job = dataclasses.replace(job, pod_sizes=(1,) * replicas)
+        self.waiting[job_id] = ""
+        out = [*released, *self._try(job)]
+        return verdict, [*out, *self.retry_waiting()] if replicas < size else out
+
+    def resized(self, job_id: str, replicas: int) -> None:
+        """A recorded resize (crash recovery): the service's size from then on."""
+        job = self.jobs.get(job_id)
+        if job is not None:
+            self.jobs[job_id] = dataclasses.replace(job, pod_sizes=(1,) * replicas)
+            if self.fully_placed(job_id):
+                self.waiting.pop(job_id, None)
 
     def _drop_reservation(self, job_id: str) -> None:
         """Delete the job's unbound pods from the scheduler: a preempting group's reserved

@@ -1,0 +1,77 @@
+"""Resizing an online service's replicas within its VC's guaranteed headroom (issue 19 item 4).
+
+Not from the paper: HiveD binds an affinity group at a fixed size (§3.2: a group's pods are
+allocated together, and its cells are freed only when its last pod is deleted, as
+`hived.HivedScheduler.delete_allocated_pod` does). An online service is a group of ``replicas``
+1-GPU pods at a guaranteed priority (`allocator_events.training_job`), so a resize re-binds
+the service as a group of the new size: every replica is released and the new group is
+scheduled at once (buddy allocation inside the VC's cells; opportunistic work on them is
+preempted as for any guaranteed group). The replicas restart; the executor gets a ``stop`` per
+node that ran one and a ``start_online`` per new binding.
+
+Rules (`decide`), checked before anything is released:
+
+- the service holds all its replicas (a waiting, suspended or ended one is refused);
+- more replicas need as many free guaranteed GPUs in the VC (`free_guaranteed_gpus`: the VC's
+  healthy virtual leaf cells no guaranteed group uses, of the service's GPU type), otherwise
+  refused: "VC vc-a has 0 free guaranteed GPUs for 2 more replicas";
+- fewer replicas always fit (the freed GPUs go back to the VC's queue);
+- the same count is refused ("it already has 3 replicas").
+
+Worked example: vc-a has 4 guaranteed GPUs, service s holds 2, nothing else runs: resize to 4
+is applied (2 free for 2 more); resize to 5 is refused ("VC vc-a has 2 free guaranteed GPUs for
+3 more replicas"); resize to 1 is applied and 3 GPUs are free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from . import api
+
+
+@dataclass(frozen=True)
+class ReplicasRefused:
+    reason: str
+    inputs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ReplicasFit:
+    previous: int
+    replicas: int
+    inputs: dict[str, str]
+
+
+def free_guaranteed_gpus(cells: Iterable[api.VirtualCellStatus], leaf_type: str = "") -> int:
+    """The VC's healthy virtual leaf cells (of `leaf_type`, any when empty) no guaranteed group uses."""
+    count = 0
+    stack = list(cells)
+    while stack:
+        cell = stack.pop()
+        if cell.children:
+            stack.extend(cell.children)
+        elif cell.healthy and cell.state == "free" and (not leaf_type or cell.cell_type == leaf_type):
+            count += 1
+    return count
+
+
+def decide(
+    job_id: str, vc: str, *, replicas: int, bound: int, size: int, holding: bool, priority: int, free: int | None
+) -> ReplicasFit | ReplicasRefused:  # fmt: skip
+    """``bound`` of ``size`` replicas hold cells; ``free``: the VC's free guaranteed GPUs (None:
+    not needed, the service shrinks)."""
+    inputs = {"vc": vc, "replicas": str(size), "bound": str(bound), "asked": str(replicas)}
+    if free is not None:
+        inputs["free_guaranteed_gpus"] = str(free)
+    if not holding or bound < size:
+        return ReplicasRefused(f"cannot resize {job_id}: it is not running ({bound} of {size} replicas bound)", inputs)
+    if priority < 0:
+        return ReplicasRefused(f"cannot resize {job_id}: an opportunistic service has no guaranteed headroom in VC {vc}", inputs)
+    if replicas == size:
+        return ReplicasRefused(f"cannot resize {job_id}: it already has {size} replicas", inputs)
+    more = replicas - size
+    if more > 0 and (free or 0) < more:
+        return ReplicasRefused(f"VC {vc} has {free or 0} free guaranteed GPUs for {more} more replicas", inputs)
+    return ReplicasFit(size, replicas, inputs)
