@@ -73,17 +73,22 @@ class OnlineServices:
 
     def __init__(self) -> None:
         self.by_gpu: dict[str, str] = {}
+        self.start_of: dict[str, str] = {}  # gpu id -> the start_online command serving there
 
     def on_command(self, command: ExecutorCommand) -> None:
         if command.action is CommandAction.START_ONLINE:
             for gpu_id in command.gpu_ids:
                 self.by_gpu[gpu_id] = command.job_id
+                self.start_of[gpu_id] = str(command.event_id)
         elif command.action in _STOPS:
             self.forget(command.job_id, command.node_id)
 
     def on_report(self, report: ExecutorReport) -> None:
+        # A final report names the start it ends: a resize's stop reported after the new
+        # replicas' starts on the same node ends only the old ones.
         if report.state in GONE:
-            self.forget(report.job_id, report.node_id)
+            for gpu_id in [g for g, start in self.start_of.items() if start == report.command_id]:
+                del self.by_gpu[gpu_id], self.start_of[gpu_id]
 
     def stamp(self, readings: list[GpuReading]) -> list[GpuReading]:
         """Readings with the service the executors were told to serve on their GPU, where the
@@ -97,4 +102,4 @@ class OnlineServices:
     def forget(self, job_id: str, node_id: str) -> None:
         # a stop is per node (the allocator sends one to each node of the job): that node's replicas go
         for gpu_id in [g for g, job in self.by_gpu.items() if job == job_id and g.startswith(f"{node_id}/")]:
-            del self.by_gpu[gpu_id]
+            del self.by_gpu[gpu_id], self.start_of[gpu_id]

@@ -54,15 +54,24 @@ def test_the_ingester_fold_follows_start_online_stop_and_reports() -> None:
     fold = OnlineServices()
     fold.on_command(command(CommandAction.START_ONLINE, "svc-a", "node-00", ("node-00/gpu-0",)))
     fold.on_command(command(CommandAction.START_ONLINE, "svc-a", "node-01", ("node-01/gpu-0",)))
-    fold.on_command(command(CommandAction.START_ONLINE, "svc-b", "node-01", ("node-01/gpu-1",)))
+    start_b = command(CommandAction.START_ONLINE, "svc-b", "node-01", ("node-01/gpu-1",))
+    fold.on_command(start_b)
+    svc_b = str(start_b.event_id)
     assert fold.by_gpu == {"node-00/gpu-0": "svc-a", "node-01/gpu-0": "svc-a", "node-01/gpu-1": "svc-b"}
     fold.on_command(command(CommandAction.STOP, "svc-a", "node-00"))  # one node's replica stops
     assert fold.by_gpu == {"node-01/gpu-0": "svc-a", "node-01/gpu-1": "svc-b"}
-    fold.on_report(ExecutorReport(occurred_at=AT, source="executor/node-01", node_id="node-01", job_id="svc-b", command_id="c",
+    fold.on_report(ExecutorReport(occurred_at=AT, source="executor/node-01", node_id="node-01", job_id="svc-b", command_id=svc_b,
                                   state=ReportState.EVICTED))
     assert fold.by_gpu == {"node-01/gpu-0": "svc-a"}
+    # a resize: the old replica's stop reported after the new replica's start on the same node ends only the old one
+    old = fold.start_of["node-01/gpu-0"]
+    fold.on_command(command(CommandAction.STOP, "svc-a", "node-01"))
+    fold.on_command(command(CommandAction.START_ONLINE, "svc-a", "node-01", ("node-01/gpu-3",)))
+    fold.on_report(ExecutorReport(occurred_at=AT, source="executor/node-01", node_id="node-01", job_id="svc-a", command_id=old,
+                                  state=ReportState.STOPPED))
+    assert fold.by_gpu == {"node-01/gpu-3": "svc-a"}
     backend = SimulatedBackend(SimulatedFleet(FleetSpec(serving_nodes=0, hot_gpus=0)), {}, fold.by_gpu)
-    assert {g.gpu_id for g in backend.read(AT + timedelta(seconds=1)) if g.online_workload == "svc-a"} == {"node-01/gpu-0"}
+    assert {g.gpu_id for g in backend.read(AT + timedelta(seconds=1)) if g.online_workload == "svc-a"} == {"node-01/gpu-3"}
 
 
 def test_real_gpus_readings_are_stamped_with_the_service_bound_there() -> None:
