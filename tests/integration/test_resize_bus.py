@@ -1,0 +1,145 @@
+"""Resize on an embedded broker and PostgreSQL of its own (issue 19 item 4): `hivemux jobs resize`
+grows an online service within its VC's guaranteed headroom (the fleet then serves it on the new
+replicas), is refused past it with the reason, shrinks it; an offline job's SM share is lowered
+(an ``adjust`` to its node) and a memory quota past its GPU is refused; the refusals are in
+`hivemux jobs history`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from support.buskit import eventually, read_all
+
+from hivemux.bus import Publisher, ensure_topics
+from hivemux.bus.authorization import as_writer
+from hivemux.events import CommandAction, ExecutorCommand, GpuTelemetryBatch, JobKind, JobResized, JobSubmission, Placement, PredictorModel
+from hivemux.events import Profile, WorkloadSpec
+from hivemux.infra import EmbeddedInfra, InfraSettings, embedded_infra
+from hivemux.prediction.analytic import default_analytic_model
+from hivemux.services.cell_allocator.service import AllocatorSettings
+from hivemux.services.cell_allocator.service import build as allocator
+from hivemux.services.executor.service import ExecutorSettings
+from hivemux.services.executor.service import build as executor
+from hivemux.services.health_processor.service import HealthSettings
+from hivemux.services.health_processor.service import build as health
+from hivemux.services.job_controller.service import JobControllerSettings
+from hivemux.services.job_controller.service import build as controller
+from hivemux.services.matcher.service import MatcherSettings
+from hivemux.services.matcher.service import build as matcher
+from hivemux.services.projector.service import ProjectorSettings
+from hivemux.services.projector.service import build as projector
+from hivemux.services.telemetry_ingester.service import IngesterSettings
+from hivemux.services.telemetry_ingester.service import build as ingester
+from hivemux.topics import ALL_TOPICS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_RESIZES, PLACEMENTS
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+CLUSTER = Path(str(resources.files("hivemux.cells") / "demo_cluster_online.yaml"))
+
+
+@pytest.fixture(scope="module")
+def infra() -> Iterator[EmbeddedInfra]:
+    with embedded_infra(InfraSettings()) as running:
+        yield running
+
+
+async def serving(bootstrap: str, service: str) -> set[str]:
+    """The GPUs the newest telemetry shows serving ``service`` (once every GPU reported)."""
+    latest: dict[str, str | None] = {}
+    for _, batch in await read_all(bootstrap, GPU_TELEMETRY):
+        if isinstance(batch, GpuTelemetryBatch):
+            latest.update({s.gpu_id: s.online_workload for s in batch.samples})
+    return {g for g, name in latest.items() if name == service} if len(latest) == 16 else set()
+
+
+async def test_resize_an_online_service_and_an_offline_job(infra: EmbeddedInfra) -> None:
+    bootstrap, dsn = infra.endpoints.bootstrap_servers, infra.endpoints.postgres_dsn
+    await ensure_topics(bootstrap, ALL_TOPICS)
+    tag = uuid.uuid4().hex[:6]
+    common = dict(kafka_bootstrap_servers=bootstrap, group_prefix=f"resize{tag}", instance=tag)
+    services = [
+        controller(JobControllerSettings(**common, unknown_job_wait_s=0.5)),
+        allocator(AllocatorSettings(**common, config=CLUSTER, retry_interval_s=1.0)),
+        executor(ExecutorSettings(**common, backend="simulated", report_interval_s=0.5)),
+        ingester(IngesterSettings(**common, nodes=4, gpus_per_node=4, serving_nodes=0, hot_gpus=0, interval_s=0.5)),
+        health(HealthSettings(**common)),
+        matcher(MatcherSettings(**common, interval_s=1.0)),
+        projector(ProjectorSettings(**common, postgres_dsn=dsn)),
+    ]
+    tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
+    service, offline = f"svc-{tag}", f"off-{tag}"
+    env = {k: v for k, v in os.environ.items() if k not in ("HIVEMUX_API_URL", "HIVEMUX_TOKEN")}
+    env |= {"KAFKA_BOOTSTRAP_SERVERS": bootstrap, "HIVEMUX_POSTGRES_DSN": dsn, "HIVEMUX_PRINCIPAL": "tester"}
+
+    async def cli(*args: str) -> tuple[int, str]:
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "hivemux.cli.main", "jobs", *args, env=env,
+                                                       stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+        out, _ = await process.communicate()
+        return process.returncode or 0, out.decode().strip()
+
+    async def replicas(n: int) -> set[str]:
+        gpus = await serving(bootstrap, service)
+        return gpus if len(gpus) == n else set()
+
+    base = {"source": "test", "occurred_at": datetime.now(UTC)}
+    try:
+        for s in services:
+            await asyncio.wait_for(s.ready.wait(), 90)
+        async with Publisher(bootstrap, source="test") as publisher:
+            await publisher.publish_all([as_writer(e) for e in (
+                PredictorModel(**base, gpu_type="T4", version=1, kind="analytic", parameters=default_analytic_model("T4").parameters()),
+                JobSubmission.model_validate({**base, "job_id": service, "vc": "vc-b", "kind": "online", "replicas": 2, "gpu_type": "T4",
+                                              "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 50, "request_rate": 100}}),
+                JobSubmission(**base, job_id=offline, vc="vc-a", kind=JobKind.OFFLINE,
+                              workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=10**7)),
+                Profile(**base, job_id=offline, signature="0123456789abcdef", gpu_type="T4", method="simulated", iteration_time_ms=120.0,
+                        gpu_util=60.0, sm_activity=50.0, sm_occupancy=30.0, memory_peak_mib=2000.0, persistent_memory_mib=500.0),
+            )])  # fmt: skip
+        await eventually(lambda: replicas(2), timeout_s=90)
+
+        # offline: the matcher places it beside the service; a lower SM share is applied by an adjust
+        async def placed() -> list[Placement]:
+            return [p for _, p in await read_all(bootstrap, PLACEMENTS) if isinstance(p, Placement) and p.job_id == offline and p.action == "place"]
+
+        [placement, *_] = await eventually(placed, timeout_s=90)
+        share = max(10.0, placement.sm_share / 2)
+        code, out = await cli("resize", offline, "--sm-share", f"{share:g}", "--reason", "make room")
+        assert code == 0 and out.startswith(f"{offline} resized: resized by tester: SM share {placement.sm_share:g} -> {share:g} %"), out
+        adjusts = [c for _, c in await read_all(bootstrap, EXECUTOR_COMMANDS)
+                   if isinstance(c, ExecutorCommand) and c.job_id == offline and c.action is CommandAction.ADJUST]  # fmt: skip
+        assert [(c.node_id, c.sm_share) for c in adjusts] == [(placement.node_id, share)]
+        code, out = await cli("resize", offline, "--memory-mib", "100000")
+        assert code == 1 and "memory quota 100000 MiB does not fit" in out and "MiB free beside its online service" in out, out
+
+        # online: up within vc-b's headroom (one serving node of 4 T4), refused past it, down
+        code, out = await cli("resize", service, "--replicas", "4")
+        assert code == 0 and out.startswith(f"{service} resized: replicas 2 -> 4 by tester"), out
+        assert len(await eventually(lambda: replicas(4), timeout_s=60)) == 4
+        code, out = await cli("resize", service, "--replicas", "6")
+        assert (code, out) == (1, "Error: VC vc-b has 0 free guaranteed GPUs for 2 more replicas"), out
+        code, out = await cli("resize", service, "--replicas", "1")
+        assert code == 0 and "replicas 4 -> 1" in out, out
+        assert len(await eventually(lambda: replicas(1), timeout_s=60)) == 1
+        code, out = await cli("resize", service, "--sm-share", "50")
+        assert code == 1 and "an online job's footprint is its replicas, not sm_share" in out, out
+        resized = [(e.job_id, e.replicas, e.sm_share) for _, e in await read_all(bootstrap, JOBS_RESIZES) if isinstance(e, JobResized)]
+        assert resized == [(offline, None, share), (service, 4, None), (service, 1, None)]
+
+        async def history(job_id: str, text: str) -> str:
+            code, out = await cli("history", job_id)
+            return out if code == 0 and text in out else ""
+
+        out = await eventually(lambda: history(service, "VC vc-b has 0 free guaranteed GPUs for 2 more replicas"), timeout_s=30)
+        assert "replicas 2 -> 4" in out and "replicas 4 -> 1" in out, out
+        await eventually(lambda: history(offline, "memory quota 100000 MiB does not fit"), timeout_s=30)
+    finally:
+        for s in services:
+            s.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
