@@ -132,6 +132,7 @@ class LanesRun:
         self.running: dict[tuple[str, int], list[Any]] = {}  # (gpu, lane) -> [job, remaining alone-s]
         self.done_steps: dict[str, int] = {}
         self.finish: dict[str, float] = {}
+        self.placed: dict[str, tuple[str, float]] = {}  # job -> (lane GPU, time placed)
         self.last_t, self.tick = 0.0, None
         self.held_area = 0.0  # ∫ lane GPUs held dt
         self.max_jobs_per_gpu, self.lane_gpus = 0, set()
@@ -167,6 +168,7 @@ class LanesRun:
                 job = self.jobs[e.job]
                 sched.add_job(e.job, e.lane_id, iterations=job.steps, iteration_estimate_s=job.step_s)
                 self.done_steps[e.job] = 0
+                self.placed[e.job] = (e.gpu_id, self.sim.now)
                 self._grants(e.gpu_id, sched.request(e.job))
                 self.max_jobs_per_gpu = max(self.max_jobs_per_gpu, len(self.placer.jobs_on(e.gpu_id)))
             elif isinstance(e, Waiting):

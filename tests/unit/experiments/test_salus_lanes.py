@@ -53,3 +53,18 @@ def test_exclusive_is_list_scheduling() -> None:
     # gpu0: 3; gpu1: 1, 1+1=2, then j3 on gpu1 at 2 -> 4
     assert r["makespan_min"] * 60 == 4.0 and r["avg_jct_min"] * 60 == (3 + 1 + 2 + 4) / 4
     assert abs(r["gpu_utilization"] - 0.5 * 7 / 8) < 1e-12
+
+
+def test_a_killed_job_leaves_its_lane_neighbours_running() -> None:
+    p = SMALL.salus_lanes
+    jobs = sl.make_search(p, "superres_128", 2)
+    run = sl.LanesRun(jobs, p, 2).run()
+    checked = 0
+    for job in (j for j in jobs if j.killed):
+        gpu, _ = run.placed[job.name]
+        t = run.finish[job.name]
+        neighbours = [n for n, (g, at) in run.placed.items() if g == gpu and at < t and run.finish[n] > t]
+        for n in neighbours:  # still ran every one of their steps after the killed job left
+            assert run.done_steps[n] == run.jobs[n].steps
+        checked += len(neighbours)
+    assert checked > 0
