@@ -28,9 +28,12 @@ def test_small_scenario_packs_and_beats_exclusive_within_the_model_bound(tmp_pat
         assert lanes["gpu_utilization"] <= 1 + 1e-9
         assert 0.95 <= s["makespan_ratio"] <= 1.15 / share
     assert sets["superres_128"]["makespan_ratio"] > sets["resnet50_50"]["makespan_ratio"] + 0.5
+    for s in sets.values():
+        assert set(s["lanes_by_policy"]) == {"FIFO", "PACK", "SRTF", "FAIR"}
+        assert s["lanes_by_policy"]["PACK"]["avg_jct_min"] == s["lanes"]["avg_jct_min"]  # the default policy
     files = write_outputs(result, tmp_path)
     report = (tmp_path / "report.md").read_text()
-    assert "2.38×" in report and "1.07×" in report and "superres_128 | lanes" in report
+    assert "2.38×" in report and "1.07×" in report and "superres_128 | lanes" in report and "| SRTF |" in report
     assert json.loads(files[0].read_text())["scenario"] == "salus-lanes"
     assert len(scenario_table_rows(result)) == 6
     assert "hyper-parameter search" in describe_params(SMALL) and "salus-lanes" in SCENARIOS
