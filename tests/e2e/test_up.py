@@ -32,8 +32,10 @@ def test_up_runs_everything_and_writes_the_summary(tmp_path: Path) -> None:
     summary_path = tmp_path / "summary.json"
     env = {k: v for k, v in os.environ.items() if k not in ("KAFKA_BOOTSTRAP_SERVERS", "HIVEMUX_POSTGRES_DSN")}
     env |= {"HIVEMUX_MATCHER_INTERVAL_S": "2", "HIVEMUX_INGESTER_INTERVAL_S": "0.5"}
+    # 40 s: the online services are bound, served and seen Healthy before the matcher shares them
+    # (on a loaded 2-core host 25 s was not always enough for that chain plus the first speed model).
     up = subprocess.Popen(
-        [sys.executable, "-m", "hivemux.cli.main", "up", "--duration", "25", "--jobs", str(jobs),
+        [sys.executable, "-m", "hivemux.cli.main", "up", "--duration", "40", "--jobs", str(jobs),
          "--summary", str(summary_path), "--workdir", str(tmp_path / "work")],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
