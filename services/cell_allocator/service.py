@@ -106,6 +106,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     service.fold(JOBS_LIFECYCLE, shell.on_lifecycle)
     service.fold(JOBS_PRIORITIES, shell.on_priority)
     service.fold(JOBS_RESIZES, lambda e, ctx: edge.on_resized(e, replaying=ctx.replaying))
+    service.fold(JOBS_REFUSALS, lambda e, _: edge.on_refusal(e))
     service.fold(JOBS_COMMANDS, shell.on_command)
     service.fold(GPU_HEALTH, shell.on_health)
     service.fold(CLOCK_TICKS, shell.on_tick)

@@ -40,6 +40,7 @@ decided was published before the restart.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -104,6 +105,7 @@ class AllocatorEvents:
         self.source = source
         self.submissions: dict[str, JobSubmission] = {}  # the job's VC, priority and workload, for its events
         self.stopped_on_command: set[str] = set()  # jobs cancelled or suspended: their workloads were stopped
+        self.decided: set[uuid.UUID] = set()  # resize outcomes decided or folded: a command id acts once
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
@@ -171,6 +173,9 @@ class AllocatorEvents:
         job = self.submissions.get(c.job_id)
         if replaying or c.action is not JobAction.RESIZE or c.replicas is None or job is None or job.kind is not JobKind.ONLINE:
             return []
+        if outcome_id(c.command_id) in self.decided:
+            return []  # the same command id again (a retry): decided once
+        self.decided.add(outcome_id(c.command_id))
         verdict, allocation = self.core.resize(c.job_id, c.replicas, at=c.occurred_at, cause=str(c.event_id))
         asked = {"command_id": c.command_id, "principal": c.principal}
         if isinstance(verdict, ReplicasRefused):
@@ -191,7 +196,11 @@ class AllocatorEvents:
         )  # fmt: skip
         return [resized, *self._stops(allocation, c.job_id, f"resized: {reason}"), *self.events(allocation)]
 
+    def on_refusal(self, e: JobCommandRefused) -> None:
+        self.decided.add(e.event_id)
+
     def on_resized(self, e: JobResized, *, replaying: bool) -> None:
+        self.decided.add(e.event_id)
         if replaying and e.replicas is not None and e.job_id in self.submissions:
             self.core.jobs.resized(e.job_id, e.replicas)
 

@@ -106,3 +106,17 @@ def test_a_recorded_resize_sets_the_size_after_a_restart() -> None:
             restarted.on_resized(e, replaying=True)
     assert restarted.core.jobs.fully_placed("svc-a") and len(restarted.core.jobs.jobs["svc-a"].pod_sizes) == 3
     assert "svc-a" not in restarted.core.jobs.waiting
+
+
+def test_a_command_id_acts_once_even_sent_again_or_after_a_restart() -> None:
+    edge = shell()
+    edge.on_submission(online("svc-a", "vc-a"), replaying=False)
+    first = edge.on_command(resize(3, "c1"), replaying=False)
+    assert of(first, JobResized) and edge.on_command(resize(3, "c1", seconds=11), replaying=False) == []  # a retry, a new event
+    restarted = shell()
+    restarted.on_submission(online("svc-a", "vc-a"), replaying=True)
+    restarted.on_resized(of(first, JobResized)[0], replaying=True)
+    refusal = of(edge.on_command(resize(3, "c2"), replaying=False), JobCommandRefused)[0]
+    restarted.on_refusal(refusal)
+    assert restarted.on_command(resize(3, "c1", seconds=12), replaying=False) == []
+    assert restarted.on_command(resize(3, "c2", seconds=12), replaying=False) == []

@@ -60,3 +60,42 @@ def test_a_resize_holds_until_the_next_placement() -> None:
     assert resizes.current(PLACED, 6553.6) == (30.0, 4096.0)
     moved = PlacementRecord(uuid.uuid5(uuid.NAMESPACE_URL, "q"), "place", "j", "node-01/gpu-0", "node-01", 45.0, "matching", AT)
     assert resizes.current(moved, 6553.6) == (45.0, 6553.6)
+
+
+def test_the_matchers_edge_decides_a_command_id_once_and_restores_resizes_after_a_restart() -> None:
+    from datetime import timedelta
+
+    from hivemux.events import CommandAction, ExecutorCommand, JobCommand, JobCommandRefused, JobResized
+    from hivemux.matching.cluster_view import OfflineSubmission
+    from hivemux.matching.policy import MatchingPolicy
+    from hivemux.matching.resize_events import ResizeEvents
+    from hivemux.matching.scheduler import Scheduler
+
+    def edge() -> ResizeEvents:
+        scheduler = Scheduler(MatchingPolicy(), interval=timedelta(minutes=15))
+        scheduler.view.submit(OfflineSubmission("j", None, "vc-a"))
+        scheduler.view.running["j"] = PLACED
+        scheduler.view.gpus[PLACED.gpu_id] = GPU
+        return ResizeEvents(scheduler, "matcher/test")
+
+    def command(command_id: str, **size: float) -> JobCommand:
+        return JobCommand(occurred_at=AT, source="cli", command_id=command_id, principal="alice", job_id="j", action="resize", **size)  # type: ignore[arg-type]
+
+    live = edge()
+    out = live.on_command(command("c1", sm_share=30), live=True)
+    [resized] = [e for e in out if isinstance(e, JobResized)]
+    [adjust] = [e for e in out if isinstance(e, ExecutorCommand)]
+    assert (resized.sm_share, resized.previous_sm_share, resized.vc) == (30.0, 60.0, "vc-a")
+    assert (adjust.action, adjust.node_id, adjust.sm_share, adjust.memory_quota_mib) == (CommandAction.ADJUST, "node-00", 30.0, 6553.6)
+    assert live.on_command(command("c1", sm_share=30), live=True) == []  # the same command id again
+    assert live.on_command(command("c2", sm_share=40), live=False) == []  # a replayed command: its outcome is on the log
+    [refusal] = live.on_command(command("c3", sm_share=90), live=True)
+    assert isinstance(refusal, JobCommandRefused) and "outside 10..60 %" in refusal.reason
+
+    restarted = edge()
+    restarted.on_resized(resized)
+    restarted.on_refusal(refusal)
+    assert restarted.resizes.current(PLACED, 0.0) == (30.0, 6553.6)
+    assert restarted.on_command(command("c1", sm_share=30), live=True) == [] and restarted.on_command(command("c3", sm_share=90), live=True) == []
+    [again] = restarted.on_command(command("c4", sm_share=30), live=True)
+    assert isinstance(again, JobCommandRefused) and "it already has SM share 30 %" in again.reason
