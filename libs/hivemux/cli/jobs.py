@@ -98,7 +98,7 @@ def _control(
             raise click.ClickException(outcome.reason)
         case _:
             raise click.ClickException(
-                f"{action} {job_id} sent (command {command.command_id}); no outcome within {timeout:g} s: is the job-controller running?"
+                f"{action} {job_id} sent (command {command.command_id}); no outcome within {timeout:g} s: is the {_decider(action)} running?"
             )
 
 
@@ -116,7 +116,7 @@ def _control_through_api(
     outcome = answer["outcome"]
     if outcome is None:
         raise click.ClickException(
-            f"{action} {job_id} sent (command {answer['command_id']}); no outcome within {timeout:g} s: is the job-controller running?"
+            f"{action} {job_id} sent (command {answer['command_id']}); no outcome within {timeout:g} s: is the {_decider(action)} running?"
         )
     if outcome["refused"]:
         raise click.ClickException(outcome["reason"])
@@ -126,6 +126,11 @@ def _control_through_api(
         click.echo(f"{job_id} resized: {outcome['reason']}")
     else:
         click.echo(f"{job_id} {outcome['what']}: {outcome['reason']}")
+
+
+def _decider(action: str) -> str:
+    """Who decides `action`: a resize the job's decider (the cell allocator or the matcher) once the controller lets it through."""
+    return "job-controller and the cell-allocator (replicas) or matcher (SM share, memory)" if action == "resize" else "job-controller"
 
 
 def _control_command(action: str, help_text: str) -> None:
