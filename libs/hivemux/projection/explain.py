@@ -205,7 +205,7 @@ def explain_job(
         "placements": placements, "current_placement": job.placement, "evictions": evictions, "preemptions": preemptions,
         "faults": [{"at": _iso(e.occurred_at), "kind": e.what, "detail": e.reason, **e.inputs} for e in events if e.kind == "fault"],
         "commands": [{"at": _iso(e.occurred_at), "kind": e.kind, "action": e.what, "reason": e.reason, **e.inputs}
-                     for e in events if e.kind in ("command", "refusal", "priority")],
+                     for e in events if e.kind in ("command", "refusal", "priority", "resize")],
         "chain": collapse(events),
     }  # fmt: skip
     explanation["verdict"] = _verdict(job, explanation)
