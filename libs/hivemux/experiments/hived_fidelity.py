@@ -189,8 +189,19 @@ def plot_sweep(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def sweep_findings(result: dict[str, Any]) -> list[str]:
+    """What the sweep showed, from its points: where each scheduler had an anomalous tenant."""
+    pts = result["points"]
+    quota = [p["label"] for p in pts if p["quota"]["anomalous_tenants"]]
+    hived = [f"{p['label']} ({', '.join(p['hived']['anomalous_tenants'])})" for p in pts if p["hived"]["anomalous_tenants"]]
+    return [
+        f"- Quota has an anomalous tenant at {len(quota)} of {len(pts)} points: {'; '.join(quota) or 'none'}.",
+        f"- HiveD has one at {len(hived)} points: {'; '.join(hived) or 'none'}.",
+    ]
+
+
 def sweep_markdown(result: dict[str, Any]) -> list[str]:
-    out = ["| point | jobs | Quota: worst tenant excess (min), private → shared | Quota anomalous | HiveD worst excess (min) | HiveD anomalous | "
+    out = ["## What it showed", "", *sweep_findings(result), "", "| point | jobs | Quota: worst tenant excess (min), private → shared | Quota anomalous | HiveD worst excess (min) | HiveD anomalous | "
            "GPU util. | guaranteed GPUs | fragmentation (1-7 / any guaranteed) Quota |", "|---|---|---|---|---|---|---|---|---|"]
     for p in result["points"]:
         q, h = p["quota"], p["hived"]

@@ -113,3 +113,18 @@ def test_table1_tenant_load_bursts_and_reshape() -> None:
     assert high > 2 * (len(first) - high)
     fig8 = build_workload(Workload("table1", nodes=30, load=1.0, days=1.0, reshape={"res-f": "8-GPU", "prod-e": "1-GPU"}), 0).jobs
     assert {j.gpus for j in fig8 if j.vc == "res-f"} == {8} and {j.gpus for j in fig8 if j.vc == "prod-e"} == {1}
+
+
+def test_anomaly_sweep_points_report_and_figure(tmp_path) -> None:
+    """A two-point sweep (Figure 8's workload, tiny) runs both schedulers and writes its table and figure."""
+    from hivemux.experiments.hived_fidelity import Point, SweepParams, figure8_reshape, plot_sweep, run_sweep, sweep_markdown
+    from hivemux.experiments.scenarios import Workload
+
+    w = Workload("table1", nodes=12, load=1.0, days=0.3, tenant_load="table1", reshape=figure8_reshape(("res-f",)))
+    result = run_sweep(SweepParams((Point("a", w, group="12 nodes | fig8", x=1.0),
+                                    Point("b", w, quota_placement="spread", group="12 nodes | fig8", x=1.2))), seed=0)
+    assert [p["quota_placement"] for p in result["points"]] == ["best", "spread"]
+    assert all(p["hived"]["anomalous_tenants"] == [] for p in result["points"])
+    md = "\n".join(sweep_markdown(result))
+    assert "What it showed" in md and "| a |" in md
+    assert plot_sweep(result, tmp_path / "s.png").exists()
