@@ -293,7 +293,8 @@ SCENARIOS: dict[str, Scenario] = {
             small=Params((replace(PAPER_FIG8, nodes=30, days=2.0), replace(PAPER_TABLE1, nodes=30, days=2.0))),
             runner=run_sharing_safety,
             varied="the default setup (issue 21): Table 1's tenants with offered load spread by their Table 1 GPU time "
-            "(tenant_load table1), cluster load 1.05 (≈ 90% of GPUs busy, §5.2's 200-node setting); workload 1 reshapes "
+            "(tenant_load table1), cluster load 1.05 (≈ 80-90% of GPUs busy, as §5.2's 200-node setting; there ≈ 90% were held by "
+            "guaranteed jobs, here ≈ 60%: with Table 1's demand shares res-f and prod-d use under half their quota); workload 1 reshapes "
             "the jobs as in Figure 8 (res-f only 8-GPU jobs, every other tenant only 1-GPU jobs), workload 2 keeps "
             "Table 1's job mix (Figure 7). Quota baseline: YARN-CS as §5.1 describes it (best fit, affinity-aware "
             "preemption of opportunistic jobs), hard affinity. Scale reduced from 200 nodes × 20 days to finish on two cores",
