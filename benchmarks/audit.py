@@ -383,8 +383,10 @@ def main() -> None:
             if not args.no_end_to_end:
                 dsn = infra.endpoints.postgres_dsn
                 asyncio.run(ensure_topics(infra.endpoints.bootstrap_servers, list(TOPICS)))  # as `hivemux up` leaves the broker
+                asyncio.run(archive_recording(dsn, Recorder()))  # an empty archive: what a replay costs before any input
+                fixed = end_to_end(infra.endpoints.bootstrap_servers, dsn, 0)
                 archived = asyncio.run(archive_recording(dsn, recorder))
-                e2e = end_to_end(infra.endpoints.bootstrap_servers, dsn, total["decisions"]) | {"records": archived}
+                e2e = end_to_end(infra.endpoints.bootstrap_servers, dsn, total["decisions"]) | {"records": archived, "fixed_s": fixed["seconds"]}
             if args.broker_read:
                 rates = asyncio.run(broker_read_rate(infra.endpoints.bootstrap_servers, recorder, args.broker_read))
     print(f"recorded {args.hours:g} h of {len(recorder.appended):,} records ({recorder.handled:,} handled) in {recording_s:.0f} s; "
@@ -406,8 +408,11 @@ def main() -> None:
         cores = os.cpu_count() or 1
         floor = max(e2e["cpu_s"] + e2e["postgres_cpu_s"], 0.0) / cores
         print(f"  CPU: the replay's processes {e2e['cpu_s']:.1f} s, PostgreSQL {e2e['postgres_cpu_s']:.1f} s; over {cores} cores: {floor:.1f} s")
-        print(f"day end to end ({label}): {e2e['seconds'] * scale:,.0f} s (its CPU over the cores: {floor * scale:,.0f} s); target <= 600")
-        figures |= {"end_to_end_s": round(e2e["seconds"], 1), "day_end_to_end_s": round(e2e["seconds"] * scale, 1),
+        # The processes' start (imports, connections: the run over an empty archive) is paid once, not per hour.
+        day_e2e = e2e["fixed_s"] + (e2e["seconds"] - e2e["fixed_s"]) * scale
+        print(f"  of which starting the processes (a replay of an empty archive): {e2e['fixed_s']:.1f} s, paid once")
+        print(f"day end to end ({label}): {day_e2e:,.0f} s (its CPU over the cores: {floor * scale:,.0f} s); target <= 600")
+        figures |= {"end_to_end_s": round(e2e["seconds"], 1), "end_to_end_fixed_s": round(e2e["fixed_s"], 1), "day_end_to_end_s": round(day_e2e, 1),
                     "day_end_to_end_cpu_floor_s": round(floor * scale, 1),
                     "end_to_end_decisions_per_s": round(total["decisions"] / e2e["seconds"], 1)}  # fmt: skip
     for first, rate in rates:
