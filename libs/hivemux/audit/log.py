@@ -17,8 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import asyncpg
 from aiokafka import TopicPartition
@@ -33,9 +32,9 @@ ARCHIVE_READ_AHEAD = 20_000  # records per query of one archived partition
 ALL = 2**62  # "to the end" as a last offset
 
 
-@dataclass(frozen=True)
-class LoggedRecord:
-    """What the replay needs of a record (aiokafka's ConsumerRecord has these too)."""
+class LoggedRecord(NamedTuple):
+    """What the replay needs of a record (aiokafka's ConsumerRecord has these too). A tuple:
+    a replay makes one per record it reads (millions a day, `benchmarks/audit.py`)."""
 
     topic: str
     partition: int

@@ -218,10 +218,12 @@ class Auditor:
                     found = f"{len(inputs)} of {entry.last - entry.first + 1} records on the log"
                     self.report.diverged(Divergence("input missing", f"{where} seq {journal.seq}", position, found, order=(started, journal.seq, 0)))
                     return steps  # the state from here on is unknown
+                tally.inputs += len(inputs)
+                memory = seen[entry.loop]
                 for record in inputs:
-                    tally.inputs += 1
-                    outputs = await handle_record(name, topic, handler, dedupe, record, seen[entry.loop], keep_dead_letter, replaying=entry.replaying)  # type: ignore[arg-type]
-                    recomputed += [Decision(event, record) for event in outputs or ()]
+                    outputs = await handle_record(name, topic, handler, dedupe, record, memory, keep_dead_letter, replaying=entry.replaying)  # type: ignore[arg-type]
+                    if outputs:
+                        recomputed += [Decision(event, record) for event in outputs]
             final = journal.seq >= len(records) - IN_FLIGHT
             steps.append(Step(name, journal.source, incarnation, started, journal, recomputed, final))
         return steps
