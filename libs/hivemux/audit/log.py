@@ -189,7 +189,11 @@ class ArchiveLog:
             raise LookupError(f"no archive of the broker's history in this database ({self.dsn.split('@')[-1]})")
         self._ends = await archived_positions(self._conn)
         if self.broker is not None:
-            await self.broker.__aenter__()
+            try:
+                await self.broker.__aenter__()
+            except BaseException:
+                await self._conn.close()
+                raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
