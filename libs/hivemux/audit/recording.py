@@ -23,7 +23,7 @@ caller, stamped with the event time it simulates.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -99,6 +99,18 @@ class Recorder:
                     service.journal.assigned(name, partitions)
                 await call_assignment_hooks(service, name, partitions)
         self._members.append(member)
+
+    @classmethod
+    async def run(cls, services: Iterable[Service], inputs_at: Callable[[int], Iterable[Event]], seconds: int) -> "Recorder":
+        """A recording of `services` fed `inputs_at(t)` for each second t, each second handled
+        through before the next (the tests' and benchmarks' recorded runs)."""
+        recorder = cls()
+        for service in services:
+            await recorder.start(service)
+        for t in range(seconds):
+            recorder.publish(inputs_at(t))
+            await recorder.settle()
+        return recorder
 
     async def settle(self) -> int:
         """Poll every service until none has anything left to handle; returns the records handled."""

@@ -95,18 +95,17 @@ def inputs_at(t: int) -> list[Event]:
     return events
 
 
-async def record(seconds: int = SECONDS) -> Recorder:
-    recorder = Recorder()
-    for built in (
+def services(matcher_interval_s: float = 60) -> list:
+    """The three audited deciders as the recorded runs of these tests build them."""
+    return [
         allocator.build(allocator.AllocatorSettings(instance="test"), CELLS),
-        matcher.build(matcher.MatcherSettings(instance="test", interval_s=60)),
+        matcher.build(matcher.MatcherSettings(instance="test", interval_s=matcher_interval_s)),
         health.build(health.HealthSettings(instance="test")),
-    ):
-        await recorder.start(built)
-    for t in range(seconds):
-        recorder.publish(inputs_at(t))
-        await recorder.settle()
-    return recorder
+    ]
+
+
+async def record(seconds: int = SECONDS) -> Recorder:
+    return await Recorder.run(services(), inputs_at, seconds)
 
 
 @pytest.fixture(scope="module")

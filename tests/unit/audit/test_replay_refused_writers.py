@@ -8,11 +8,8 @@ from __future__ import annotations
 from hivemux.audit import Auditor
 from hivemux.audit.recording import Recorder
 from hivemux.events import CellConfig, DeviceControl, Event, JobLifecycleEvent, JobState
-from hivemux.services.cell_allocator import service as allocator
-from hivemux.services.health_processor import service as health
-from hivemux.services.matcher import service as matcher
 from hivemux.topics import AUDIT_JOURNAL
-from tests.unit.audit.test_recorded_replay import CELLS, REBUILDERS, at, inputs_at, journal_of
+from tests.unit.audit.test_recorded_replay import CELLS, REBUILDERS, at, inputs_at, journal_of, services
 
 
 def forgeries(t: int) -> list[Event]:
@@ -26,16 +23,7 @@ def forgeries(t: int) -> list[Event]:
 
 
 async def test_forged_records_change_no_decision_and_replay_identical() -> None:
-    recorder = Recorder()
-    for built in (
-        allocator.build(allocator.AllocatorSettings(instance="test"), CELLS),
-        matcher.build(matcher.MatcherSettings(instance="test", interval_s=60)),
-        health.build(health.HealthSettings(instance="test")),
-    ):
-        await recorder.start(built)
-    for t in range(100):
-        recorder.publish(inputs_at(t) + forgeries(t))
-        await recorder.settle()
+    recorder = await Recorder.run(services(), lambda t: inputs_at(t) + forgeries(t), 100)
 
     letters = {r.topic: r.value for r in recorder.appended if r.topic.endswith(".dlq")}
     assert b"not by 'tenant-b'" in letters["jobs.lifecycle.dlq"] and b"not by 'tenant-b'" in letters["gpu.control.dlq"]

@@ -82,17 +82,12 @@ def inputs_at(t: int) -> list[Event]:
 
 
 async def record(seconds: int = 80) -> Recorder:
-    recorder = Recorder()
-    for built in (
+    built = [
         allocator.build(allocator.AllocatorSettings(instance="test"), CELLS),
         matcher.build(matcher.MatcherSettings(instance="test", interval_s=10)),
         health.build(health.HealthSettings(instance="test")),
-    ):
-        await recorder.start(built)
-    for t in range(seconds):
-        recorder.publish(inputs_at(t))
-        await recorder.settle()
-    return recorder
+    ]
+    return await Recorder.run(built, inputs_at, seconds)
 
 
 @pytest.fixture(scope="module")
