@@ -58,6 +58,7 @@ from hivemux.events import (
     JobAction,
     JobCommand,
     JobCommandRefused,
+    JobResized,
     JobKind,
     JobLifecycleEvent,
     JobPriorityChanged,
@@ -130,6 +131,7 @@ def template(topic: str) -> Event:
             **common, command_id=n, principal="hostile", job_id=job, action=JobAction.CANCEL, reason="hostile"
         ),
         "jobs.commands": lambda: JobCommand(**common, command_id=n, principal="hostile", job_id=job, action=JobAction.CANCEL),
+        "jobs.resizes": lambda: JobResized(**common, command_id=n, principal="hostile", job_id=job, vc="vc-a", replicas=2, previous_replicas=1),
         "jobs.profiled": lambda: Profile(
             **common, job_id=job, signature=f"sig-{n}", gpu_type="T4", method="simulated", iteration_time_ms=10.0, gpu_util=50.0,
             sm_activity=50.0, sm_occupancy=30.0, memory_peak_mib=1000.0, persistent_memory_mib=500.0,
@@ -185,6 +187,7 @@ ABSURD: dict[str, list[tuple[str, Any]]] = {
     "gpu.health": [("metrics", {f"m{i}": 1.0 for i in range(1000)}), ("to_state", "Exploded")],
     "jobs.refusals": [("action", "nuke")],
     "jobs.commands": [("action", "nuke"), ("priority_value", 5)],
+    "jobs.resizes": [("replicas", 10**9), ("sm_share", 1000.0), ("memory_mib", 1e15)],
     "jobs.profiled": [("iteration_time_ms", 1e12), ("gpu_util", 1000.0), ("memory_peak_mib", 1e15)],
     "predictor.models": [("version", 10**12), ("trained_on", -1), ("weights_b64", "A" * 250_000)],
     "placements": [("sm_share", 1000.0), ("predicted_online_slowdown", 1e9), ("model_version", 10**12)],
@@ -215,6 +218,7 @@ EXTREME: dict[str, list[tuple[str, Any]]] = {
     "gpu.health": [("to_state", "Unhealthy"), ("evicted_workloads", [f"job-{i}" for i in range(4096)])],
     "jobs.refusals": [("job_state", "running")],
     "jobs.commands": [("action", "suspend"), ("action", "resume")],
+    "jobs.resizes": [("replicas", 64), ("sm_share", 100.0), ("job_id", "node-00")],
     "jobs.profiled": [("iteration_time_ms", 3_600_000.0), ("memory_peak_mib", 16 * 1024 * 1024.0)],
     "predictor.models": [("kind", "mlp"), ("weights_b64", "AAAA"), ("parameters", {f"p{i}": 1.0 for i in range(4096)})],
     "placements": [("action", "place"), ("sm_share", 100.0)],

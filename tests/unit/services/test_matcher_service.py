@@ -28,7 +28,10 @@ from hivemux.events import (
 )
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.services.matcher.service import Matcher, MatcherSettings, build
-from hivemux.topics import EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY, JOBS_LIFECYCLE, JOBS_PROFILED, JOBS_SUBMITTED, PLACEMENTS, PREDICTOR_MODELS
+from hivemux.topics import (
+    EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY, JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES, JOBS_SUBMITTED, PLACEMENTS,
+    PREDICTOR_MODELS,
+)
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 GPU, NODE = "node-00/gpu-0", "node-00"
@@ -78,7 +81,8 @@ def test_settings_take_init_kwargs_by_field_name() -> None:
 
 def test_build_folds_every_input_topic_and_exports_efficiency() -> None:
     service = build(MatcherSettings())
-    topics = {JOBS_SUBMITTED, JOBS_LIFECYCLE, JOBS_PROFILED, PREDICTOR_MODELS, PLACEMENTS, EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY}
+    topics = {JOBS_SUBMITTED, JOBS_LIFECYCLE, JOBS_PROFILED, PREDICTOR_MODELS, PLACEMENTS, EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY,
+              JOBS_COMMANDS, JOBS_REFUSALS, JOBS_RESIZES}  # the last three: resizes
     assert set(service.folds) == {t.name for t in topics}
     assert [t.seconds for t in service.tickers] == [15.0]
 
