@@ -617,7 +617,12 @@ async def _good_records_are_acted_on(cluster: Cluster) -> None:
 
     wanted: dict[str, Callable[[str, Any], bool]] = {
         "profiler: profile": lambda t, e: t == JOBS_PROFILED.name and e.job_id == offline.job_id,
-        "matcher: the offline job placed": lambda t, e: t == PLACEMENTS.name and e.job_id == offline.job_id and e.action == "place",
+        # Placed, or told why not: the hostile but well-formed observations the predictor was fed
+        # (online slowdown 100) may now predict that sharing hurts, and the matcher says so.
+        "matcher: the offline job decided": lambda t, e: (
+            (t == PLACEMENTS.name and e.job_id == offline.job_id and e.action == "place")
+            or (t == JOBS_LIFECYCLE.name and e.job_id == offline.job_id and e.source.startswith("matcher/") and e.state is JobState.WAITING)
+        ),
         "allocator: binding": lambda t, e: t == CELL_BINDINGS.name and e.job_id == training.job_id,
         "job-controller: cancelled": lambda t, e: t == JOBS_LIFECYCLE.name and e.job_id == training.job_id and e.state is JobState.CANCELLED,
         "health: transition of the new GPU": lambda t, e: t == GPU_HEALTH.name and e.gpu_id == gpu,
