@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import grpc
@@ -19,10 +20,18 @@ from hivemux.bus import Publisher, ensure_topics
 from hivemux.cells_inspect import cells_inspect_pb2 as pb
 from hivemux.cells_inspect import cells_inspect_pb2_grpc as pb_grpc
 from hivemux.events import JobKind, JobLifecycleEvent, JobState, JobSubmission, Priority, WorkloadSpec
-from hivemux.infra import Endpoints, free_port
+from hivemux.infra import Endpoints, InfraSettings, embedded_infra, free_port
 from hivemux.topics import ALL_TOPICS, CELL_BINDINGS
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def infra() -> Iterator[Endpoints]:
+    """A broker of its own: the allocator folds every job ever submitted, and jobs other tests
+    left bound on the session's broker would hold the cells of vc-a and vc-b this test counts on."""
+    with embedded_infra(InfraSettings(), want_postgres=False) as running:
+        yield running.endpoints
 
 
 def job(job_id: str, vc: str, pods: int, *, opportunistic: bool = False) -> JobSubmission:
