@@ -12,7 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -20,12 +20,21 @@ import pytest
 
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.events import Event
-from hivemux.infra import Endpoints
+from hivemux.infra import Endpoints, InfraSettings, embedded_infra
 from hivemux.store import connect, migrate
 from hivemux.store.read_models import ReadModelStore
 from hivemux.topics import ALL_TOPICS
 from tests.support.buskit import eventually, produce_raw
 from tests.support.read_model_kit import ORDER_BY, expected_job_events, job_burst
+
+
+@pytest.fixture(scope="module")
+def infra() -> Iterator[Endpoints]:
+    """A broker and database of their own: a projector reads every topic from its start, and on
+    the session broker, after every earlier integration test's records, these tests timed out
+    (in the full suite only; which records slowed or stopped it is not traced yet)."""
+    with embedded_infra(InfraSettings()) as running:
+        yield running.endpoints
 
 
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
