@@ -14,8 +14,8 @@
    part of the day: its ticks are, as inputs).
 2. Replay: `Auditor(log, rebuilders).run()` over the recording, timed; it must find the
    recording identical. Per service: one Auditor with that service only, the three in
-   parallel processes (`hivemux audit replay --service NAME` side by side; their wall time);
-   total: one Auditor with all three, as `hivemux audit replay` runs them.
+   parallel processes (forked, sharing the recording; their wall time); total: one Auditor
+   with all three in one process.
 3. End to end, as an auditor runs it: the recording copied into the embedded PostgreSQL's
    archive of the broker (`store.archive`'s table, what `hivemux up`'s archiver writes), then
    `hivemux audit replay --log archive` run as a command (one process per service, reading its
@@ -25,7 +25,9 @@
 
 A whole day takes long to synthesize and record (the services run live once), so `make
 bench` records `--hours 1` and states the day figure extrapolated from it, labelled so;
-`--hours 24` measures the day (about 11 M telemetry records; ~1.1 GB of memory per hour recorded).
+`--hours 24` would measure the day (about 11 M telemetry records) but needs ~1.1 GB of memory per
+hour recorded, more than a 24 GiB machine has; the README's figure is extrapolated from `--hours 2`,
+the processes' start (a replay of an empty archive) counted once.
 
 Run: `python benchmarks/audit.py [--hours H] [--no-end-to-end] [--broker-read]`; target: day end to end <= 600 s.
 """
