@@ -15,7 +15,7 @@ from .audit import ConsumedRange, ConsumptionJournal, PartitionsAssigned, Record
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .clock import ClockTick
 from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChanged, JobResized, outcome_id
-from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, ReportState, dead_letter_of
+from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, LaneGrant, ReportState, dead_letter_of
 from .jobs import (
     FINISHED_STATES,
     JobKind,
@@ -69,6 +69,7 @@ __all__ = [
     "DeviceControl",
     "Event",
     "ExecutorCommand",
+    "LaneGrant",
     "ExecutorReport",
     "Fault",
     "FaultKind",

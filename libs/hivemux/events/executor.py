@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from .base import MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, MAX_PID, Event, Mebibytes, Name, Percent, Ratio, Reason
+from .base import MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, MAX_PID, Event, Mebibytes, Name, Percent, Ratio, Reason, Record
 from .jobs import WorkloadSpec
 
 
@@ -25,6 +25,17 @@ class CommandAction(StrEnum):
     ADJUST = "adjust"  # SLO-driven protection: a running offline job's launch target and/or SM share
 
 
+class LaneGrant(Record):
+    """Salus lanes (issue 20): the lane a training job runs in on its GPU, as the lane placer
+    admitted it (Algorithm 1: ``Σ P_i + Σ L_j ≤ C`` held), and the VC's iteration policy there."""
+
+    lane_id: int = Field(ge=0, le=4096)
+    lane_size_mib: Mebibytes = Field(description="L_j: the lane's ephemeral region")
+    persistent_mib: Mebibytes = Field(description="P: the job's persistent memory")
+    ephemeral_mib: Mebibytes = Field(description="E: the job's ephemeral memory per iteration (<= L_j)")
+    policy: Literal["fifo", "pack", "srtf", "fair"] = Field(description="The GPU's iteration scheduling policy (Salus §4), set per VC")
+
+
 class ExecutorCommand(Event):
     """What a node executor must do. Commands are idempotent by `event_id`."""
 
@@ -37,6 +48,7 @@ class ExecutorCommand(Event):
     launch_target: float | None = Field(default=None, ge=0, le=1, description="adjust: xCUDA's launch target (U_GPU), the control block's target")
     workload: WorkloadSpec | None = None
     solo_iteration_time_ms: float | None = Field(default=None, gt=0, le=MAX_ITERATION_MS, description="Profiled solo speed, to normalize progress")
+    lane: LaneGrant | None = Field(default=None, description="start_training in a Salus lane of a shared GPU (issue 20); None: the GPUs are the job's alone")
     reason: Reason = ""
 
     @model_validator(mode="after")
@@ -44,6 +56,10 @@ class ExecutorCommand(Event):
         starts = (CommandAction.START_OFFLINE, CommandAction.START_TRAINING, CommandAction.START_ONLINE)
         if self.action in starts and (self.workload is None or not self.gpu_ids):
             raise ValueError(f"{self.action} needs a workload and at least one GPU")
+        if self.lane is not None and (self.action is not CommandAction.START_TRAINING or len(self.gpu_ids) != 1):
+            raise ValueError("a lane is granted to a start_training on one GPU")
+        if self.lane is not None and self.lane.ephemeral_mib > self.lane.lane_size_mib:
+            raise ValueError(f"the job's ephemeral memory {self.lane.ephemeral_mib} MiB exceeds its lane's {self.lane.lane_size_mib} MiB")
         if self.action is CommandAction.ADJUST and self.launch_target is None and self.sm_share is None:
             raise ValueError("adjust needs a launch_target or an sm_share")
         return self

@@ -40,6 +40,8 @@ class ResourceEstimates(Record):
     gpu_memory_mib: Mebibytes | None = None
     duration_s: float | None = Field(default=None, ge=0, le=366 * 86400, description="Expected run time (at most a year)")
     sm_activity: Percent | None = None
+    persistent_memory_mib: Mebibytes | None = Field(default=None, description="Salus lanes: the job's persistent memory P (model, optimizer state); else its profile's")
+    ephemeral_memory_mib: Mebibytes | None = Field(default=None, description="Salus lanes: the job's ephemeral memory E per iteration; else its profile's peak minus P")
 
 
 class JobSubmission(Event):
@@ -61,6 +63,10 @@ class JobSubmission(Event):
     )
     workload: WorkloadSpec
     estimates: ResourceEstimates = Field(default_factory=ResourceEstimates)
+    sharing: Literal["exclusive", "lanes"] | None = Field(
+        default=None,
+        description="lanes: share one GPU with other small jobs in Salus lanes (a 1-GPU training job); exclusive: whole GPUs; None: the scheduler's policy decides",
+    )
     principal: Name | None = Field(default=None, description="Who asked (the API's token principal, tenant:token-id); None: a tool or a record from before issue 17")
 
     @model_validator(mode="before")
@@ -85,6 +91,8 @@ class JobSubmission(Event):
             raise ValueError("offline jobs share one GPU: pods and gpus_per_pod must be 1")
         if self.kind is JobKind.ONLINE:
             self._check_online()
+        if self.sharing == "lanes" and (self.kind is not JobKind.TRAINING or self.pod_sizes != (1,)):
+            raise ValueError("lane sharing (sharing: lanes) is for training jobs of one pod on one GPU")
         if self.pod_gpus and (len(self.pod_gpus) != self.pods or min(self.pod_gpus) < 1):
             raise ValueError(f"pod_gpus lists {len(self.pod_gpus)} sizes for {self.pods} pods (each at least 1)")
         if sum(self.pod_sizes) > MAX_GPUS:
