@@ -38,7 +38,7 @@ log = logging.getLogger("hivemux.cell_allocator")
 class AllocatorSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="HIVEMUX_ALLOCATOR_", extra="ignore")
 
-    config: Path | None = Field(default=None, description="HiveD cell configuration (YAML); default: the demo cluster")
+    config: Path | None = Field(default=None, description="HiveD cell configuration (YAML); default: the demo cluster with serving cells (cells.config.DEFAULT_CONFIG)")
     scheduler: SchedulerKind = Field(default="hived", description="HiveD, or the quota-based baseline")
     inspect_host: str = "127.0.0.1"
     inspect_port: int = Field(default=0, ge=0, le=65535, description="gRPC inspect view; 0: any free port")

@@ -50,8 +50,10 @@ class IngesterSettings(ServiceSettings):
     nodes: int = Field(default=4, ge=1)
     gpus_per_node: int = Field(default=4, ge=1, le=16)
     gpu_type: str = "T4"
-    serving_nodes: int = Field(default=2, ge=0)
-    hot_gpus: int = Field(default=1, ge=0)
+    # Online GPUs are those the cell allocator bound submitted online services to (issue 19);
+    # a fixed fleet of services on the first nodes is the simulator's setting, opt-in here.
+    serving_nodes: int = Field(default=0, ge=0, description="Nodes whose GPUs each serve a fixed simulated online service")
+    hot_gpus: int = Field(default=0, ge=0, description="Of those GPUs, how many run a heavier service (Unhealthy/Overlimit at peak)")
     seed: int = 7
     time_scale: float = Field(default=1.0, gt=0, description="Event-time speed-up of the diurnal load pattern")
     nodes_per_chunk: int = Field(

@@ -40,7 +40,9 @@ The cell allocator on top (what the ``cell-allocator`` service runs):
 - ``allocator_events.py``: the same at its edges: consumed events in, bindings, executor
   commands and lifecycle events out, ids derived from the causing input.
 
-``demo_cluster.yaml``: the cell configuration the demo and the service default to.
+``demo_cluster_online.yaml``: the cell configuration the demo and the service default to
+(`config.DEFAULT_CONFIG`: training cells and each VC's serving cells); ``demo_cluster.yaml``: the
+same training cells without serving cells (the unit tests' small cluster).
 Outside this package: the scenario replay harness (``hivemux.hived_scenarios``) and the gRPC
 inspect server (``hivemux.cells_inspect``).
 """

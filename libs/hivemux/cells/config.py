@@ -490,10 +490,17 @@ def pod_spec_to_annotation(s: api.PodSchedulingSpec) -> dict[str, Any]:
     return out
 
 
+# The configuration a cell allocator starts from when none is given (`hivemux up`, `hivemux
+# service cell-allocator`, Compose): training cells and, per VC, serving cells where HiveD binds
+# the replicas of submitted online services (issue 19: online GPUs come from those placements,
+# not from a fixed fleet). ``demo_cluster.yaml`` is the same cluster without serving cells.
+DEFAULT_CONFIG = "demo_cluster_online.yaml"
+
+
 def load_config(path: Path | None = None) -> dict:
-    """A cell configuration file as its raw mapping (default: the demo cluster shipped with the
-    package); parse it with `parse_config`."""
-    text = path.read_text() if path else (resources.files("hivemux.cells") / "demo_cluster.yaml").read_text()
+    """A cell configuration file as its raw mapping (default: `DEFAULT_CONFIG`, the demo cluster
+    with its serving cells, shipped with the package); parse it with `parse_config`."""
+    text = path.read_text() if path else (resources.files("hivemux.cells") / DEFAULT_CONFIG).read_text()
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

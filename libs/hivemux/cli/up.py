@@ -49,17 +49,14 @@ log = logging.getLogger("hivemux.up")
 # Demo pacing, used unless the environment already sets them: a matching round every 5 s of
 # event time and a simulated day every 12 minutes starting at 19:00, so a short run climbs
 # into the evening peak of online load (health states and evictions show up).
-# Online services are jobs (issue 19): the fleet serves no fixed service (serving_nodes 0), the
+# Online services are jobs (issue 19), by default: the fleet serves no fixed service and the
 # demo's services are submitted and bound by the cell allocator into the serving cells that each
-# VC reserves (cells/demo_cluster_online.yaml: node-00 and node-01).
+# VC reserves (the default cells/demo_cluster_online.yaml: node-00 and node-01).
 DEMO_ENV = {
     "HIVEMUX_MATCHER_INTERVAL_S": "5",
     "HIVEMUX_INGESTER_TIME_SCALE": "120",
     "HIVEMUX_INGESTER_START_HOUR": "19",
     "HIVEMUX_INGESTER_INTERVAL_S": "1",
-    "HIVEMUX_INGESTER_SERVING_NODES": "0",
-    "HIVEMUX_INGESTER_HOT_GPUS": "0",
-    "HIVEMUX_ALLOCATOR_CONFIG": str(resources.files("hivemux.cells") / "demo_cluster_online.yaml"),
 }
 # On the embedded broker (no minimum session timeout, JoinGroup held for half of it): a standby
 # notices a SIGKILLed active after 3 s and is given the lead ~1.5 s later.
