@@ -50,8 +50,7 @@ class IngesterSettings(ServiceSettings):
     nodes: int = Field(default=4, ge=1)
     gpus_per_node: int = Field(default=4, ge=1, le=16)
     gpu_type: str = "T4"
-    # Online GPUs are those the cell allocator bound submitted online services to (issue 19);
-    # a fixed fleet of services on the first nodes is the simulator's setting, opt-in here.
+    # Online GPUs: where submitted services were bound (issue 19); a fixed fleet is opt-in.
     serving_nodes: int = Field(default=0, ge=0, description="Nodes whose GPUs each serve a fixed simulated online service")
     hot_gpus: int = Field(default=0, ge=0, description="Of those GPUs, how many run a heavier service (Unhealthy/Overlimit at peak)")
     seed: int = 7
