@@ -25,7 +25,7 @@ from ..bus import Publisher
 from ..errors import TransientError
 from ..store import connect, migrate
 from .changes import ChangeFeed
-from .routers import admin, cluster, console, jobs, stream, tokens
+from .routers import admin, cluster, console, jobs, services, stream, tokens
 
 REQUESTS = Counter("hivemux_api_requests_total", "API requests by status class", ["status"])
 
@@ -67,7 +67,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         title="hivemux API", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="Jobs, cluster state and administration of a hivemux GPU cluster. Bearer tokens from `hivemux tokens create`.",
     )  # fmt: skip
-    for router in (jobs.router, cluster.router, admin.router, tokens.router, stream.router, console.router):
+    for router in (jobs.router, services.router, cluster.router, admin.router, tokens.router, stream.router, console.router):
         app.include_router(router)
     app.mount("/console/static", console.static_files(), name="console-static")  # the web console's modules and stylesheet
 

@@ -27,6 +27,7 @@ from .read_models import (
     fold_states,
     project,
 )
+from .online import OnlineServiceSubmitted, ProtectionStep, ReplicaLatency, fold_latency, slo_state
 from .usage import JobEnded, SharingObserved, UsageEnded, UsageStarted
 
 __all__ = [
@@ -37,6 +38,11 @@ __all__ = [
     "FaultRow",
     "FoldedStates",
     "JobEnded",
+    "OnlineServiceSubmitted",
+    "ProtectionStep",
+    "ReplicaLatency",
+    "fold_latency",
+    "slo_state",
     "SharingObserved",
     "UsageEnded",
     "UsageStarted",

@@ -27,6 +27,9 @@ projection equal to one rebuilt from the beginning):
 - ``faults``: detected error patterns with their remediation, from ``gpu.faults``.
 - ``usage_intervals``, ``job_ends``, ``sharing_observations``: per-tenant accounting (`usage`:
   GPU time guaranteed, opportunistic and shared; effects of sharing from ``sharing.observations``).
+- ``online_services``, ``online_latency``, ``slo_protection_steps``: online services' SLOs, each
+  replica's latest latency window and the SLO protection steps (`online`; ``online.latency``,
+  ``sharing.protection``).
 - ``vc_quotas``: each VC's guaranteed GPUs in the newest cell configuration (``cells.config``,
   one partition); the views ``vcs`` and ``vc_cells`` add what the jobs' bound pods use.
 
@@ -49,6 +52,7 @@ from uuid import UUID
 from ..cells.config import parse_config
 from ..errors import ConfigurationError
 from ..events import CellBinding, CellConfig, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
+from .online import OnlineChange, latency, online_submission, protection
 from .usage import UsageChange, binding_usage, lifecycle_usage, observation, placement_usage
 
 # Topics folded into the read models (names; those not in the registry are skipped).
@@ -65,6 +69,8 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "gpu.faults",
     "cells.config",
     "sharing.observations",
+    "online.latency",
+    "sharing.protection",
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
 FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
@@ -208,7 +214,7 @@ class VcQuotasChanged:
 
 Change = (
     VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow
-    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange
+    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange | OnlineChange
 )
 
 
@@ -279,6 +285,7 @@ def _submission(event: JobSubmission, at: Position) -> tuple[Change, ...]:
         _row(event, event.job_id, at, "submitted", "submitted", "", {"vc": event.vc, "kind": event.kind.value,
              "priority": event.priority.value, "pods": event.pods, "gpus": gpus, "model": event.workload.model}
              | ({"principal": event.principal} if event.principal else {})),
+        *online_submission(event),
     )  # fmt: skip
 
 
@@ -398,6 +405,18 @@ def _cell_config(event: CellConfig, at: Position) -> tuple[Change, ...]:
     return (VcQuotasChanged(event.version, quotas, event.occurred_at),)
 
 
+def _protection(event: Any, at: Position) -> tuple[Change, ...]:
+    """An SLO protection step: the step (`projection.online`) and a history row of the offline job and the GPU."""
+    inputs = {**event.inputs, "service": event.service, "gpu_id": event.gpu_id, "level": event.level, "p99_ms": event.p99_ms,
+              "slo_p99_ms": event.slo_p99_ms, "launch_target": event.launch_target, "sm_share": event.sm_share}  # fmt: skip
+    return (
+        protection(event),
+        _row(event, event.offline_job_id, at, "protection", event.step, event.reason, inputs),
+        GpuEventRow(event.gpu_id, event.event_id, event.occurred_at, at, "protection", event.step, event.reason,
+                    {**inputs, "job_id": event.offline_job_id}),
+    )  # fmt: skip
+
+
 _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "JobSubmission": _submission,
     "JobLifecycleEvent": _lifecycle,
@@ -411,4 +430,6 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "JobResized": _resized,
     "CellConfig": _cell_config,
     "SharingObservation": observation,
+    "OnlineLatencyReport": lambda event, _: (latency(event),),
+    "SloProtectionAction": _protection,
 }

@@ -24,6 +24,7 @@ import asyncpg
 
 from ..errors import HivemuxError
 from ..projection.explain import QUEUED_STATES, vc_summary
+from .online import online_services
 from ..projection import (
     FINISHED_STATES,
     Change,
@@ -38,16 +39,21 @@ from ..projection import (
     JobStateChanged,
     JobEnded,
     JobSubmitted,
+    OnlineServiceSubmitted,
+    ProtectionStep,
+    ReplicaLatency,
     SharingObserved,
     UsageEnded,
     UsageStarted,
     VcQuotasChanged,
+    fold_latency,
     fold_states,
 )
 
 TopicPartition = tuple[str, int]
 READ_MODEL_TABLES = (
-    "jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "usage_intervals", "job_ends", "sharing_observations", "projector_offsets",
+    "jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "usage_intervals", "job_ends", "sharing_observations",
+    "online_services", "online_latency", "slo_protection_steps", "projector_offsets",
 )  # fmt: skip
 _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
@@ -154,6 +160,25 @@ _STATEMENTS: dict[type, str] = {
         INSERT INTO sharing_observations (event_id, job_id, gpu_id, online_workload, window_start, window_end, normalized_throughput,
                                           online_slowdown)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (event_id) DO NOTHING""",
+    # Online services (migration 0009, `projection.online`): a replica's row moves only to a window
+    # that ends later (ties: the greater event id), so duplicates, replays and late reports change nothing.
+    OnlineServiceSubmitted: """
+        INSERT INTO online_services (job_id, model, replicas, slo_p99_ms, request_rate, submitted_at) VALUES ($1, $2, $3, $4, $5, $6)
+        ON CONFLICT (job_id) DO UPDATE SET model = EXCLUDED.model, replicas = EXCLUDED.replicas, slo_p99_ms = EXCLUDED.slo_p99_ms,
+            request_rate = EXCLUDED.request_rate, submitted_at = EXCLUDED.submitted_at""",
+    ReplicaLatency: """
+        INSERT INTO online_latency (service, gpu_id, node_id, window_start, window_end, p50_ms, p99_ms, slo_p99_ms, request_rate,
+                                    offline_job_id, sm_share, launch_target, event_id)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+        ON CONFLICT (service, gpu_id) DO UPDATE SET node_id = EXCLUDED.node_id, window_start = EXCLUDED.window_start,
+            window_end = EXCLUDED.window_end, p50_ms = EXCLUDED.p50_ms, p99_ms = EXCLUDED.p99_ms, slo_p99_ms = EXCLUDED.slo_p99_ms,
+            request_rate = EXCLUDED.request_rate, offline_job_id = EXCLUDED.offline_job_id, sm_share = EXCLUDED.sm_share,
+            launch_target = EXCLUDED.launch_target, event_id = EXCLUDED.event_id
+        WHERE (EXCLUDED.window_end, EXCLUDED.event_id) > (online_latency.window_end, online_latency.event_id)""",
+    ProtectionStep: """
+        INSERT INTO slo_protection_steps (event_id, gpu_id, node_id, service, offline_job_id, step, level, p99_ms, slo_p99_ms,
+                                          launch_target, sm_share, reason, occurred_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (event_id) DO NOTHING""",
 }
 
 
@@ -203,7 +228,7 @@ def _args(change: Change) -> tuple[Any, ...]:
             return change.job_id, change.resource, change.at
         case JobEnded():
             return change.job_id, change.at
-        case SharingObserved():
+        case SharingObserved() | OnlineServiceSubmitted() | ReplicaLatency() | ProtectionStep():
             return astuple(change)
     raise TypeError(f"not a read-model change: {change!r}")
 
@@ -302,6 +327,9 @@ class ReadModelStore:
                             await conn.execute("DELETE FROM vc_quotas")
                             vcs = sorted(quotas.guaranteed_gpus)
                             await conn.execute(_STATEMENTS[kind], vcs, [quotas.guaranteed_gpus[v] for v in vcs], quotas.version)
+                elif kind is ReplicaLatency:  # the batch's latest per replica only (the upsert keeps the latest anyway)
+                    latest = fold_latency([c for c in changes if isinstance(c, ReplicaLatency)])
+                    await conn.executemany(_STATEMENTS[kind], [astuple(r) for _, r in sorted(latest.items())])
                 elif kind is JobEventRow:
                     await conn.execute(_STAGING)
                     await conn.copy_records_to_table("job_events_in", records=grouped[kind], columns=_JOB_EVENT_COLUMNS)
@@ -414,6 +442,7 @@ class ReadModelStore:
             queued = await conn.fetch(
                 "SELECT vc, count(*) AS n FROM jobs WHERE vc IS NOT NULL AND state = ANY($1::text[]) GROUP BY vc", list(QUEUED_STATES))
         states = {r["state"]: r["n"] for r in by_state}
+        latency = {v["job_id"]: v for v in await online_services(self._pool, job_ids=[r["job_id"] for r in services])}
         shared = {r["job_id"]: _sharing(r["job_id"], json.loads(r["inputs"])) for r in shared_ever}
         bound = {r["job_id"]: sorted(r["nodes"]) for r in bound_ever}
         return {
@@ -423,7 +452,7 @@ class ReadModelStore:
             "offline_sharing": [_sharing(r["job_id"], json.loads(r["placement"])) for r in sharing_now],
             "offline_shared": list(shared.values()),
             "waiting": [{"job_id": r["job_id"], "reason": r["last_reason"]} for r in waiting],
-            "online_services": [_service(r) for r in services],
+            "online_services": [_service(r, latency.get(r["job_id"])) for r in services],
             "training_bound": [{"job_id": j, "node_ids": n} for j, n in bound.items()],
             "training_bound_now": [{"job_id": r["job_id"], "node_ids": sorted(r["nodes"])} for r in bound_now],
             "vcs": vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued}),
@@ -436,10 +465,11 @@ class ReadModelStore:
         return [dict(r) for r in await self._pool.fetch(f"SELECT * FROM {name} ORDER BY {order_by}")]
 
 
-def _service(row: Any) -> dict[str, Any]:
-    """An online service as the read models know it: its replicas' GPUs now (its latency is on
-    ``online.latency``, which the read models do not fold: no p99 or SLO here)."""
+def _service(row: Any, view: dict[str, Any] | None) -> dict[str, Any]:
+    """An online service as the read models know it: its replicas' GPUs now and the worst one's
+    latest p99 against its SLO (`store.online`, migration 0009)."""
     binding = json.loads(row["binding"]) if isinstance(row["binding"], str) else (row["binding"] or {})
     gpus = sorted(g for spec in binding.values() for g in spec.get("gpu_ids", ())) if row["state"] not in _NOT_BOUND_STATES else []
     return {"job_id": row["job_id"], "vc": row["vc"], "state": row["state"], "replicas": row["pods"], "gpu_ids": gpus,
-            "slo_p99_ms": None, "p99_ms": None}
+            "slo_p99_ms": view["slo_p99_ms"] if view else None, "p99_ms": view["worst_p99_ms"] if view else None,
+            "slo_state": view["slo_state"] if view else "unknown"}
