@@ -27,10 +27,12 @@ job must stay resumable), so it is ignored. A ``JobPriorityChanged`` sets the jo
 priority (`JobAllocator.reprioritize`).
 
 Resize (`cells.resize`): a ``resize`` `JobCommand` naming an online service's ``replicas`` is
-decided here: a `JobResized` (id `outcome_id(command_id)`) with the released and new bindings,
-a ``stop`` per node that ran a replica and a ``start_online`` per new binding; or a
-`JobCommandRefused` with the reason (the VC's free guaranteed GPUs in its inputs). A recorded
-`JobResized` sets the service's size after a restart (`JobAllocator.resized`).
+decided here: a `JobResized` (id `outcome_id(command_id)`) with the bindings of the replicas it
+adds or removes, nothing else: a ``start_online`` per added replica, and a ``stop`` per removed
+one naming the replica's GPUs (``gpu_ids``: the executor stops that replica only, so a replica
+of the same service on the same node serves on); or a `JobCommandRefused` with the reason (the
+VC's free guaranteed GPUs in its inputs). A recorded `JobResized` sets the service's size after a
+restart (`JobAllocator.resized`).
 
 Events are stamped with the allocation's event time and their ids derived from its cause
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
@@ -82,10 +84,12 @@ _START = {JobKind.TRAINING: CommandAction.START_TRAINING, JobKind.ONLINE: Comman
 
 
 def training_job(job: JobSubmission) -> TrainingJob:
-    """A submission as HiveD's input: its pods form one affinity group (`TrainingJob.pods`). An
-    online service is a gang of ``replicas`` 1-GPU pods at its guaranteed priority: HiveD's
-    guarantees protect online capacity like any guaranteed gang (its replicas are packed into
-    the VC's cells like a gang's pods; each binding names one replica's GPU)."""
+    """A submission as HiveD's input: a training job's pods form one affinity group
+    (`TrainingJob.pods`). An online service is ``replicas`` 1-GPU pods at its guaranteed
+    priority, each its own 1-pod affinity group (`TrainingJob.replica_groups`): HiveD's
+    guarantees protect online capacity like any guaranteed job, replicas need no gang
+    atomicity, and a resize then binds or frees only the replicas it adds or removes (each
+    binding names one replica's GPU)."""
     return TrainingJob(
         job_id=job.job_id,
         vc=job.vc,
@@ -94,6 +98,7 @@ def training_job(job: JobSubmission) -> TrainingJob:
         leaf_type=job.gpu_type or "",
         pinned_cell_id=job.pinned_cell_id or "",
         lazy_preemption=job.lazy_preemption,
+        replica_groups=job.kind is JobKind.ONLINE,
     )
 
 
@@ -187,14 +192,15 @@ class AllocatorEvents:
                 )  # fmt: skip
             ]
         self.stopped_on_command.add(c.job_id)  # the executor's stopped reports are not the service's end
-        reason = f"replicas {verdict.previous} -> {verdict.replicas} by {c.principal}; re-bound as one group of {verdict.replicas}"
+        touched = "added" if verdict.replicas > verdict.previous else "removed"
+        reason = f"replicas {verdict.previous} -> {verdict.replicas} by {c.principal}; only the {touched} replicas change"
         reason += f": {c.reason}" if c.reason else ""
         resized = JobResized(
             event_id=outcome_id(c.command_id), occurred_at=c.occurred_at, source=self.source, command_id=c.command_id,
             principal=c.principal, job_id=c.job_id, vc=job.vc, replicas=verdict.replicas, previous_replicas=verdict.previous,
             reason=clip_reason(reason), inputs=verdict.inputs | asked,
         )  # fmt: skip
-        return [resized, *self._stops(allocation, c.job_id, f"resized: {reason}"), *self.events(allocation)]
+        return [resized, *self._replica_stops(allocation, c.job_id, f"resized: {reason}"), *self.events(allocation)]
 
     def on_refusal(self, e: JobCommandRefused) -> None:
         self.decided.add(e.event_id)
@@ -213,6 +219,19 @@ class AllocatorEvents:
                 node_id=node, action=CommandAction.STOP, job_id=job_id, reason=clip_reason(reason),
             )  # fmt: skip
             for node in nodes
+        ]
+
+    def _replica_stops(self, allocation: Allocation, job_id: str, reason: str) -> list[Event]:
+        """One ``stop`` per replica the resize released, naming its GPUs (the executor stops
+        that replica only, `ExecutorCommand.gpu_ids`)."""
+        return [
+            ExecutorCommand(
+                event_id=derived_id("stop", d.pod.name, allocation.cause), occurred_at=allocation.at, source=self.source,
+                node_id=d.node, action=CommandAction.STOP, job_id=job_id, gpu_ids=gpu_ids(d.node, d.leaf_cells),
+                reason=clip_reason(reason),
+            )  # fmt: skip
+            for d in allocation.decisions
+            if isinstance(d, PodReleased) and d.job_id == job_id
         ]
 
     def on_health(self, transition: HealthTransition, *, replaying: bool) -> list[Event]:
@@ -272,7 +291,8 @@ class AllocatorEvents:
                     )
                 return out
             case PodReleased(pod=pod, node=node):
-                why = "job suspended" if d.job_id in self.core.jobs.suspended else "job ended"
+                jobs = self.core.jobs
+                why = "job suspended" if d.job_id in jobs.suspended else "job ended" if d.job_id in jobs.ended else "replica removed by a resize"
                 return [
                     CellBinding(
                         event_id=derived_id("released", pod.name, cause), occurred_at=at, source=self.source,

@@ -2,7 +2,9 @@
 
 HiveD schedules *pods* (§4, and the reference's extender calls); users submit *jobs*. This
 module turns a training job into HiveD pods (one affinity group per job, one member per
-distinct pod size), drives a `CellScheduler` through each pod, and returns what the shell
+distinct pod size; an online service's replicas each in a 1-pod group of their own,
+`TrainingJob.replica_groups`: they need no gang atomicity, and a resize then touches only the
+replicas it adds or removes, since HiveD frees a group's cells with its last pod), drives a `CellScheduler` through each pod, and returns what the shell
 must publish: pods bound (with HiveD's pod scheduling spec and bind info, so the binding
 log alone rebuilds the state), victims preempted, jobs waiting with the reason, jobs
 refused. A job is placed all or nothing: HiveD reserves the whole group's placement when its
@@ -29,7 +31,9 @@ queue until `resume` puts it back at the end, as a new arrival with its VC and p
 (its reservation at the old one dropped); a job holding cells keeps them (HiveD binds cells at
 a priority, with no in-place change) and the new priority counts from its next scheduling.
 
-Crash recovery: `restore` re-adds a recorded binding; `end` of a job whose bindings come
+Crash recovery: `restore` re-adds a recorded binding (an online replica recorded as a member
+of its service's one group, as bound before replicas had groups of their own, is re-added as its
+own group: `as_replica`); `end` of a job whose bindings come
 later in the replay is remembered, so replaying the topics in any interleaving converges. A job
 whose recorded bindings end in a preemption (`forget`) is back in the queue, as it was live.
 
@@ -70,6 +74,7 @@ class TrainingJob:
     leaf_type: str = ""
     pinned_cell_id: str = ""
     lazy_preemption: bool = False
+    replica_groups: bool = False  # each pod its own 1-pod affinity group (an online service's replicas: no gang)
 
     def pods(self) -> tuple[api.Pod, ...]:
         counts = Counter(self.pod_sizes)
@@ -85,11 +90,35 @@ class TrainingJob:
                     pinned_cell_id=self.pinned_cell_id,
                     lazy_preemption_enable=self.lazy_preemption,
                     ignore_k8s_suggested_nodes=True,
-                    affinity_group=group,
+                    affinity_group=replica_group(f"{self.job_id}/{index}", size) if self.replica_groups else group,
                 ),
             )
             for index, size in enumerate(self.pod_sizes)
         )
+
+
+def replica_group(pod_name: str, size: int) -> api.AffinityGroupSpec:
+    """A replica's own affinity group: the pod alone, named after it."""
+    return api.AffinityGroupSpec(pod_name, (api.AffinityGroupMember(1, size),))
+
+
+def as_replica(pod: api.Pod, info: api.BindInfo) -> tuple[api.Pod, api.BindInfo]:
+    """A recorded binding of a service bound as one group (before replicas had groups of their
+    own) as its replica's own group: the pod's spec names a 1-pod group and its bind info keeps
+    only the pod's own placement, so HiveD frees its cells with it. Unchanged when it is one
+    already or its placement is not in the bind info."""
+    group = replica_group(pod.name, pod.spec.leaf_cell_number)
+    if pod.spec.affinity_group == group:
+        return pod, info
+    mine = next(
+        (p for m in info.affinity_group_bind_info for p in m.pod_placements
+         if p.physical_node == info.node and info.leaf_cell_isolation and info.leaf_cell_isolation[0] in p.physical_leaf_cell_indices),
+        None,
+    )  # fmt: skip
+    if mine is None:
+        return pod, info
+    spec = dataclasses.replace(pod.spec, affinity_group=group)
+    return api.Pod(pod.name, spec), dataclasses.replace(info, affinity_group_bind_info=(api.AffinityGroupMemberBindInfo((mine,)),))
 
 
 @dataclass(frozen=True)
@@ -104,6 +133,7 @@ class PodReleased:
     job_id: str
     pod: api.Pod
     node: str
+    leaf_cells: tuple[int, ...] = ()  # the GPU indices on the node it held
 
 
 @dataclass(frozen=True)
@@ -151,6 +181,7 @@ class JobAllocator:
         if job.job_id in self.early_priorities:
             job = dataclasses.replace(job, priority=self.early_priorities.pop(job.job_id))
         self.jobs[job.job_id] = job
+        self._as_replicas(job)
         if job.job_id in self.suspended:
             return []  # suspended before its submission was folded: it waits for `resume`
         self.waiting[job.job_id] = ""
@@ -161,6 +192,7 @@ class JobAllocator:
         if job.job_id in self.jobs or job.job_id in self.ended:
             return
         self.jobs[job.job_id] = job
+        self._as_replicas(job)
         if not self.fully_placed(job.job_id):
             self.waiting[job.job_id] = None  # what it was told is on the log (`heard`)
 
@@ -314,8 +346,10 @@ class JobAllocator:
 
     def resize(self, job_id: str, replicas: int) -> tuple[ReplicasFit | ReplicasRefused, list[Decision]]:
         """An online service's replicas (`cells.resize`): checked against the VC's guaranteed
-        headroom, then re-bound as a group of the new size (HiveD frees a group's cells only
-        with its last pod)."""
+        headroom; then, each replica being its own group (`TrainingJob.replica_groups`), only
+        the new replicas are scheduled, or only the removed ones (highest index first) released.
+        A job whose pods form one group is re-bound as a group of the new size (HiveD frees a
+        group's cells only with its last pod)."""
         job = self.jobs.get(job_id)
         if job is None or job_id in self.ended:
             return ReplicasRefused(f"cannot resize {job_id}: the cell allocator holds no such running service", {}), []
@@ -325,6 +359,13 @@ class JobAllocator:
         verdict = decide_replicas(job_id, job.vc, replicas=replicas, bound=bound, size=size, holding=holding, priority=job.priority, free=free)
         if isinstance(verdict, ReplicasRefused):
             return verdict, []
+        if job.replica_groups:
+            self.jobs[job_id] = grown = dataclasses.replace(job, pod_sizes=(1,) * replicas)
+            if replicas < size:
+                released = self._release(job_id, [f"{job_id}/{i}" for i in range(size - 1, replicas - 1, -1)])
+                return verdict, [*released, *self.retry_waiting()]
+            self.waiting[job_id] = ""
+            return verdict, self._try(grown)
         released = self._release(job_id)
         self.jobs[job_id] = job = dataclasses.replace(job, pod_sizes=(1,) * replicas)
         self.waiting[job_id] = ""
@@ -352,6 +393,9 @@ class JobAllocator:
         """Re-add a recorded binding (crash recovery); bindings of ended jobs stay released."""
         if job_id in self.ended or pod.name in self.placed.get(job_id, {}):
             return
+        job = self.jobs.get(job_id)
+        if job is not None and job.replica_groups:
+            pod, bind_info = as_replica(pod, bind_info)  # recorded before replicas had groups of their own
         self.scheduler.add_allocated_pod(pod, bind_info)
         self.placed.setdefault(job_id, {})[pod.name] = (pod, bind_info)
         if self.fully_placed(job_id):
@@ -384,11 +428,32 @@ class JobAllocator:
         self.scheduler.set_node_healthy(node)
         return self.retry_waiting()
 
-    def _release(self, job_id: str) -> list[Decision]:
-        pods = self.placed.pop(job_id, {})
-        for pod, _ in pods.values():
+    def _release(self, job_id: str, names: list[str] | None = None) -> list[Decision]:
+        """Free the job's pods (``names``, in that order; None: all of them)."""
+        pods = self.placed.get(job_id, {})
+        out: list[Decision] = []
+        for name in list(pods) if names is None else [n for n in names if n in pods]:
+            pod, info = pods.pop(name)
             self.scheduler.delete_allocated_pod(pod)
-        return [PodReleased(job_id, pod, info.node) for pod, info in pods.values()]
+            out.append(PodReleased(job_id, pod, info.node, info.leaf_cell_isolation))
+        if not pods:
+            self.placed.pop(job_id, None)
+        return out
+
+    def _as_replicas(self, job: TrainingJob) -> None:
+        """Bindings restored before the job was known (crash recovery folds topics in any
+        interleaving) that name the service's one group: re-added as each replica's own group."""
+        placed = self.placed.get(job.job_id, {})
+        if not job.replica_groups or not placed:
+            return
+        converted = {name: as_replica(pod, info) for name, (pod, info) in placed.items()}
+        if all(converted[name][0] == pod for name, (pod, _) in placed.items()):
+            return
+        for pod, _ in placed.values():
+            self.scheduler.delete_allocated_pod(pod)
+        for name, (pod, info) in converted.items():
+            self.scheduler.add_allocated_pod(pod, info)
+            placed[name] = (pod, info)
 
     def _try(self, job: TrainingJob, capacity: Callable[[], int] | None = None, demand: dict[str, int] | None = None) -> list[Decision]:
         out: list[Decision] = []

@@ -2,12 +2,21 @@
 
 Not from the paper: HiveD binds an affinity group at a fixed size (§3.2: a group's pods are
 allocated together, and its cells are freed only when its last pod is deleted, as
-`hived.HivedScheduler.delete_allocated_pod` does). An online service is a group of ``replicas``
-1-GPU pods at a guaranteed priority (`allocator_events.training_job`), so a resize re-binds
-the service as a group of the new size: every replica is released and the new group is
-scheduled at once (buddy allocation inside the VC's cells; opportunistic work on them is
-preempted as for any guaranteed group). The replicas restart; the executor gets a ``stop`` per
-node that ran one and a ``start_online`` per new binding.
+`hived.HivedScheduler.delete_allocated_pod` does). So each replica of an online service is its
+own 1-pod affinity group at the service's guaranteed priority (`TrainingJob.replica_groups`,
+`allocator_events.training_job`): online replicas need no gang atomicity (each serves requests
+alone), and a resize touches only the replicas it adds or removes:
+
+- more replicas: only the new pods (``<job>/<n>``, ``<job>/<n+1>``, ...) are scheduled (buddy
+  allocation inside the VC's cells; opportunistic work on them is preempted as for any
+  guaranteed group), each gets a ``start_online``;
+- fewer replicas: the highest-indexed replicas are released (their groups, so their cells, go
+  back to the VC) and each gets a ``stop`` naming its GPUs, so the executor stops that replica
+  and no other replica of the service, even one on the same node.
+
+The replicas that stay keep their bindings (node, GPU) and keep serving: no stop, no start.
+A service recorded before this (one group of all its replicas) is converted replica by replica
+when its bindings are restored (`job_allocator.as_replica`).
 
 Rules (`decide`), checked before anything is released:
 
@@ -18,9 +27,11 @@ Rules (`decide`), checked before anything is released:
 - fewer replicas always fit (the freed GPUs go back to the VC's queue);
 - the same count is refused ("it already has 3 replicas").
 
-Worked example: vc-a has 4 guaranteed GPUs, service s holds 2, nothing else runs: resize to 4
-is applied (2 free for 2 more); resize to 5 is refused ("VC vc-a has 2 free guaranteed GPUs for
-3 more replicas"); resize to 1 is applied and 3 GPUs are free.
+Worked example: vc-a has 4 guaranteed GPUs, service s holds 2 (s/0 on node-0 GPU 0, s/1 on
+node-0 GPU 1), nothing else runs: resize to 4 is applied (2 free for 2 more): s/2 and s/3 are
+bound and started, s/0 and s/1 are untouched; resize to 5 is refused ("VC vc-a has 0 free
+guaranteed GPUs for 1 more replicas"); resize to 1 is applied: s/3, s/2 and s/1 are released and
+stopped (a stop each, naming its GPU), s/0 serves on, and 3 GPUs are free.
 """
 
 from __future__ import annotations

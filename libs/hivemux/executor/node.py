@@ -73,6 +73,7 @@ from hivemux.events import (
     JobSubmission,
     Placement,
     GpuTelemetrySample,
+    JobLifecycleEvent,
     JobState,
     ReportState,
 )
@@ -359,10 +360,13 @@ class ProcessNode:
             return await self._on_start(command, admitted)
         if action in (CommandAction.STOP, CommandAction.EVICT):
             w = self.table.jobs.get(command.job_id)
-            if w is None:
-                return []  # finished, never here, or a re-delivered stop
-            return await self.graceful.end(w, command.event_id, evicted=action is CommandAction.EVICT,
-                                           reason=command.reason, decided_at=command.occurred_at)
+            replica = w is not None and w.kind == "online" and bool(command.gpu_ids)  # a resize's stop of one replica
+            if w is None or (replica and not set(command.gpu_ids) & set(w.gpu_ids)):
+                return []  # finished, never here, a re-delivered stop, or a stop of another replica
+            out = await self.graceful.end(w, command.event_id, evicted=action is CommandAction.EVICT,
+                                          reason=command.reason, decided_at=command.occurred_at)
+            # one replica ended, not the service: no lifecycle event
+            return [e for e in out if not isinstance(e, JobLifecycleEvent)] if replica else out
         if action is CommandAction.RESTART_MPS:
             return await self.remediation.restart_mps(command)
         if action is CommandAction.RESET_WORKLOAD:
@@ -386,6 +390,10 @@ class ProcessNode:
         except UnsafeName as error:
             return self._refused(command, "unsafe_name", str(error), admitted.gpu_ids)
         running = self.table.jobs.get(command.job_id)
+        if running is not None and running.kind == "online" and set(admitted.gpu_ids) != set(running.gpu_ids):
+            # workloads are keyed by job here: a second replica of a service on this node is refused, not dropped
+            why = f"{command.job_id} already serves on {','.join(running.gpu_ids)}: one replica per service and node on this backend"
+            return self._refused(command, "replica_on_same_node", why, admitted.gpu_ids)
         if running is not None:
             return await self._update(running, command, admitted)
         if command.job_id in self.table.finished:

@@ -160,7 +160,7 @@ class SimulatedExecutor:
             return self._start_online(command, now)
         if command.action is CommandAction.ADJUST:
             return self._adjust(node, command)
-        if self._serving(command.node_id, command.job_id):
+        if self._serving(command.node_id, command.job_id, command.gpu_ids):
             return self._stop_online(command)
         stopped = node.stop(command.job_id)
         self.commands.pop((command.node_id, command.job_id), None)
@@ -203,8 +203,9 @@ class SimulatedExecutor:
             self._lifecycle(command, JobState.RUNNING, now, f"started on {command.node_id} {','.join(command.gpu_ids)}{share}"),
         ]
 
-    def _serving(self, node_id: str, job_id: str) -> list[str]:
-        return sorted(g for g, c in self.services.items() if c.node_id == node_id and c.job_id == job_id)
+    def _serving(self, node_id: str, job_id: str, gpu_ids: tuple[str, ...] = ()) -> list[str]:
+        """The GPUs serving ``job_id`` on the node (only those of ``gpu_ids``, one replica's, if given)."""
+        return sorted(g for g, c in self.services.items() if c.node_id == node_id and c.job_id == job_id and (not gpu_ids or g in gpu_ids))
 
     def _start_online(self, command: ExecutorCommand, now: datetime) -> list[Event]:
         """Serve an online service's replica on its GPU(s); a re-delivered start changes nothing."""
@@ -224,7 +225,9 @@ class SimulatedExecutor:
         ]
 
     def _stop_online(self, command: ExecutorCommand) -> list[Event]:
-        gpus = self._serving(command.node_id, command.job_id)
+        """Stop the service's replicas on the node; a stop naming GPUs (a resize's) stops only
+        the replica serving there, and is reported without a lifecycle event (the service runs on)."""
+        gpus = self._serving(command.node_id, command.job_id, command.gpu_ids)
         start = self.services[gpus[0]]
         for gpu_id in gpus:
             del self.services[gpu_id]
@@ -234,6 +237,8 @@ class SimulatedExecutor:
         evicted = command.action is CommandAction.EVICT
         report = self._report(start, ReportState.EVICTED if evicted else ReportState.STOPPED, at, detail=command.reason)
         report = report.model_copy(update={"event_id": derived_id("report", command.event_id, report.state.value)})
+        if command.gpu_ids:
+            return [report]  # one replica ended (a resize's stop), not the service: its state is unchanged
         return [report, self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
 
     def _adjust(self, node: SimulatedNode, command: ExecutorCommand) -> list[Event]:

@@ -69,7 +69,8 @@ class OnlineServices:
     ``online_workload`` follows the services' bindings, not a fixed fleet.
 
     Worked example: ``start_online`` of ``svc-a`` on ``node-00/gpu-0``: ``by_gpu ==
-    {"node-00/gpu-0": "svc-a"}``; a ``stop`` of ``svc-a`` on ``node-00`` empties it."""
+    {"node-00/gpu-0": "svc-a"}``; a ``stop`` of ``svc-a`` on ``node-00`` empties it, as does one
+    naming ``node-00/gpu-0`` (a resize's stop of one replica, which leaves its other GPUs alone)."""
 
     def __init__(self) -> None:
         self.by_gpu: dict[str, str] = {}
@@ -80,6 +81,9 @@ class OnlineServices:
             for gpu_id in command.gpu_ids:
                 self.by_gpu[gpu_id] = command.job_id
                 self.start_of[gpu_id] = str(command.event_id)
+        elif command.action in _STOPS and command.gpu_ids:  # one replica's stop (a resize's): its GPUs only
+            for gpu_id in [g for g in command.gpu_ids if self.by_gpu.get(g) == command.job_id]:
+                del self.by_gpu[gpu_id], self.start_of[gpu_id]
         elif command.action in _STOPS:
             self.forget(command.job_id, command.node_id)
 

@@ -84,3 +84,19 @@ def test_a_restarted_executor_serves_the_services_the_log_says_it_runs() -> None
     asyncio.run(again.start(ledger))
     [report] = again.adopt(now=at(30))
     assert (report.state, report.job_id, report.gpu_ids) == (ReportState.RUNNING, "svc-a", (GPU,)) and again.services[GPU] == start
+
+
+def test_a_stop_naming_one_replicas_gpu_stops_that_replica_only() -> None:
+    """A resize removes one replica of a service with two on the node: its stop names the
+    replica's GPU, and the other replica serves on (`cells.resize`)."""
+    ex = SimulatedExecutor(source="executor/0")
+    other = "node-00/gpu-2"
+    for gpu in (GPU, other):
+        ex.handle(ExecutorCommand(occurred_at=T0, source="cell-allocator/0", node_id=NODE, action=CommandAction.START_ONLINE,
+                                  job_id="svc-a", gpu_ids=(gpu,), workload=SPEC), now=at(0))  # fmt: skip
+    stop = ExecutorCommand(occurred_at=at(3), source="cell-allocator/0", node_id=NODE, action=CommandAction.STOP, job_id="svc-a",
+                           gpu_ids=(other,), reason="resized")  # fmt: skip
+    out = ex.handle(stop, now=at(3))
+    assert [e.state for e in out] == [ReportState.STOPPED] and out[0].gpu_ids == (other,)  # a replica, not the service, ended
+    assert set(ex.services) == {GPU}
+    assert ex.handle(stop, now=at(4)) == [] and set(ex.services) == {GPU}  # re-delivered: the other replica still serves

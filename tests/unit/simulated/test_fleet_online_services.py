@@ -88,3 +88,14 @@ def test_real_gpus_readings_are_stamped_with_the_service_bound_there() -> None:
     assert fold.stamp(readings) == readings
     fold.on_command(command(CommandAction.START_ONLINE, "svc-a", "node-00", ("node-00/gpu-0", "node-00/gpu-2")))
     assert [r.online_workload for r in fold.stamp(readings)] == ["svc-a", None, "named-by-device"]
+
+
+def test_a_stop_naming_a_replicas_gpu_takes_off_that_replica_only() -> None:
+    """A resize's stop names the removed replica's GPUs: the service's other replica on the node serves on."""
+    fold = OnlineServices()
+    for gpu in ("node-00/gpu-0", "node-00/gpu-1"):
+        fold.on_command(command(CommandAction.START_ONLINE, "svc-a", "node-00", (gpu,)))
+    fold.on_command(command(CommandAction.STOP, "svc-a", "node-00", ("node-00/gpu-1",)))
+    assert fold.by_gpu == {"node-00/gpu-0": "svc-a"} and set(fold.start_of) == {"node-00/gpu-0"}
+    fold.on_command(command(CommandAction.STOP, "svc-a", "node-00"))  # a cancel's stop: the node's every replica
+    assert fold.by_gpu == {}
