@@ -30,6 +30,14 @@ every run in progress there. A simulated workload, like a process, ran on while 
 down: it resumes from its last report, and the first tick advances it over the downtime (it
 may complete then). Each adopted run is reported ``running`` at once, so the matcher hears it.
 
+Salus lanes (issue 20): a ``start_training`` with a ``lane`` grant runs beside the GPU's other
+lane jobs in `lane_gpu.LaneGpu` — the granted lane (Algorithm 1's safety condition checked
+again before admission; a grant that breaks it, or a GPU a job holds whole, is refused with the
+reason, step ``lane_refused``), the GPU's iteration scheduler under the grant's policy (Salus §4),
+one iteration at a time per lane, in the event time the ticks pass in. Each lane job reports its
+own iterations and throughput (``detail``: its lane and the policy); a stop or eviction of one
+ends its lane session only, and its neighbours go on.
+
 Worked example: a start at 0 s of 100 iterations at 100 ms solo, 60 % of the SMs of a GPU with
 no online activity (ResNet-50's shape: normalized 0.625, 6.25 it/s): ticks at 4 s and 8 s report
 25 then 50 iterations, each with an observation of the window since the previous one.
@@ -54,8 +62,11 @@ from hivemux.events import (
     SharingObservation,
     derived_id,
 )
+from hivemux.events.base import clip_reason
+from hivemux.executor.lane_gpu import LaneGpu, LaneJobSpec, LaneProgress, LaneStarted
 from hivemux.executor.recovery import Ledger
 from hivemux.simulated.catalog import solo_profile
+from hivemux.simulated.gpu_types import GPU_TYPES
 from hivemux.simulated.interference import shared_execution
 from hivemux.simulated.online_latency import online_p99_ms, slo_p99_ms
 from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
@@ -83,6 +94,10 @@ class SimulatedExecutor:
         self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
         self.ledger: Ledger | None = None
         self.adopted: set[str] = set()  # nodes whose runs were re-adopted
+        # Salus lanes (issue 20): the lane jobs of each shared GPU, run by `lane_gpu.LaneGpu`
+        self.lane_gpus: dict[str, LaneGpu] = {}
+        self.lane_starts: dict[tuple[str, str], ExecutorCommand] = {}  # (node, job) -> its lane start
+        self.lane_finished: set[tuple[str, str]] = set()
 
     # -- NodeBackend ----------------------------------------------------------------------------
     async def start(self, ledger: Ledger | None = None) -> list[Event]:
@@ -107,6 +122,13 @@ class SimulatedExecutor:
                 if not self._start_online(command, now):
                     continue
                 out.append(self._report(command, ReportState.RUNNING, now, detail="re-adopted after the executor restarted"))
+                continue
+            if command.lane is not None:  # a lane job resumes in its lane from its last report
+                done = min(last.iterations_done, command.workload.iterations - 1)
+                self._start_lane(command, now, done=done, report=False)
+                if (command.node_id, command.job_id) in self.lane_starts:
+                    out.append(self._report(command, ReportState.RUNNING, now, iterations=done, total=command.workload.iterations,
+                                            detail="re-adopted in its lane after the executor restarted"))
                 continue
             node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
             gpu_type = self.gpu_types.get(command.gpu_ids[0], self.default_gpu_type)
@@ -154,6 +176,10 @@ class SimulatedExecutor:
     def handle(self, command: ExecutorCommand, *, now: datetime) -> list[Event]:
         """Apply ``command``; ``now`` (the node's clock) is when a started workload begins."""
         node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
+        if command.action is CommandAction.START_TRAINING and command.lane is not None:
+            return self._start_lane(command, now)
+        if command.action in (CommandAction.STOP, CommandAction.EVICT) and (command.node_id, command.job_id) in self.lane_starts:
+            return self._stop_lane(command, now)
         if command.action in _STARTS:
             return self._start(node, command, now)
         if command.action is CommandAction.START_ONLINE:
@@ -241,6 +267,92 @@ class SimulatedExecutor:
             return [report]  # one replica ended (a resize's stop), not the service: its state is unchanged
         return [report, self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
 
+    # -- Salus lanes (issue 20) -------------------------------------------------------------------
+    def _start_lane(self, command: ExecutorCommand, now: datetime, *, done: int = 0, report: bool = True) -> list[Event]:
+        """A training job in the lane its grant names, beside the GPU's other lane jobs
+        (`lane_gpu`); a grant the GPU cannot honour is refused with the reason."""
+        assert command.workload is not None and command.lane is not None
+        key, gpu_id, grant = (command.node_id, command.job_id), command.gpu_ids[0], command.lane
+        if key in self.lane_starts or key in self.lane_finished:
+            return []  # running or finished here: a re-delivered start changes nothing
+        node = self.nodes.get(command.node_id)
+        alone = next((w.job_id for w in (node.running.values() if node else ()) if gpu_id in w.gpu_ids), None)
+        if alone is not None:
+            return [self._lane_refused(command, f"{gpu_id} runs {alone}, which is not a lane job: no lanes beside it")]
+        gpu_type = self.gpu_types.get(gpu_id, self.default_gpu_type)
+        solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
+        gpu = self.lane_gpus.get(gpu_id)
+        if gpu is None:
+            kind = GPU_TYPES.get(gpu_type)
+            gpu = self.lane_gpus[gpu_id] = LaneGpu(gpu_id, float(kind.memory_mib if kind else 16384), at=now)
+        spec = LaneJobSpec(
+            command.job_id, grant.lane_id, grant.lane_size_mib, grant.persistent_mib, grant.ephemeral_mib, grant.policy,
+            iterations_total=command.workload.iterations, iterations_done=done,
+            iteration_s=(command.solo_iteration_time_ms or solo.iteration_time_ms) / 1000.0,
+            compute_share=min(1.0, max(0.05, solo.sm_activity / 100.0)),
+        )  # fmt: skip
+        started = gpu.start(spec, at=now)
+        if not isinstance(started, LaneStarted):
+            return [self._lane_refused(command, f"lane grant refused on {gpu_id}: {started.reason}")]
+        self.lane_starts[key] = command
+        if not report:
+            return []  # re-adopted: `adopt` reports it
+        where = f"lane {started.lane_id} ({started.lane_size_mib:g} MiB, {started.step}) of {gpu_id}, policy {started.policy}"
+        note = f"; {started.note}" if started.note else ""
+        return [
+            self._report(command, ReportState.ACCEPTED, now, total=command.workload.iterations,
+                         detail=f"{where}: P {grant.persistent_mib:g} MiB, E {grant.ephemeral_mib:g} MiB{note}"),
+            self._lifecycle(command, JobState.RUNNING, now, f"started on {command.node_id} in {where}"),
+        ]
+
+    def _lane_refused(self, command: ExecutorCommand, reason: str) -> ExecutorReport:
+        """A lane start the GPU cannot run, at the command's event time: no GPU named (the others'
+        lanes keep using it) and no lifecycle (the job is not this node's to judge)."""
+        report = self._report(command, ReportState.REFUSED, command.occurred_at, detail=clip_reason(reason))
+        return report.model_copy(update={"gpu_ids": (), "step": "lane_refused"})
+
+    def _stop_lane(self, command: ExecutorCommand, now: datetime) -> list[Event]:
+        """One lane job stopped or evicted: its lane session ends (lane reference, P and E
+        released); its neighbours go on."""
+        start = self.lane_starts.pop((command.node_id, command.job_id))
+        gpu = self.lane_gpus[start.gpu_ids[0]]
+        left = gpu.stop(command.job_id, at=now)
+        at, evicted = command.occurred_at, command.action is CommandAction.EVICT
+        state = ReportState.EVICTED if evicted else ReportState.STOPPED
+        total = start.workload.iterations if start.workload else 0
+        report = self._report(start, state, at, iterations=left.iterations_done if left else 0, total=total,
+                              detail=command.reason)
+        return [report.model_copy(update={"event_id": derived_id("report", command.event_id, state.value)}),
+                self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
+
+    def _advance_lanes(self, now: datetime) -> list[Event]:
+        """Every lane GPU run to ``now``: each lane job's progress, completions at their own time."""
+        out: list[Event] = []
+        for gpu_id, gpu in sorted(self.lane_gpus.items()):
+            for p in gpu.advance(now):
+                out += self._lane_progress(gpu_id, gpu, p, now)
+        return out
+
+    def _lane_progress(self, gpu_id: str, gpu: LaneGpu, p: LaneProgress, now: datetime) -> list[Event]:
+        command = next((c for (_, job), c in self.lane_starts.items() if job == p.job and c.gpu_ids[0] == gpu_id), None)
+        if command is None:
+            return []
+        at = p.finished_at or now
+        solo_s = command.solo_iteration_time_ms / 1000.0 if command.solo_iteration_time_ms else None
+        normalized = min(1.0, p.throughput_it_s * solo_s) if solo_s else 0.0
+        progress = Progress(p.job, str(command.event_id), p.iterations_done, p.iterations_total, p.throughput_it_s,
+                            normalized, p.finished)
+        state = ReportState.COMPLETED if p.finished else ReportState.RUNNING
+        report = self._report(command, state, at, progress=progress, detail=f"lane {p.lane_id} of {gpu_id}, policy {gpu.policy}")
+        if not solo_s:
+            report = report.model_copy(update={"normalized_throughput": None})
+        if not p.finished:
+            return [report]
+        del self.lane_starts[(command.node_id, p.job)]
+        self.lane_finished.add((command.node_id, p.job))
+        done = f"{p.iterations_total} iterations done in lane {p.lane_id} of {gpu_id}"
+        return [report, self._lifecycle(command, JobState.COMPLETED, at, done)]
+
     def _adjust(self, node: SimulatedNode, command: ExecutorCommand) -> list[Event]:
         """SLO protection's step: the running job's launch target and/or SM share (the interference
         model applies them from the next advance)."""
@@ -306,7 +418,7 @@ class SimulatedExecutor:
                 if progress.finished:
                     out.append(self._lifecycle(command, JobState.COMPLETED, now, f"{progress.iterations_total} iterations done"))
                     del self.commands[key], self.observed_until[key]
-        return out + self.latency(now)
+        return out + self._advance_lanes(now) + self.latency(now)
 
     # -- records ----------------------------------------------------------------------------------
     def agent(self, node_id: str) -> str:

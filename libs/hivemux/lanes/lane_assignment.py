@@ -242,6 +242,40 @@ class LaneManager:
             events = (*events, Queued(job, self._queue_reason(job)))
         return self._checked(events)
 
+    def admit_into(self, job: str, persistent_mib: float, ephemeral_mib: float, lane_id: int,
+                   lane_size_mib: float) -> tuple[LaneEvent, ...]:
+        """Admit ``job`` into the lane a decider elsewhere chose (issue 20: the cluster's lane
+        placer ran Algorithm 1 for this GPU and put its grant on the log): lane ``lane_id`` of at
+        least ``lane_size_mib``, opened if it does not exist, grown if it is smaller. Not
+        FindLane: the lane is given. The safety condition is checked *before* the admission
+        (``Σ P_i + P + Σ L_j`` with the lane at its new size ``≤ C``); a grant that would break
+        it, or whose ``E`` exceeds its lane, is `Refused` with the figures, never queued (the
+        decider believed it fit: waiting would hide the disagreement)."""
+        if job in self._jobs:
+            return (Refused(job, f"job {job!r} is already known to the lane manager"),)
+        for name, value in (("persistent_mib", persistent_mib), ("ephemeral_mib", ephemeral_mib),
+                            ("lane_size_mib", lane_size_mib)):
+            if not (math.isfinite(value) and value >= 0):
+                return (Refused(job, f"{name} must be a finite number >= 0, got {value!r}"),)
+        if lane_id < 0:
+            return (Refused(job, f"lane ids are >= 0, got {lane_id}"),)
+        if ephemeral_mib > lane_size_mib:
+            return (Refused(job, f"E = {ephemeral_mib:g} MiB does not fit lane {lane_id} of L = {lane_size_mib:g} MiB"),)
+        old = self._lanes.get(lane_id)
+        size = lane_size_mib if old is None else max(old.size_mib, lane_size_mib)
+        persistent = self.persistent_total_mib + persistent_mib
+        lanes = self.lanes_total_mib - (old.size_mib if old is not None else 0.0) + size
+        if persistent + lanes > self.capacity_mib:
+            return (Refused(job, f"lane {lane_id} of {size:g} MiB for P = {persistent_mib:g} MiB breaks the safety "
+                                 f"condition: Σ P_i + Σ L_j = {persistent:g} + {lanes:g} = {persistent + lanes:g} MiB "
+                                 f"> C = {self.capacity_mib:g} MiB"),)  # fmt: skip
+        step: LaneStep = "new_lane" if old is None else ("resized_lane" if size > old.size_mib else "existing_lane")
+        self._lanes[lane_id] = Lane(lane_id, size, (job,) if old is None else (*old.jobs, job))
+        self._next_lane_id = max(self._next_lane_id, lane_id + 1)
+        self._jobs[job] = _JobRecord(JobMemory(job, persistent_mib, ephemeral_mib), lane_id)
+        return self._checked((LaneAssigned(job, lane_id, size, step, self.persistent_total_mib, self.lanes_total_mib,
+                                           self.capacity_mib),))  # fmt: skip
+
     def job_finish(self, job: str) -> tuple[LaneEvent, ...]:
         """JobFinish(lane): ref(lane) − 1, delete the lane at 0, then ProcessRequests(Q).
 
@@ -265,6 +299,24 @@ class LaneManager:
             events += (LaneDeleted(lane.lane_id),)
         # Re-run even when the lane survives: P_i was released (module docstring).
         return self._checked(events + self._process_requests())
+
+    def restore(self, job: str, persistent_mib: float, ephemeral_mib: float, lane_id: int, lane_size_mib: float) -> None:
+        """Re-admit a job into the lane it was recorded in (crash recovery: the placement is on
+        the log, nothing is decided). ``lane_size_mib`` is the lane's largest recorded size
+        (lanes only grow). The safety condition is checked as after any admission."""
+        if job in self._jobs:
+            raise ValueError(f"job {job!r} is already known to the lane manager")
+        old = self._lanes.get(lane_id)
+        size = max(lane_size_mib, ephemeral_mib, old.size_mib if old else 0.0)
+        self._lanes[lane_id] = Lane(lane_id, size, (*(old.jobs if old else ()), job))
+        self._jobs[job] = _JobRecord(JobMemory(job, persistent_mib, ephemeral_mib), lane_id)
+        self._next_lane_id = max(self._next_lane_id, lane_id + 1)
+        self.check_safety()
+
+    def skip_lane_ids(self, next_lane_id: int) -> None:
+        """Number new lanes from ``next_lane_id`` on (crash recovery: ids of lanes deleted
+        before the crash are not reused)."""
+        self._next_lane_id = max(self._next_lane_id, next_lane_id)
 
     def _process_requests(self) -> tuple[LaneAssigned, ...]:
         """ProcessRequests(Q), repeated until a pass admits nothing."""
