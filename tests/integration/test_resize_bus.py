@@ -1,6 +1,7 @@
 """Resize on an embedded broker and PostgreSQL of its own (issue 19 item 4): `hivemux jobs resize`
 grows an online service within its VC's guaranteed headroom (the fleet then serves it on the new
-replicas), is refused past it with the reason, shrinks it; an offline job's SM share is lowered
+replica), is refused past it with the reason, shrinks it, and neither touches the replicas that
+stay: their bindings are as they were and they get no stop and no start; an offline job's SM share is lowered
 (an ``adjust`` to its node) and a memory quota past its GPU is refused; the refusals are in
 `hivemux jobs history`."""
 
@@ -20,7 +21,7 @@ from support.buskit import eventually, read_all
 
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.bus.authorization import as_writer
-from hivemux.events import CommandAction, ExecutorCommand, GpuTelemetryBatch, JobKind, JobResized, JobSubmission, Placement, PredictorModel
+from hivemux.events import CellBinding, CommandAction, ExecutorCommand, GpuTelemetryBatch, JobKind, JobResized, JobSubmission, Placement, PredictorModel
 from hivemux.events import Profile, WorkloadSpec
 from hivemux.infra import EmbeddedInfra, InfraSettings, embedded_infra
 from hivemux.prediction.analytic import default_analytic_model
@@ -38,7 +39,7 @@ from hivemux.services.projector.service import ProjectorSettings
 from hivemux.services.projector.service import build as projector
 from hivemux.services.telemetry_ingester.service import IngesterSettings
 from hivemux.services.telemetry_ingester.service import build as ingester
-from hivemux.topics import ALL_TOPICS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_RESIZES, PLACEMENTS
+from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_RESIZES, PLACEMENTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 CLUSTER = Path(str(resources.files("hivemux.cells") / "demo_cluster_online.yaml"))
@@ -118,27 +119,55 @@ async def test_resize_an_online_service_and_an_offline_job(infra: EmbeddedInfra)
         code, out = await cli("resize", offline, "--memory-mib", "100000")
         assert code == 1 and "memory quota 100000 MiB does not fit" in out and "MiB free beside its online service" in out, out
 
-        # online: up within vc-b's headroom (one serving node of 4 T4), refused past it, down
-        code, out = await cli("resize", service, "--replicas", "4")
-        assert code == 0 and out.startswith(f"{service} resized: replicas 2 -> 4 by tester"), out
-        assert len(await eventually(lambda: replicas(4), timeout_s=60)) == 4
+        # online: up within vc-b's headroom (one serving node of 4 T4), refused past it, down; each
+        # resize touches only the replicas it adds or removes (`cells.resize`)
+        async def bindings() -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+            """pod -> its (state, GPUs) bindings in order."""
+            out: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+            for _, b in await read_all(bootstrap, CELL_BINDINGS):
+                if isinstance(b, CellBinding) and b.job_id == service and b.pod:
+                    out.setdefault(b.pod, []).append((b.state, b.gpu_ids))
+            return out
+
+        async def commands() -> list[tuple[CommandAction, tuple[str, ...]]]:
+            return [(c.action, c.gpu_ids) for _, c in await read_all(bootstrap, EXECUTOR_COMMANDS)
+                    if isinstance(c, ExecutorCommand) and c.job_id == service]  # fmt: skip
+
+        first = await bindings()
+        assert sorted(first) == [f"{service}/0", f"{service}/1"] and all(len(v) == 1 for v in first.values())
+        kept = {g for v in first.values() for _, gpus in v for g in gpus}
+        assert await serving(bootstrap, service) == kept
+        code, out = await cli("resize", service, "--replicas", "3")
+        assert code == 0 and out.startswith(f"{service} resized: replicas 2 -> 3 by tester"), out
+        three = await eventually(lambda: replicas(3), timeout_s=60)
+        after_up = await bindings()
+        assert {p: after_up[p] for p in first} == first  # the serving replicas' bindings are as they were
+        [(state, added)] = after_up[f"{service}/2"]
+        assert state == "bound" and three == kept | set(added)
+        starts = sorted((CommandAction.START_ONLINE, gpus) for v in after_up.values() for _, gpus in v)
+        assert sorted(await commands()) == starts  # one start per replica, ever; no stop
         code, out = await cli("resize", service, "--replicas", "6")
-        assert (code, out) == (1, "Error: VC vc-b has 0 free guaranteed GPUs for 2 more replicas"), out
-        code, out = await cli("resize", service, "--replicas", "1")
-        assert code == 0 and "replicas 4 -> 1" in out, out
-        assert len(await eventually(lambda: replicas(1), timeout_s=60)) == 1
+        assert (code, out) == (1, "Error: VC vc-b has 1 free guaranteed GPUs for 3 more replicas"), out
+        code, out = await cli("resize", service, "--replicas", "2")
+        assert code == 0 and "replicas 3 -> 2" in out, out
+        assert await eventually(lambda: replicas(2), timeout_s=60) == kept  # the replica added last is the one removed
+        after_down = await bindings()
+        assert {p: after_down[p] for p in first} == first and after_down[f"{service}/2"][-1] == ("released", ())
+        stops = [(action, gpus) for action, gpus in await commands() if action is not CommandAction.START_ONLINE]
+        assert stops == [(CommandAction.STOP, added)]  # one stop, naming the removed replica's GPU; the others never restarted
+        assert len([a for a, _ in await commands() if a is CommandAction.START_ONLINE]) == 3
         code, out = await cli("resize", service, "--sm-share", "50")
         assert code == 1 and "an online job's footprint is its replicas, not sm_share" in out, out
         resized = [(e.job_id, e.replicas, e.sm_share) for _, e in await read_all(bootstrap, JOBS_RESIZES) if isinstance(e, JobResized)]
         # Each job's resizes in order; the two jobs' records sit on their own partitions.
-        assert sorted(resized, key=lambda r: r[0]) == sorted([(offline, None, share), (service, 4, None), (service, 1, None)], key=lambda r: r[0])
+        assert sorted(resized, key=lambda r: r[0]) == sorted([(offline, None, share), (service, 3, None), (service, 2, None)], key=lambda r: r[0])
 
         async def history(job_id: str, text: str) -> str:
             code, out = await cli("history", job_id)
             return out if code == 0 and text in out else ""
 
-        out = await eventually(lambda: history(service, "VC vc-b has 0 free guaranteed GPUs for 2 more replicas"), timeout_s=30)
-        assert "replicas 2 -> 4" in out and "replicas 4 -> 1" in out, out
+        out = await eventually(lambda: history(service, "VC vc-b has 1 free guaranteed GPUs for 3 more replicas"), timeout_s=30)
+        assert "replicas 2 -> 3" in out and "replicas 3 -> 2" in out, out
         await eventually(lambda: history(offline, "memory quota 100000 MiB does not fit"), timeout_s=30)
     finally:
         for s in services:
