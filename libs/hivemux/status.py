@@ -20,6 +20,7 @@ from .events import (
     OnlineLatencyReport,
     Placement,
 )
+from .projection.online import slo_state
 from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, ONLINE_LATENCY, PLACEMENTS, Topic
 
 STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS, ONLINE_LATENCY)
@@ -158,6 +159,34 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
+def _figure(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def usage_lines(rows: list[dict[str, Any]], hours_digits: int = 2) -> list[str]:
+    """Per-VC usage (`store.usage.vc_usage` rows) as `hivemux vcs usage` prints it: a header, one
+    line per VC, a legend (a short run's summary shows hours to 3 digits)."""
+    lines = [f"{'VC':<16} {'guaranteed':>10} {'opportun.':>10} {'shared':>8}  {'offline tput':>12} {'slowdown':>8}  "
+             f"{'online slowdown caused (mean/max/x h)':>37}"]  # fmt: skip
+    for r in rows:
+        caused = f"{_figure(r['online_slowdown_caused'])}/{_figure(r['online_slowdown_max'])}/{_figure(r['online_slowdown_gpu_hours'])}"
+        hours = [f"{r[f'{kind}_gpu_hours']:.{hours_digits}f}" for kind in ("guaranteed", "opportunistic", "shared")]
+        lines.append(f"{r['vc']:<16} {hours[0]:>10} {hours[1]:>10} {hours[2]:>8}  "
+                     f"{_figure(r['offline_normalized_throughput']):>12} {_figure(r['offline_slowdown'], 2):>8}  {caused:>37}")  # fmt: skip
+    if not rows:
+        lines.append("(no usage)")
+    lines.append("GPU-hours by kind; offline tput = shared / solo throughput; slowdown = x solo iteration time; "
+                 "online slowdown = relative latency increase")  # fmt: skip
+    return lines
+
+
+def _against_slo(r: dict[str, Any]) -> str:
+    if not r.get("slo_p99_ms"):
+        return ""
+    state = r.get("slo_state") or slo_state(r.get("p99_ms"), r["slo_p99_ms"])
+    return f" p99 {_ms(r['p99_ms'])} / SLO {_ms(r['slo_p99_ms'])}" + ("" if state == "unknown" else f" ({state})")
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     """The human-readable summary `make demo` prints."""
     jobs = summary["jobs"]
@@ -179,7 +208,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append("Online services (submitted jobs; replicas on guaranteed GPUs of their VC; worst replica's latest p99):")
         lines += [
             f"  {r['job_id']:<18} {r['vc'] or '-':<6} {r['state'] or '-':<10} {len(r['gpu_ids'])}/{r['replicas']} replicas on "
-            f"{', '.join(r['gpu_ids']) or '-':<32}" + (f" p99 {_ms(r['p99_ms'])} / SLO {_ms(r['slo_p99_ms'])}" if r["slo_p99_ms"] else "")
+            f"{', '.join(r['gpu_ids']) or '-':<32}" + _against_slo(r)
             for r in summary["online_services"]
         ] or ["  (none)"]
     lines.append("Training jobs bound to cells:")
@@ -189,4 +218,8 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append(f"  {'vc':<14} {'guaranteed':>10} {'used':>5} {'opportunistic':>13} {'free':>5} {'bad':>4} {'queue':>6}")
         lines += [f"  {v['vc']:<14} {v['guaranteed']:>10} {v['used']:>5} {v['opportunistic']:>13} {v['free']:>5} {v['bad']:>4} {v['queue']:>6}"
                   for v in summary["vcs"]] or ["  (none)"]  # fmt: skip
+    if "vc_usage" in summary:  # `hivemux up`: the read models' per-VC accounting at the end of the run
+        usage = summary["vc_usage"]
+        lines.append(f"Per-VC usage over the run, from the read models (`hivemux vcs usage`; up to {usage['until'] or '-'}):")
+        lines += [f"  {line}" for line in usage_lines(usage["vcs"], 3)] if usage.get("vcs") is not None else [f"  ({usage.get('error')})"]
     return "\n".join(lines)

@@ -266,3 +266,20 @@ def test_online_services_show_their_replicas_and_worst_p99_against_the_slo() -> 
     assert "svc-a" in text and "2/2 replicas on node-00/gpu-0, node-00/gpu-1" in text and "p99 36.0 ms / SLO 50.0 ms" in text
     status.apply(lifecycle("svc-a", JobState.CANCELLED))
     assert status.summary()["online_services"][0]["gpu_ids"] == []
+
+
+def test_the_summary_shows_per_vc_usage_and_where_each_service_stands_against_its_slo() -> None:
+    summary = ClusterStatus().summary()
+    summary["online_services"] = [{"job_id": "svc-a", "vc": "vc-a", "state": "running", "replicas": 1, "gpu_ids": ["n/gpu-0"],
+                                   "p99_ms": 46.0, "slo_p99_ms": 50.0}]  # fmt: skip
+    row = {"vc": "vc-a", "guaranteed_gpu_hours": 0.0333, "opportunistic_gpu_hours": 0.0, "shared_gpu_hours": 0.0125, "observations": 3,
+           "offline_normalized_throughput": 0.71, "offline_slowdown": 1.41, "online_slowdown_caused": 0.08, "online_slowdown_max": 0.12,
+           "online_slowdown_gpu_hours": 0.001}  # fmt: skip
+    summary["vc_usage"] = {"since": "2000-01-01T00:00:00+00:00", "until": "2026-11-26T08:00:00+00:00", "vcs": [row]}
+    text = render_summary(summary)
+    assert "p99 46.0 ms / SLO 50.0 ms (approaching)" in text
+    assert "Per-VC usage over the run, from the read models" in text
+    [line] = [line for line in text.splitlines() if line.strip().startswith("vc-a ") and "0.033" in line]
+    assert "0.013" in line and "0.710" in line and "1.41" in line and "0.080/0.120/0.001" in line
+    summary["vc_usage"] = {"since": "2000-01-01T00:00:00+00:00", "until": None, "vcs": None, "error": "read models unreachable: x"}
+    assert "(read models unreachable: x)" in render_summary(summary)

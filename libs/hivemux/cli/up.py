@@ -277,6 +277,41 @@ async def collect_summary(bootstrap: str) -> dict[str, Any]:
     return fold_status(events).summary()
 
 
+async def collect_usage(dsn: str, *, settle_s: float = 10.0) -> dict[str, Any]:
+    """Per-VC usage from the read models (`store.usage.vc_usage`, what `hivemux vcs usage` prints)
+    from the beginning to now, once the projector has folded what the topics hold (its stored
+    offsets reach the topics' ends, or `settle_s` passed); an unreachable database is said, not raised."""
+    from datetime import UTC, datetime
+
+    from ..errors import TransientError
+    from ..store import connect
+    from ..store.usage import vc_usage
+
+    since = datetime(2000, 1, 1, tzinfo=UTC)
+    try:
+        pool = await connect(dsn, retry_for_s=5.0, max_size=1)
+    except TransientError as error:  # the summary says why it has no usage; the run itself succeeded
+        return {"since": since.isoformat(), "until": None, "vcs": None, "error": f"read models unreachable: {error}"}
+    try:
+        await _projected(pool, settle_s)
+        until = datetime.now(UTC)
+        return {"since": since.isoformat(timespec="seconds"), "until": until.isoformat(timespec="seconds"), "vcs": await vc_usage(pool, since, until)}
+    finally:
+        await pool.close()
+
+
+async def _projected(pool: Any, settle_s: float) -> None:
+    """Until the projector's stored offsets stop moving for a second (it has caught up), at most `settle_s`."""
+    loop = asyncio.get_running_loop()
+    deadline, last = loop.time() + settle_s, None
+    while loop.time() < deadline:
+        now = await pool.fetchval("SELECT coalesce(sum(next_offset), 0) FROM projector_offsets")
+        if now == last:
+            return
+        last = now
+        await asyncio.sleep(1.0)
+
+
 def supervise(children: list[Child], infra: EmbeddedInfra, options: UpOptions, history: History | None = None) -> Supervisor:
     """A supervisor over the services and the embedded servers this `up` started. With `history`,
     a broker that died is restored from the archive before the services run against it again."""
@@ -367,6 +402,8 @@ def run_up(options: UpOptions) -> dict[str, Any]:
                 print(f"submitted {count} jobs; {running}", flush=True)
             supervise_until_stopped(options.duration, supervisor)
             summary = asyncio.run(collect_summary(endpoints.bootstrap_servers))
+            if endpoints.postgres_dsn:  # per-VC usage, from the read models the projector kept
+                summary["vc_usage"] = asyncio.run(collect_usage(endpoints.postgres_dsn))
         finally:
             stop_services(children)
             if history is not None:

@@ -64,10 +64,6 @@ def parse_since(text: str, now: datetime) -> datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
-def _figure(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 @vcs.command("usage")
 @click.option("--since", default=None, help="From this time (ISO, UTC by default) or this long ago (6h, 7d); default: the beginning.")
 @click.option("--until", default=None, help="To this time (ISO; default: now); what is still held counts up to it.")
@@ -78,6 +74,7 @@ def usage(since: str | None, until: str | None, vc: str | None, as_json: bool) -
     jobs on online GPUs); its offline jobs' normalized throughput and slowdown against their solo
     profile; the slowdown they caused to the online services they shared with (mean, max, and
     slowdown x hours), from the executors' sharing observations."""
+    from ..status import usage_lines
     from ..store.usage import vc_usage
 
     now = parse_since(until, datetime.now(UTC)) if until else datetime.now(UTC)
@@ -89,13 +86,5 @@ def usage(since: str | None, until: str | None, vc: str | None, as_json: bool) -
         click.echo(json.dumps({"since": start.isoformat(), "until": now.isoformat(), "vcs": rows}, indent=2))
         return
     click.echo(f"usage from {start.isoformat(timespec='seconds')} to {now.isoformat(timespec='seconds')}")
-    click.echo(f"{'VC':<16} {'guaranteed':>10} {'opportun.':>10} {'shared':>8}  {'offline tput':>12} {'slowdown':>8}  "
-               f"{'online slowdown caused (mean/max/x h)':>37}")  # fmt: skip
-    for r in rows:
-        caused = f"{_figure(r['online_slowdown_caused'])}/{_figure(r['online_slowdown_max'])}/{_figure(r['online_slowdown_gpu_hours'])}"
-        click.echo(f"{r['vc']:<16} {r['guaranteed_gpu_hours']:>10.2f} {r['opportunistic_gpu_hours']:>10.2f} {r['shared_gpu_hours']:>8.2f}  "
-                   f"{_figure(r['offline_normalized_throughput']):>12} {_figure(r['offline_slowdown'], 2):>8}  {caused:>37}")  # fmt: skip
-    if not rows:
-        click.echo("(no usage)")
-    click.echo("GPU-hours by kind; offline tput = shared / solo throughput; slowdown = x solo iteration time; "
-               "online slowdown = relative latency increase")  # fmt: skip
+    for line in usage_lines(rows):
+        click.echo(line)
