@@ -23,9 +23,11 @@ from pydantic_settings import SettingsConfigDict
 from hivemux.bus import RecordContext, Service
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
 from hivemux.cells.config import load_config
+from hivemux.cells.lane_gpus import DEFAULT_GPU_MEMORY_MIB, LaneSettings
 from hivemux.cells.schedulers import SchedulerKind, build_scheduler
 from hivemux.cells_inspect.server import start_inspect_server
 from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobCommand, JobLifecycleEvent, JobPriorityChanged, JobSubmission
+from hivemux.lanes.iteration_scheduler import Policy
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, EXECUTOR_COMMANDS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED  # fmt: skip
@@ -46,6 +48,10 @@ class AllocatorSettings(ServiceSettings):
     fairness_weights: dict[str, float] = Field(
         default_factory=dict, description='VC weights for sharing opportunistic capacity, e.g. {"vc-a": 2}; default 1'
     )
+    lane_policies: dict[str, Policy] = Field(default_factory=dict, description='Salus iteration policy per VC on its lane GPUs, e.g. {"vc-a": "srtf"}')
+    lane_default_policy: Policy = Field(default=Policy.PACK, description="Iteration policy of a VC not in lane_policies (Salus §4: PACK)")
+    lane_gpu_memory_mib: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_GPU_MEMORY_MIB), description="C per GPU type")
+    lane_auto_fraction: float = Field(default=0.25, ge=0, le=1, description="Unset sharing: lanes when P + E <= this x C; 0: off")
 
 
 class CellAllocatorShell:
@@ -94,7 +100,8 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     # (measured in benchmarks/cells.py: ~0.06 ms per request at 65,536 GPUs).
     gc.freeze()
     edge = allocator_events(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights,
-                            timedelta(seconds=settings.retry_interval_s))  # fmt: skip
+                            timedelta(seconds=settings.retry_interval_s), LaneSettings(settings.lane_policies, settings.lane_default_policy,
+                            settings.lane_gpu_memory_mib, settings.lane_auto_fraction))  # fmt: skip
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
     configuration = {"settings": settings.recorded(), "cells": cells}

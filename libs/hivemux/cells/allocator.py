@@ -15,7 +15,11 @@ What it holds, and the HiveD section each part follows:
   faulty hardware"); they are applied again to the scheduler a reconfiguration builds;
 - the configuration version: a newer cell configuration builds a new scheduler
   (`schedulers.build_scheduler`) and keeps every placement (§4 "Reconfiguration");
-- the latest event time consumed, which stamps the retry pass, and the last pass's time.
+- the latest event time consumed, which stamps the retry pass, and the last pass's time;
+- the lane GPUs and the lane jobs packed on them (`lane_gpus`, Salus §3.3 across a VC's
+  1-GPU cells, issue 20): every decision list of the `JobAllocator` goes through
+  `LaneGpus.after`, which turns a lane GPU's binding, preemption and waiting into the
+  consequences for its lane jobs.
 
 Determinism (ARCHITECTURE.md "Determinism"). Nothing here reads a clock: every decision is a
 function of the inputs folded so far and their event time. A decision caused by an input is
@@ -50,6 +54,7 @@ from hivemux.events.versions import version_jump
 from . import api
 from .bad_hardware import BadNodes, NodeHealth
 from .job_allocator import Decision, JobAllocator, PodBound, TrainingJob
+from .lane_gpus import LaneDecision, LaneGpus, LaneJobRefused, LaneJobSpec, LaneSettings
 from .resize import ReplicasFit, ReplicasRefused
 from .schedulers import build_scheduler
 
@@ -70,7 +75,7 @@ class Allocation:
 
     at: datetime  # event time the decisions are stamped with
     cause: str  # the causing input's event id; for a retry pass, its event time (ISO 8601)
-    decisions: tuple[Decision, ...] = ()
+    decisions: tuple[Decision | LaneDecision, ...] = ()
     placed: tuple[JobPlaced, ...] = ()  # jobs fully placed by these decisions, in decision order
     node_health: NodeHealth | None = None  # the node this input turned bad or healthy, if any
 
@@ -84,8 +89,10 @@ class CellAllocator:
         kind: str = "hived",
         weights: Mapping[str, float] | None = None,
         retry_interval: timedelta = timedelta(seconds=5),
+        lanes: LaneSettings | None = None,
     ) -> None:
         self.jobs = JobAllocator(scheduler, dict(weights or {}))
+        self.lanes = LaneGpus(self.jobs, lanes)
         self.kind = kind  # which scheduler a reconfiguration builds
         self.config_version = 0  # 0: the configuration the allocator started with
         self.bad_nodes = BadNodes()
@@ -101,7 +108,23 @@ class CellAllocator:
     def submit(self, job: TrainingJob, *, at: datetime, cause: str) -> Allocation:
         """A training job submitted: schedule it now."""
         self._saw(at)
-        return self._allocation(self.jobs.submit(job), at, cause)
+        return self._allocation(self.lanes.after(self.jobs.submit(job)), at, cause)
+
+    def submit_lane(self, job: LaneJobSpec, *, at: datetime, cause: str) -> Allocation:
+        """A lane job submitted (`lane_gpus.choose`): packed on a lane GPU of its VC, or waits."""
+        self._saw(at)
+        return self._allocation(self.lanes.submit(job), at, cause)
+
+    def refuse_lane(self, refused: LaneJobRefused, *, at: datetime, cause: str) -> Allocation:
+        """A lane job that cannot run in lanes (`lane_gpus.choose`): refused with the reason."""
+        self._saw(at)
+        self.lanes.ended.add(refused.job_id)
+        return self._allocation([refused], at, cause)
+
+    def enqueue_lane(self, job: LaneJobSpec, *, at: datetime) -> None:
+        """A lane job's submission replayed after a restart (`LaneGpus.go_live` places it)."""
+        self._saw(at)
+        self.lanes.enqueue(job)
 
     def enqueue(self, job: TrainingJob, *, at: datetime) -> None:
         """A submission from the job log replayed after a restart: take it in, decide nothing
@@ -125,38 +148,38 @@ class CellAllocator:
     def end(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
         """The job completed, failed or was stopped: its cells are free, the queue is retried."""
         self._saw(at)
-        return self._allocation(self.jobs.end(job_id), at, cause)
+        return self._allocation([*self.lanes.after(self.jobs.end(job_id)), *self.lanes.end(job_id)], at, cause)
 
     def suspend(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
         """The job was suspended by its user: its cells are free, the queue is retried."""
         self._saw(at)
-        return self._allocation(self.jobs.suspend(job_id), at, cause)
+        return self._allocation([*self.lanes.after(self.jobs.suspend(job_id)), *self.lanes.suspend(job_id)], at, cause)
 
     def resume(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
         """The job was resumed: back at the end of the queue, tried at once."""
         self._saw(at)
-        return self._allocation(self.jobs.resume(job_id), at, cause)
+        return self._allocation([*self.lanes.after(self.jobs.resume(job_id)), *self.lanes.resume(job_id)], at, cause)
 
     def reprioritize(self, job_id: str, priority: int, *, at: datetime, cause: str) -> Allocation:
         """A user changed the job's HiveD priority (`JobAllocator.reprioritize`)."""
         self._saw(at)
-        return self._allocation(self.jobs.reprioritize(job_id, priority), at, cause)
+        return self._allocation(self.lanes.after(self.jobs.reprioritize(job_id, priority)), at, cause)
 
     def resize(self, job_id: str, replicas: int, *, at: datetime, cause: str) -> tuple[ReplicasFit | ReplicasRefused, Allocation]:
         """A user's resize of an online service (`JobAllocator.resize`): the verdict and what it changed."""
         self._saw(at)
         verdict, decisions = self.jobs.resize(job_id, replicas)
-        return verdict, self._allocation(decisions, at, cause)
+        return verdict, self._allocation(self.lanes.after(decisions), at, cause)
 
     def gpu_health(self, node: str, gpu: str, *, disabled: bool, at: datetime, cause: str) -> Allocation:
         """A GPU entered or left Disabled: its node may turn bad or healthy (`bad_hardware`)."""
         self._saw(at)
         change = self.bad_nodes.observe(node, gpu, disabled=disabled)
-        decisions: list[Decision] = []
+        decisions: list[Decision | LaneDecision] = []
         if change is not None and change.bad:
             self.jobs.set_node_bad(node)
         elif change is not None:
-            decisions = self.jobs.set_node_healthy(node)  # cells came back: retry the queue
+            decisions = self.lanes.after(self.jobs.set_node_healthy(node))  # cells came back: retry the queue
         return self._allocation(decisions, at, cause, change)
 
     def reconfigure(self, version: int, config: Mapping[str, Any], *, at: datetime, cause: str) -> Allocation:
@@ -172,15 +195,18 @@ class CellAllocator:
             raise ConfigurationError(jump)
         scheduler = build_scheduler(self.kind, config)
         self.config_version = version
-        decisions = self.jobs.reconfigure(scheduler)
+        decisions = self.lanes.after(self.jobs.reconfigure(scheduler))
         for node in self.bad_nodes.bad():
             self.jobs.set_node_bad(node)
         return self._allocation(decisions, at, cause)
 
     def folding(self, replaying: bool) -> None:
         """Records handled while catching up (or on standby) are folded, never decided on: no
-        job is tried until records are handled live (`JobAllocator.deciding`)."""
+        job is tried until records are handled live (`JobAllocator.deciding`); the lane
+        placer is rebuilt from what was folded at the first live record (`LaneGpus.go_live`)."""
         self.jobs.deciding = not replaying
+        if not replaying:
+            self.lanes.go_live()
 
     def saw(self, at: datetime) -> None:
         """Time passed without a decision (a clock tick replayed after a restart)."""
@@ -199,17 +225,18 @@ class CellAllocator:
     def retry(self) -> Allocation:
         """Try the waiting jobs again, stamped with the latest event time consumed (see the
         module docstring: never the wall clock)."""
-        return self._allocation(self.jobs.retry_waiting(), self.latest, self.latest.isoformat())
+        decisions = [*self.lanes.after(self.jobs.retry_waiting()), *self.lanes.retry()]
+        return self._allocation(decisions, self.latest, self.latest.isoformat())
 
     # -- helpers ------------------------------------------------------------------------------
     def _saw(self, at: datetime) -> None:
         self.latest = max(self.latest, at)
 
-    def _allocation(self, decisions: list[Decision], at: datetime, cause: str, change: NodeHealth | None = None) -> Allocation:
+    def _allocation(self, decisions: list[Decision | LaneDecision], at: datetime, cause: str, change: NodeHealth | None = None) -> Allocation:
         placed = tuple(
             JobPlaced(job_id, self._placement(job_id))
             for job_id in dict.fromkeys(d.job_id for d in decisions if isinstance(d, PodBound))
-            if self.jobs.fully_placed(job_id)
+            if self.jobs.fully_placed(job_id) and not self.lanes.is_lane_gpu(job_id)  # a lane GPU is no user's job
         )
         return Allocation(at, cause, tuple(decisions), placed, change)
 

@@ -76,6 +76,8 @@ from . import api
 from .allocator import Allocation, CellAllocator
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
+from .lane_events import LaneEventMaker, candidate
+from .lane_gpus import LaneJobRefused, LaneSettings, choose
 from .resize import ReplicasRefused
 
 ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
@@ -111,12 +113,21 @@ class AllocatorEvents:
         self.submissions: dict[str, JobSubmission] = {}  # the job's VC, priority and workload, for its events
         self.stopped_on_command: set[str] = set()  # jobs cancelled or suspended: their workloads were stopped
         self.decided: set[uuid.UUID] = set()  # resize outcomes decided or folded: a command id acts once
+        self.lanes = LaneEventMaker(core.lanes, self.submissions, source)  # lane jobs and lane GPUs (issue 20)
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
         if job.kind not in CELL_KINDS:
             return []
         self.submissions[job.job_id] = job
+        lane = choose(candidate(job), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
+        if isinstance(lane, LaneJobRefused):  # a lane job without its memory figures, or too large
+            return [] if replaying else self.events(self.core.refuse_lane(lane, at=job.occurred_at, cause=str(job.event_id)))
+        if lane is not None and replaying:
+            self.core.enqueue_lane(lane, at=job.occurred_at)
+            return []
+        if lane is not None:
+            return self.events(self.core.submit_lane(lane, at=job.occurred_at, cause=str(job.event_id)))
         if replaying:
             self.core.enqueue(training_job(job), at=job.occurred_at)
             return []
@@ -127,6 +138,9 @@ class AllocatorEvents:
         self.core.folding(replaying)
         if not replaying or binding.pod is None:
             return
+        if self.core.lanes.is_lane_gpu(binding.job_id):
+            gpu = binding.gpu_ids[0] if binding.gpu_ids else None
+            self.core.lanes.recorded_gpu(binding.job_id, binding.state, binding.node_ids[0] if binding.node_ids else None, gpu, binding.inputs)
         if binding.state == "bound" and binding.pod_spec and binding.bind_info:
             pod = api.Pod(binding.pod, pod_spec_from_annotation(binding.pod_spec))
             self.core.restore(binding.job_id, pod, bind_info_from_annotation(binding.bind_info))
@@ -147,6 +161,8 @@ class AllocatorEvents:
         job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
         told = change.state is JobState.WAITING and change.source.split("/")[0] == self.source.split("/")[0]
         self.core.heard(job_id, change.reason if told else None)  # what a restarted allocator told before
+        mine = change.source.split("/")[0] == self.source.split("/")[0]
+        self.core.lanes.heard(job_id, change.state.value, change.inputs, mine)  # a lane job's lane (folded before going live)
         match change.state:
             case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)
@@ -154,7 +170,8 @@ class AllocatorEvents:
                     allocation = self.core.end(job_id, at=at, cause=cause)
                 else:
                     allocation = self.core.suspend(job_id, at=at, cause=cause)
-                return [] if replaying else [*self._stops(allocation, job_id, change.reason), *self.events(allocation)]
+                lane_stops = self.lanes.stops(allocation.decisions, job_id, at, cause, change.reason)
+                return [] if replaying else [*self._stops(allocation, job_id, change.reason), *lane_stops, *self.events(allocation)]
             case JobState.RESUMED:
                 allocation = self.core.resume(job_id, at=at, cause=cause)
             case JobState.STOPPED if job_id in self.stopped_on_command:
@@ -266,6 +283,9 @@ class AllocatorEvents:
         return out
 
     def _events(self, d: Decision, at: datetime, cause: str) -> list[Event]:
+        lane_events = self.lanes.events(d, at, cause)  # a lane job's, or a lane GPU's (`lane_events`)
+        if lane_events is not None:
+            return lane_events
         job = self.submissions.get(d.job_id)
         vc = job.vc if job else "-"
         priority = job.priority if job else Priority.GUARANTEED
@@ -341,6 +361,7 @@ def allocator_events(
     kind: str = "hived",
     weights: Mapping[str, float] | None = None,
     retry_interval: timedelta = timedelta(seconds=5),
+    lanes: LaneSettings | None = None,
 ) -> AllocatorEvents:
     """A fresh allocator (configuration version 0) over `scheduler`, at its edges."""
-    return AllocatorEvents(CellAllocator(scheduler, kind, weights, retry_interval), source)
+    return AllocatorEvents(CellAllocator(scheduler, kind, weights, retry_interval, lanes), source)

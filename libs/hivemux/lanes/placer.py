@@ -200,6 +200,41 @@ class LanePlacer:
             events += (GpuReleased(gpu_id, gpu.spec.vc, gpu.spec.cell, f"its last lane job {job} left"),)
         return events
 
+    def retry(self) -> tuple[PlacerEvent, ...]:
+        """Try the waiting jobs again, in arrival order (after `restore_waiting`)."""
+        return self._retry()
+
+    def remove_gpu(self, gpu_id: str) -> tuple[str, ...]:
+        """The lane GPU was taken away (its cell preempted): its jobs lose their lanes and wait
+        again, behind the jobs already waiting, in the order they were admitted. Returns them."""
+        gpu = self._gpus.pop(gpu_id, None)
+        if gpu is None:
+            return ()
+        evicted = self.jobs_on(gpu_id)
+        for job in evicted:
+            del self._where[job]
+            self._waiting.append(job)
+        return evicted
+
+    # -- crash recovery: the log's placements, nothing decided -------------------------------
+
+    def restore_gpu(self, gpu: LaneGpu, next_lane_id: int = 0) -> None:
+        if gpu.gpu_id in self._gpus:
+            raise ValueError(f"lane GPU {gpu.gpu_id!r} is already known")
+        self._gpus[gpu.gpu_id] = _Gpu(gpu, LaneManager(gpu.capacity_mib))
+        self._gpus[gpu.gpu_id].manager.skip_lane_ids(next_lane_id)
+
+    def restore(self, job: LaneJob, gpu_id: str, lane_id: int, lane_size_mib: float) -> None:
+        """A job admitted before the restart, in its recorded lane (`LaneManager.restore`)."""
+        self._gpus[gpu_id].manager.restore(job.job, job.persistent_mib, job.ephemeral_mib, lane_id, lane_size_mib)
+        self._jobs[job.job] = job
+        self._where[job.job] = gpu_id
+
+    def restore_waiting(self, job: LaneJob) -> None:
+        """A job that waited before the restart: queued, not tried (`retry` tries it)."""
+        self._jobs[job.job] = job
+        self._waiting.append(job.job)
+
     # -- placement --------------------------------------------------------------------------
 
     def _options(self, job: LaneJob) -> list[tuple[tuple, _Gpu, LanePlacement]]:

@@ -1,0 +1,154 @@
+"""Lane jobs and lane GPUs at the cell allocator's edges (issue 20): events in, events out.
+
+`candidate` turns a training submission into `lane_gpus.choose`'s input. `LaneEventMaker`
+turns the decisions of `lane_gpus` (and a lane GPU's internal job's HiveD decisions) into what
+the cell allocator publishes:
+
+- a lane GPU's `PodBound` / `PodReleased` / `PodPreempted` -> a ``bound`` / ``released`` /
+  ``preempted`` `CellBinding` of its internal job (``lane-gpu:<vc>:<n>``), in the lane GPU's VC
+  and priority class, carrying HiveD's annotations (crash recovery) and, in ``inputs``, the lane
+  group, ``C`` and the iteration policy; no executor command (the GPU runs the lane jobs);
+- `LaneJobPlaced` -> a ``bound`` lifecycle event (reason: the placer's, with
+  ``Σ P_i + Σ L_j ≤ C``; inputs: node, GPU, lane, ``L_j``, ``P``, ``E``, policy, the lane
+  GPU) and a ``start_training`` on that node and GPU with its `LaneGrant`;
+- `LaneJobWaiting` -> ``waiting`` with the reason; `LaneJobRefused` -> ``rejected``;
+- `LaneJobEvicted` (its lane GPU preempted) -> an ``evict`` of that job alone and ``preempted``;
+- `LaneJobLeft` -> nothing here; a cancel or suspend adds a ``stop`` of that job alone on its
+  node (`stops`), so its lane neighbours run on.
+
+Ids derive from the decision's cause (`events.derived_id`), as the allocator's others do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from hivemux.events import (
+    CellBinding,
+    CommandAction,
+    Event,
+    ExecutorCommand,
+    JobLifecycleEvent,
+    JobState,
+    JobSubmission,
+    LaneGrant,
+    Priority,
+    clip_reason,
+    derived_id,
+)
+from hivemux.gpu_ids import gpu_ids
+
+from .config import bind_info_to_annotation, pod_spec_to_annotation
+from .job_allocator import PodBound, PodPreempted, PodReleased
+from .lane_gpus import (
+    LaneCandidate,
+    LaneDecision,
+    LaneGpus,
+    LaneJobEvicted,
+    LaneJobLeft,
+    LaneJobPlaced,
+    LaneJobRefused,
+    LaneJobWaiting,
+)
+
+
+def candidate(job: JobSubmission) -> LaneCandidate:
+    return LaneCandidate(
+        job_id=job.job_id, vc=job.vc, priority=-1 if job.priority is Priority.OPPORTUNISTIC else max(0, job.priority_value),
+        gpu_type=job.gpu_type or "", pod_sizes=job.pod_sizes, sharing=job.sharing,
+        persistent_mib=job.estimates.persistent_memory_mib, ephemeral_mib=job.estimates.ephemeral_memory_mib,
+    )  # fmt: skip
+
+
+class LaneEventMaker:
+    def __init__(self, lanes: LaneGpus, submissions: Mapping[str, JobSubmission], source: str) -> None:
+        self.lanes = lanes
+        self.submissions = submissions
+        self.source = source
+
+    def events(self, d: object, at: datetime, cause: str) -> list[Event] | None:
+        """The events of a lane decision or a lane GPU's decision; None for any other."""
+        if isinstance(d, (PodBound, PodReleased, PodPreempted)):
+            req = self.lanes.request(d.job_id)
+            return None if req is None else [self._binding(d, req.vc, req.priority, at, cause)]
+        match d:
+            case LaneJobPlaced(placed=p):
+                job = self.submissions.get(d.job_id)
+                inputs: dict[str, float | int | str] = {
+                    "lane_gpu": d.lane_gpu, "node_id": d.node, "gpu_id": d.gpu_id, "lane_id": p.lane_id, "lane_size_mib": p.lane_size_mib,
+                    "step": p.step, "persistent_total_mib": p.persistent_total_mib, "lanes_total_mib": p.lanes_total_mib,
+                    "capacity_mib": p.capacity_mib, "policy": p.policy.value,
+                }  # fmt: skip
+                reason = f"lane {p.lane_id} on {d.gpu_id} ({d.node}), {p.policy.value.upper()}: {p.reason}"
+                bound = self._lifecycle(d.job_id, JobState.BOUND, at, derived_id("lane", d.lane_gpu, cause), reason, inputs,
+                                        node=d.node, gpus=(d.gpu_id,))  # fmt: skip
+                out: list[Event] = [bound]
+                if job is not None:
+                    persistent, ephemeral = job.estimates.persistent_memory_mib or 0.0, job.estimates.ephemeral_memory_mib or 0.0
+                    grant = LaneGrant(lane_id=p.lane_id, lane_size_mib=p.lane_size_mib, persistent_mib=persistent,
+                                      ephemeral_mib=ephemeral, policy=p.policy.value)  # fmt: skip
+                    out.append(
+                        ExecutorCommand(
+                            event_id=derived_id("start", bound.event_id), occurred_at=at, source=self.source, node_id=d.node,
+                            action=CommandAction.START_TRAINING, job_id=d.job_id, gpu_ids=(d.gpu_id,), workload=job.workload,
+                            lane=grant, reason=clip_reason(reason),
+                        )
+                    )
+                return out
+            case LaneJobWaiting(reason=reason):
+                return [self._lifecycle(d.job_id, JobState.WAITING, at, derived_id("lane", reason, cause), reason)]
+            case LaneJobRefused(reason=reason):
+                return [self._lifecycle(d.job_id, JobState.REJECTED, at, cause, reason)]
+            case LaneJobEvicted(reason=reason):
+                key = derived_id("lane-evict", d.job_id, d.gpu_id, cause)
+                return [
+                    ExecutorCommand(event_id=key, occurred_at=at, source=self.source, node_id=d.node, action=CommandAction.EVICT,
+                                    job_id=d.job_id, gpu_ids=(d.gpu_id,), reason=clip_reason(reason)),
+                    self._lifecycle(d.job_id, JobState.PREEMPTED, at, str(key), reason, {"gpu_id": d.gpu_id}),
+                ]  # fmt: skip
+            case LaneJobLeft():
+                return []
+        return None
+
+    def stops(self, decisions: Iterable[object], job_id: str, at: datetime, cause: str, reason: str) -> list[Event]:
+        """A ``stop`` of a cancelled or suspended lane job alone, on its lane GPU's node."""
+        return [
+            ExecutorCommand(
+                event_id=derived_id("stop", job_id, d.node, cause), occurred_at=at, source=self.source, node_id=d.node,
+                action=CommandAction.STOP, job_id=job_id, gpu_ids=(d.gpu_id,) if d.gpu_id else (), reason=clip_reason(reason),
+            )
+            for d in decisions
+            if isinstance(d, LaneJobLeft) and d.job_id == job_id and d.node is not None
+        ]
+
+    def _binding(self, d: PodBound | PodReleased | PodPreempted, vc: str, priority: int, at: datetime, cause: str) -> CellBinding:
+        prio = Priority.GUARANTEED if priority >= 0 else Priority.OPPORTUNISTIC
+        common = {"occurred_at": at, "source": self.source, "job_id": d.job_id, "vc": vc, "priority": prio, "pod": d.pod.name}
+        match d:
+            case PodBound(bind=bind):
+                inputs = self.lanes.binding_inputs(d.job_id)
+                return CellBinding(
+                    event_id=derived_id("bound", d.pod.name, cause), state="bound", cell_type=bind.bind_info.cell_chain,
+                    node_ids=(bind.node,), gpu_ids=gpu_ids(bind.node, bind.leaf_cells), inputs=inputs,
+                    reason=clip_reason(f"lane GPU of {inputs['lane_group']} for Salus lanes: {bind.reason or f'bound to {bind.node}'}"),
+                    pod_spec=pod_spec_to_annotation(d.pod.spec), bind_info=bind_info_to_annotation(bind.bind_info), **common,
+                )  # fmt: skip
+            case PodReleased(node=node):
+                return CellBinding(event_id=derived_id("released", d.pod.name, cause), state="released", node_ids=(node,),
+                                   reason="lane GPU given back: no lane job left on it; its cells are free again", **common)  # fmt: skip
+            case PodPreempted(node=node, by=by):
+                return CellBinding(event_id=derived_id("preempted", d.pod.name, cause), state="preempted", node_ids=(node,),
+                                   reason=f"lane GPU preempted by {by}; its lane jobs wait again", inputs={"preemptor": by}, **common)  # fmt: skip
+
+    def _lifecycle(self, job_id: str, state: JobState, at: datetime, cause: object, reason: str,
+                   inputs: Mapping[str, float | int | str] | None = None, node: str | None = None,
+                   gpus: tuple[str, ...] = ()) -> JobLifecycleEvent:  # fmt: skip
+        return JobLifecycleEvent(
+            event_id=derived_id("lifecycle", job_id, state.value, cause), occurred_at=at, source=self.source, job_id=job_id,
+            state=state, reason=clip_reason(reason), node_id=node, gpu_ids=gpus, inputs={k: str(v) for k, v in (inputs or {}).items()},
+        )  # fmt: skip
+
+
+def is_lane_decision(d: object) -> bool:
+    return isinstance(d, LaneDecision.__args__)  # type: ignore[attr-defined]

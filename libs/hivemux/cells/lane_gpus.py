@@ -1,0 +1,527 @@
+"""Lane GPUs: 1-GPU cells a VC hands to Salus lanes, and the lane jobs packed on them (issue 20).
+
+Salus (§3.3 Algorithm 1, §4) packs small jobs onto one GPU; HiveD (§3) gives each VC its cells.
+This module joins them in the cell allocator, pure like the rest of ``cells``:
+
+- **Which jobs** (`choose`): a 1-pod, 1-GPU training job that asks for ``sharing: lanes``, or,
+  by policy, one with ``sharing`` unset whose ``P + E`` is at most ``auto_fraction`` of the
+  GPU's memory ``C`` (default 0.25: four such jobs fit a GPU side by side, Salus §5's small
+  jobs; a larger job gains little from packing and would make its neighbours wait). ``P`` and
+  ``E`` come from the submission's estimates (``persistent_memory_mib``,
+  ``ephemeral_memory_mib``); without them a ``sharing: lanes`` job is refused with the reason,
+  and a job with ``sharing`` unset is an ordinary exclusive job. ``C`` is the memory of the GPU
+  type (``gpu_memory_mib`` by leaf cell type; a job naming no type is sized against the
+  smallest type, so it fits whatever GPU it gets). A job with ``P + E > C`` is refused.
+- **Lane GPUs** (`LaneGpus`): jobs are grouped by VC, priority class (guaranteed or
+  opportunistic) and GPU type; a lane GPU hosts one group. When the placer (`lanes.placer`,
+  Algorithm 1 with ``Σ P_i + Σ L_j ≤ C`` checked before every admission) says a waiting job
+  wants a GPU, this module submits one internal 1-pod, 1-GPU job for the group to the
+  `JobAllocator` (id ``lane-gpu:<vc>:<n>``, at the priority of the group's first waiting job:
+  HiveD binds it in the VC's guaranteed cells, or opportunistically, like any job). At most one
+  such request per group is outstanding; when the group has no waiting job left the request is
+  withdrawn. When the request is bound, its GPU is added to the placer (capacity ``C`` of its
+  type, the VC's iteration policy, ``policies``), which places the waiting jobs that fit. When
+  the placer says ``GpuReleased`` (its last job left and no waiting job fits), the internal job
+  ends and its cell goes back. When HiveD preempts the internal job's pod, every lane job on
+  that GPU is evicted and waits again (the internal job is dropped, a new request follows).
+- **Decisions** come back as the allocator's other decisions do, in order: the internal job's
+  `PodBound`/`PodReleased`/`PodPreempted` (published as cell bindings of the lane GPU) and
+  `LaneJobPlaced`, `LaneJobWaiting`, `LaneJobRefused`, `LaneJobLeft`, `LaneJobEvicted`. The
+  internal job's own waiting reasons and refusals are turned into its group's lane jobs'.
+
+Crash recovery (HiveD §4 "Fault tolerance", the log as the record). While the allocator folds
+the log nothing here is decided: the lane GPUs' bindings (their inputs carry the group,
+capacity and priority), the lane jobs' submissions and their lifecycle (the allocator's
+``bound`` step carries the lane: GPU, lane id, lane size) are recorded; `go_live` then rebuilds
+the placer from them (`LanePlacer.restore_gpu`/`restore`/`restore_waiting`): each lane's size is
+the largest recorded for it (lanes only grow, Salus §3.3), lane ids continue past the largest
+recorded. Waiting jobs are queued in submission order and tried at the next retry pass
+(`retry`), as HiveD's waiting jobs are. Departure: live, a job evicted or resumed waits behind
+the jobs already waiting; after a restart the waiting jobs are in submission order.
+
+Worked example (T4, ``C = 16384`` MiB, VC ``vc-a``, guaranteed): ``j1`` (``P = 1024``,
+``E = 2048``) arrives; the VC has no lane GPU, so it waits and ``lane-gpu:vc-a:0`` is
+submitted; HiveD binds it to ``node-02`` GPU 0; the placer opens lane 0 for ``j1``
+(``1024 + 2048 ≤ 16384``). ``j2`` (``P = 512``, ``E = 2048``) opens lane 1 there
+(``1536 + 4096 ≤ 16384``). Both finish: the GPU is released and its cell goes back to vc-a.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from hivemux.gpu_ids import gpu_ids
+from hivemux.lanes.iteration_scheduler import Policy
+from hivemux.lanes.placer import (
+    GpuReleased,
+    LaneGpu,
+    LaneJob,
+    LanePlacer,
+    Left,
+    Placed,
+    Refused,
+    Waiting,
+)
+
+from . import api
+from .job_allocator import (
+    Decision,
+    JobAllocator,
+    JobRefused,
+    JobWaiting,
+    PodBound,
+    PodPreempted,
+    PodReleased,
+    TrainingJob,
+)
+
+PREFIX = "lane-gpu:"  # internal jobs: one per lane GPU
+# GPU memory (MiB) by leaf cell type: NVIDIA's nominal sizes, as `hivemux.simulated.gpu_types`.
+DEFAULT_GPU_MEMORY_MIB: dict[str, float] = {"T4": 16384, "A10": 24576, "V100": 16384, "A100": 40960}
+
+
+@dataclass(frozen=True)
+class LaneSettings:
+    policies: Mapping[str, Policy] = field(default_factory=dict)  # iteration policy per VC
+    default_policy: Policy = Policy.PACK
+    gpu_memory_mib: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_GPU_MEMORY_MIB))
+    auto_fraction: float = 0.25  # sharing unset: lanes when P + E <= this x C; 0 turns the policy off
+
+    def policy(self, vc: str) -> Policy:
+        return self.policies.get(vc, self.default_policy)
+
+    def capacity(self, gpu_type: str) -> float | None:
+        """``C`` for a job naming ``gpu_type`` (or none: the smallest known type)."""
+        if gpu_type:
+            return self.gpu_memory_mib.get(gpu_type)
+        return min(self.gpu_memory_mib.values(), default=None)
+
+
+@dataclass(frozen=True)
+class LaneCandidate:
+    """A training submission as `choose` needs it."""
+
+    job_id: str
+    vc: str
+    priority: int  # -1 opportunistic, 0..1000 guaranteed
+    gpu_type: str
+    pod_sizes: tuple[int, ...]
+    sharing: str | None  # "lanes" | "exclusive" | None
+    persistent_mib: float | None
+    ephemeral_mib: float | None
+
+
+@dataclass(frozen=True)
+class LaneJobSpec:
+    job_id: str
+    vc: str
+    priority: int
+    gpu_type: str
+    persistent_mib: float
+    ephemeral_mib: float
+    chosen_by: str  # why it runs in lanes (asked, or the policy with its figures)
+
+    @property
+    def group(self) -> str:
+        """The lane GPUs it may use: its VC, priority class and GPU type (the placer's "VC")."""
+        kind = "guaranteed" if self.priority >= 0 else "opportunistic"
+        return f"{self.vc} ({kind}{', ' + self.gpu_type if self.gpu_type else ''})"
+
+
+# What this module decides, besides the internal jobs' PodBound/PodReleased/PodPreempted.
+
+
+@dataclass(frozen=True)
+class LaneJobPlaced:
+    job_id: str
+    node: str
+    gpu_id: str
+    lane_gpu: str  # the internal job holding the GPU's cell
+    placed: Placed
+
+
+@dataclass(frozen=True)
+class LaneJobWaiting:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LaneJobRefused:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class LaneJobLeft:
+    job_id: str
+    node: str | None  # None: it left while waiting
+    gpu_id: str | None
+
+
+@dataclass(frozen=True)
+class LaneJobEvicted:
+    job_id: str
+    node: str
+    gpu_id: str
+    reason: str
+
+
+LaneDecision = LaneJobPlaced | LaneJobWaiting | LaneJobRefused | LaneJobLeft | LaneJobEvicted
+
+
+def choose(c: LaneCandidate, settings: LaneSettings) -> LaneJobSpec | LaneJobRefused | None:
+    """Lanes, a refusal, or None (an exclusive job for HiveD). See the module docstring."""
+    if c.sharing == "exclusive" or c.pod_sizes != (1,):
+        return None
+    asked = c.sharing == "lanes"
+    if c.persistent_mib is None or c.ephemeral_mib is None:
+        if asked:
+            return LaneJobRefused(c.job_id, "sharing: lanes needs the job's persistent and ephemeral memory (estimates "
+                                            "persistent_memory_mib and ephemeral_memory_mib); none were given")  # fmt: skip
+        return None
+    capacity = settings.capacity(c.gpu_type)
+    if capacity is None:
+        if asked:
+            return LaneJobRefused(c.job_id, f"no GPU memory size is configured for GPU type {c.gpu_type or '(any)'}")
+        return None
+    need = c.persistent_mib + c.ephemeral_mib
+    kind = c.gpu_type or "the smallest GPU type"
+    if asked and need > capacity:
+        return LaneJobRefused(c.job_id, f"P + E = {need:g} MiB exceeds C = {capacity:g} MiB of {kind}: it cannot run in a lane")
+    if asked:
+        why = "sharing: lanes"
+    elif need <= settings.auto_fraction * capacity:
+        why = f"policy: P + E = {need:g} MiB <= {settings.auto_fraction:g} x C = {capacity:g} MiB of {kind}"
+    else:
+        return None
+    return LaneJobSpec(c.job_id, c.vc, c.priority, c.gpu_type, c.persistent_mib, c.ephemeral_mib, why)
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """An internal job asking HiveD for one GPU for a group."""
+
+    job_id: str
+    group: str
+    vc: str
+    priority: int
+    gpu_type: str
+
+    def training_job(self) -> TrainingJob:
+        return TrainingJob(self.job_id, self.vc, self.priority, (1,), self.gpu_type)
+
+
+@dataclass(frozen=True)
+class BoundGpu:
+    node: str
+    gpu_id: str
+    capacity_mib: float
+
+
+@dataclass(frozen=True)
+class RecordedLane:
+    lane_gpu: str
+    gpu_id: str
+    lane_id: int
+    lane_size_mib: float
+
+
+@dataclass
+class _Recorded:
+    """What the log said before `go_live` (crash recovery)."""
+
+    gpus: dict[str, tuple[GpuRequest, BoundGpu]] = field(default_factory=dict)  # bound, not released
+    lanes: dict[str, RecordedLane] = field(default_factory=dict)  # lane job -> its last recorded lane
+    lane_sizes: dict[tuple[str, int], float] = field(default_factory=dict)  # (lane GPU, lane id) -> largest size
+    next_lane: dict[str, int] = field(default_factory=dict)  # lane GPU -> past its largest lane id
+
+
+class LaneGpus:
+    """The lane jobs, their placer and the lane GPUs' requests to the `JobAllocator`."""
+
+    def __init__(self, jobs: JobAllocator, settings: LaneSettings | None = None) -> None:
+        self.jobs = jobs
+        self.settings = settings or LaneSettings()
+        self.placer = LanePlacer()
+        self.specs: dict[str, LaneJobSpec] = {}  # lane jobs not ended, in submission order
+        self.suspended: set[str] = set()
+        self.ended: set[str] = set()
+        self.requests: dict[str, GpuRequest] = {}  # internal job id -> its request (pending or bound)
+        self.bound: dict[str, BoundGpu] = {}  # internal job id -> its GPU
+        self.by_gpu: dict[str, str] = {}  # GPU id -> internal job id
+        self.pending: dict[str, str] = {}  # internal job id asked for, not bound (in HiveD's queue) -> its group
+        self.next_id = 0
+        self.live = False
+        self.recorded = _Recorded()
+
+    # -- views --------------------------------------------------------------------------------
+    def is_lane_job(self, job_id: str) -> bool:
+        return job_id in self.specs or job_id in self.suspended
+
+    @staticmethod
+    def is_lane_gpu(job_id: str) -> bool:
+        return job_id.startswith(PREFIX)
+
+    def request(self, job_id: str) -> GpuRequest | None:
+        return self.requests.get(job_id)
+
+    def binding_inputs(self, job_id: str) -> dict[str, float | int | str]:
+        """What a lane GPU's binding records so that `recorded_gpu` rebuilds it."""
+        req, gpu = self.requests[job_id], self.bound.get(job_id)
+        out: dict[str, float | int | str] = {"lane_group": req.group, "lane_priority": req.priority, "lane_gpu_type": req.gpu_type}
+        if gpu is not None:
+            out["lane_capacity_mib"] = gpu.capacity_mib
+            out["lane_policy"] = self.settings.policy(req.vc).value
+        return out
+
+    # -- inputs (live) ------------------------------------------------------------------------
+    def submit(self, spec: LaneJobSpec) -> list[Decision | LaneDecision]:
+        if spec.job_id in self.specs or spec.job_id in self.ended:
+            return []  # a re-delivered submission
+        self.specs[spec.job_id] = spec
+        if spec.job_id in self.suspended:
+            return []
+        return self._drain(self._arrive(spec))
+
+    def end(self, job_id: str) -> list[Decision | LaneDecision]:
+        """Completed, failed or cancelled: its lane memory is released, its neighbours stay."""
+        if job_id in self.ended:
+            return []
+        self.ended.add(job_id)
+        self.suspended.discard(job_id)
+        if self.specs.pop(job_id, None) is None or not self.live:
+            return []
+        return self._drain(self._convert(self.placer.finish(job_id)))
+
+    def suspend(self, job_id: str) -> list[Decision | LaneDecision]:
+        if job_id in self.ended or job_id in self.suspended:
+            return []
+        self.suspended.add(job_id)
+        return self._drain(self._convert(self.placer.finish(job_id))) if self.live else []
+
+    def resume(self, job_id: str) -> list[Decision | LaneDecision]:
+        if job_id not in self.suspended or job_id in self.ended:
+            return []
+        self.suspended.discard(job_id)
+        spec = self.specs.get(job_id)
+        return self._drain(self._arrive(spec)) if spec is not None and self.live else []
+
+    def after(self, decisions: Iterable[Decision]) -> list[Decision | LaneDecision]:
+        """The `JobAllocator`'s decisions, with the lane GPUs' consequences (module docstring)."""
+        return self._drain(decisions) if self.live else list(decisions)
+
+    def retry(self) -> list[Decision | LaneDecision]:
+        """The retry pass: waiting lane jobs tried again, empty lane GPUs given back."""
+        if not self.live:
+            return []
+        items: list = list(self._convert(self.placer.retry()))
+        for gpu in self.placer.gpus():
+            if not self.placer.jobs_on(gpu.gpu_id):
+                items += self._give_back(gpu.cell)
+        return self._drain(items)
+
+    # -- crash recovery -----------------------------------------------------------------------
+    def enqueue(self, spec: LaneJobSpec) -> None:
+        """A submission folded from the log."""
+        if spec.job_id not in self.ended:
+            self.specs.setdefault(spec.job_id, spec)
+
+    def recorded_gpu(self, job_id: str, state: str, node: str | None, gpu: str | None, inputs: Mapping[str, object]) -> None:
+        """A lane GPU's binding folded from the log."""
+        self._number_past(job_id)
+        if state == "bound" and node and gpu and "lane_capacity_mib" in inputs:
+            vc = job_id[len(PREFIX):].rsplit(":", 1)[0]
+            req = GpuRequest(job_id, str(inputs["lane_group"]), vc, int(inputs["lane_priority"]), str(inputs.get("lane_gpu_type", "")))  # type: ignore[call-overload]
+            self.recorded.gpus[job_id] = (req, BoundGpu(node, gpu, float(inputs["lane_capacity_mib"])))  # type: ignore[arg-type]
+        elif state in ("released", "preempted"):
+            self.recorded.gpus.pop(job_id, None)
+
+    def heard(self, job_id: str, state: str, inputs: Mapping[str, object], mine: bool) -> None:
+        """A lifecycle step folded from the log (before `go_live`)."""
+        if self.live:
+            return
+        if state == "bound" and mine and "lane_gpu" in inputs:
+            lane = RecordedLane(str(inputs["lane_gpu"]), str(inputs["gpu_id"]), int(inputs["lane_id"]), float(inputs["lane_size_mib"]))  # type: ignore[call-overload, arg-type]
+            self.recorded.lanes[job_id] = lane
+            key = (lane.lane_gpu, lane.lane_id)
+            self.recorded.lane_sizes[key] = max(self.recorded.lane_sizes.get(key, 0.0), lane.lane_size_mib)
+            self.recorded.next_lane[lane.lane_gpu] = max(self.recorded.next_lane.get(lane.lane_gpu, 0), lane.lane_id + 1)
+        elif state in ("preempted", "suspended", "resumed"):
+            self.recorded.lanes.pop(job_id, None)
+            if state == "suspended":
+                self.suspended.add(job_id)
+            elif state == "resumed":
+                self.suspended.discard(job_id)
+        elif state in ("completed", "failed", "cancelled") or (state == "rejected" and mine):
+            self.recorded.lanes.pop(job_id, None)
+            self.ended.add(job_id)
+            self.suspended.discard(job_id)
+            self.specs.pop(job_id, None)
+
+    def go_live(self) -> None:
+        """Rebuild the placer from what was folded (module docstring); decides nothing."""
+        if self.live:
+            return
+        self.live = True
+        rec = self.recorded
+        for job_id, (req, gpu) in sorted(rec.gpus.items()):
+            self.requests[job_id] = req
+            self.bound[job_id] = gpu
+            self.by_gpu[gpu.gpu_id] = job_id
+            self.placer.restore_gpu(LaneGpu(gpu.gpu_id, gpu.capacity_mib, req.group, job_id, self.settings.policy(req.vc)),
+                                    rec.next_lane.get(job_id, 0))  # fmt: skip
+            self.jobs.enqueue(req.training_job())  # bound already (`JobAllocator.restore`)
+        for job_id, spec in list(self.specs.items()):
+            if job_id in self.ended:
+                del self.specs[job_id]
+                continue
+            if job_id in self.suspended:
+                continue
+            lane = rec.lanes.get(job_id)
+            job = LaneJob(job_id, spec.group, spec.persistent_mib, spec.ephemeral_mib)
+            if lane is not None and lane.lane_gpu in self.bound and self.bound[lane.lane_gpu].gpu_id == lane.gpu_id:
+                self.placer.restore(job, lane.gpu_id, lane.lane_id, rec.lane_sizes[(lane.lane_gpu, lane.lane_id)])
+            else:
+                self.placer.restore_waiting(job)
+        self.recorded = _Recorded()
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _number_past(self, job_id: str) -> None:
+        try:
+            self.next_id = max(self.next_id, int(job_id.rsplit(":", 1)[1]) + 1)
+        except (IndexError, ValueError):
+            pass
+
+    def _arrive(self, spec: LaneJobSpec) -> list:
+        if not self.live:
+            return []
+        return self._convert(self.placer.arrive(LaneJob(spec.job_id, spec.group, spec.persistent_mib, spec.ephemeral_mib)))
+
+    def _convert(self, events: Iterable) -> list:
+        out: list = []
+        for e in events:
+            match e:
+                case Placed():
+                    lane_gpu = self.by_gpu[e.gpu_id]
+                    out.append(LaneJobPlaced(e.job, self.bound[lane_gpu].node, e.gpu_id, lane_gpu, e))
+                case Waiting():
+                    out.append(LaneJobWaiting(e.job, e.reason))
+                case Refused():
+                    self.specs.pop(e.job, None)
+                    self.ended.add(e.job)
+                    out.append(LaneJobRefused(e.job, e.reason))
+                case Left():
+                    node = self.bound[self.by_gpu[e.gpu_id]].node if e.gpu_id is not None else None
+                    out.append(LaneJobLeft(e.job, node, e.gpu_id))
+                case GpuReleased():
+                    out += self._forget_gpu(e.cell)
+        return out
+
+    def _give_back(self, lane_gpu: str) -> list:
+        gpu = self.bound.get(lane_gpu)
+        if gpu is None:
+            return []
+        self.placer.remove_gpu(gpu.gpu_id)
+        return self._forget_gpu(lane_gpu)
+
+    def _forget_gpu(self, lane_gpu: str) -> list:
+        gpu = self.bound.pop(lane_gpu, None)
+        if gpu is not None:
+            self.by_gpu.pop(gpu.gpu_id, None)
+        return list(self.jobs.end(lane_gpu))  # its cell goes back; HiveD's queue is retried
+
+    def _drain(self, items: Iterable) -> list[Decision | LaneDecision]:
+        out: list[Decision | LaneDecision] = []
+        queue = deque(items)
+        while True:
+            while queue:
+                d = queue.popleft()
+                if isinstance(d, (PodBound, PodReleased, PodPreempted, JobWaiting, JobRefused)) and d.job_id in self.requests:
+                    queue.extend(self._gpu_decision(d, out))
+                else:
+                    out.append(d)
+            more = self._reconcile()
+            if not more:
+                return out
+            queue.extend(more)
+
+    def _gpu_decision(self, d: Decision, out: list) -> list:
+        """A decision about a lane GPU's internal job: its consequences (appended to ``out`` or
+        returned to be processed)."""
+        req = self.requests[d.job_id]
+        match d:
+            case PodBound(bind=bind):
+                out.append(d)
+                self.pending.pop(d.job_id, None)
+                gpu_id = gpu_ids(bind.node, bind.leaf_cells)[0]
+                capacity = self.settings.capacity(req.gpu_type or _leaf_type(self.jobs.scheduler, bind.bind_info.cell_chain))
+                capacity = capacity if capacity is not None else self.settings.capacity("") or 0.0
+                self.bound[d.job_id] = BoundGpu(bind.node, gpu_id, capacity)
+                self.by_gpu[gpu_id] = d.job_id
+                return self._convert(self.placer.add_gpu(LaneGpu(gpu_id, capacity, req.group, d.job_id, self.settings.policy(req.vc))))
+            case PodPreempted(by=by):
+                # HiveD put it back in its queue (§3.3): it is a request again, withdrawn by
+                # `_reconcile` if no job of its group waits.
+                out.append(d)
+                self.pending[d.job_id] = req.group
+                gpu = self.bound.pop(d.job_id, None)
+                if gpu is None:
+                    return []
+                self.by_gpu.pop(gpu.gpu_id, None)
+                return [LaneJobEvicted(job, gpu.node, gpu.gpu_id, f"its lane GPU {gpu.gpu_id} was preempted by {by}; it waits for a lane again")
+                        for job in self.placer.remove_gpu(gpu.gpu_id)]  # fmt: skip
+            case PodReleased():
+                out.append(d)
+                return []
+            case JobWaiting(reason=reason):
+                return [LaneJobWaiting(job, f"waits for a lane GPU of {req.group}: {reason}") for job in self._waiting_in(req.group)]
+            case JobRefused(reason=reason):
+                self.pending.pop(d.job_id, None)
+                refused: list = []
+                for job in self._waiting_in(req.group):
+                    self.placer.finish(job)
+                    self.specs.pop(job, None)
+                    self.ended.add(job)
+                    refused.append(LaneJobRefused(job, f"no lane GPU can be had for {req.group}: {reason}"))
+                return refused
+        return []
+
+    def _waiting_in(self, group: str) -> list[str]:
+        return [j for j in self.placer.waiting if self.specs.get(j) is not None and self.specs[j].group == group]
+
+    def _reconcile(self) -> list[Decision]:
+        """One outstanding GPU request per group with waiting jobs; none for a group without."""
+        first: dict[str, LaneJobSpec] = {}
+        for job in self.placer.waiting:
+            spec = self.specs.get(job)
+            if spec is not None:
+                first.setdefault(spec.group, spec)
+        out: list[Decision] = []
+        for job_id, group in list(self.pending.items()):
+            if group not in first:
+                del self.pending[job_id]
+                out += self.jobs.end(job_id)
+        asked = set(self.pending.values())
+        for group, spec in first.items():
+            if group in asked:
+                continue
+            req = GpuRequest(f"{PREFIX}{spec.vc}:{self.next_id}", group, spec.vc, spec.priority, spec.gpu_type)
+            self.next_id += 1
+            self.requests[req.job_id] = req
+            self.pending[req.job_id] = group
+            out += self.jobs.submit(req.training_job())
+        return out
+
+
+def _leaf_type(scheduler: api.CellScheduler, chain: str) -> str:
+    """The leaf cell type of a cell chain (the GPU model a lane GPU of that chain has)."""
+    stack = [c for c in scheduler.physical_cluster() if c.chain == chain]
+    while stack:
+        cell = stack.pop()
+        if cell.level == 1:
+            return cell.cell_type
+        stack.extend(cell.children[:1])
+    return ""
