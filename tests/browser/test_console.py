@@ -299,3 +299,39 @@ async def test_a_console_whose_token_is_revoked_returns_to_the_login(console: Co
     await expect(page.locator("#login-error")).to_contain_text("401: unknown or revoked token", timeout=LIVE_S)
     await expect(page.locator("#app")).to_be_hidden()
     assert await page.evaluate("sessionStorage.getItem('hivemux.token')") is None
+
+
+async def test_online_services_show_p99_against_the_slo_to_their_tenant(console: Console, new_page: Opener, broker: EmbeddedInfra) -> None:
+    """An online service of vc-a with two replicas (the cell allocator's bindings, the executor's
+    latency reports, a protection step, published as their writers would): its row shows the worst
+    replica's p99 against the SLO, approaching it, and the last step; vc-b's tenant sees none of it."""
+    from hivemux.bus.authorization import as_writer
+    from hivemux.events import CellBinding, JobKind, JobSubmission, OnlineLatencyReport, Priority, SloProtectionAction, WorkloadSpec
+
+    svc, node = f"svcweb-{uuid.uuid4().hex[:6]}", "web-s0"
+    gpus = [f"{node}/gpu-{i}" for i in range(2)]
+    at = datetime.now(UTC)
+    spec = WorkloadSpec(model="bert", batch_size=1, iterations=1, slo_p99_ms=50.0, request_rate=100.0)
+    events: list[Any] = [JobSubmission(source="cli", occurred_at=at, job_id=svc, vc="vc-a", kind=JobKind.ONLINE, workload=spec, pods=2, gpu_type="T4")]
+    events += [CellBinding(source="cell-allocator", occurred_at=at, job_id=svc, vc="vc-a", state="bound", pod=f"{svc}/{i}", priority=Priority.GUARANTEED,
+                           node_ids=(node,), gpu_ids=(gpu,), reason="bound") for i, gpu in enumerate(gpus)]  # fmt: skip
+    events += [OnlineLatencyReport(source="executor", occurred_at=at, node_id=node, gpu_id=gpu, service=svc, p99_ms=p99, slo_p99_ms=50.0,
+                                   request_rate=100.0, window_start=at, window_end=at) for gpu, p99 in zip(gpus, (31.0, 47.5), strict=True)]  # fmt: skip
+    events.append(SloProtectionAction(source="health-processor", occurred_at=at, gpu_id=gpus[1], node_id=node, service=svc, offline_job_id="web-off",
+                                      step="lower_launch_target", level=1, p99_ms=47.5, slo_p99_ms=50.0, launch_target=0.5,
+                                      reason="p99 47.5 ms is 95 % of the SLO 50.0 ms (> 90 %)"))  # fmt: skip
+    async with Publisher(broker.endpoints.bootstrap_servers, source="test") as publisher:
+        await publisher.publish_all([as_writer(e) for e in events])
+    page = await logged_in(new_page, console, "a")
+    row = page.locator(f'tr[data-service="{svc}"]')
+    await expect(row).to_have_attribute("data-slo-state", "approaching", timeout=LIVE_S)
+    await expect(row).to_contain_text("47.5 / 50 ms")
+    await expect(row.locator(f'[data-gpu="{gpus[0]}"]')).to_have_attribute("data-slo-state", "within")
+    await expect(row.locator("[data-last-step]")).to_have_attribute("data-last-step", "lower_launch_target")
+    await expect(row).to_contain_text("2/2")
+    await shot(page, "online-services")
+    await row.click()  # the service's job panel
+    await expect(page.locator("#panel h2")).to_contain_text(svc)
+    page_b = await logged_in(new_page, console, "b")
+    await expect(page_b.locator("#services")).to_contain_text("No online service visible", timeout=LIVE_S)
+    assert svc not in await page_b.content()

@@ -65,6 +65,10 @@ def test_up_runs_everything_and_writes_the_summary(tmp_path: Path) -> None:
     assert [r["job_id"] for r in summary["training_bound"]] == ["up-training"]
     assert sum(summary["gpus_by_health"].values()) == 16
     assert "Offline jobs sharing online GPUs" in stdout and "up-training" in stdout
+    # The summary shows per-VC usage from the read models (issue 19's Done-when) and each service's p99 against its SLO.
+    usage = {r["vc"]: r for r in summary["vc_usage"]["vcs"]}
+    assert usage["vc-a"]["guaranteed_gpu_hours"] > 0 and usage["vc-b"]["guaranteed_gpu_hours"] > 0, summary["vc_usage"]
+    assert "Per-VC usage over the run" in stdout and "/ SLO 50.0 ms" in stdout
     # The database asks for a password (issue 18 item 3): made at the first start, kept 0600 in
     # the work directory, carried by the DSN `up` prints (and kept across the restart above).
     password_file = tmp_path / "work" / "infra" / "postgres.password"

@@ -5,9 +5,9 @@ What the read models hold now: GPUs by health state; the mean GPU utilization an
 of each GPU's last sample (the sample of its latest metric-driven health transition: the
 projector does not fold the 1 Hz telemetry, so these move when health does); oversold GPUs
 (an online GPU lent to an offline job, MuxFlow's sharing); the queue length per VC (jobs in
-`QUEUED_STATES`) and running jobs. Online latency is not in the read models (only the
-predicted slowdown of each placement): ``online_slowdown_mean`` is the mean predicted online
-slowdown of the offline jobs sharing GPUs now. A console draws them over time by keeping what
+`QUEUED_STATES`) and running jobs. ``online_slowdown_mean`` is the mean predicted online
+slowdown of the offline jobs sharing GPUs now (the matcher's prediction); each online service's
+measured p99 is in the read models since migration 0009 (``GET /api/v1/services``). A console draws them over time by keeping what
 the stream sends.
 """
 

@@ -8,11 +8,12 @@ import { renderCharts, Sampler } from "./charts.js";
 import { $, h, replace } from "./dom.js";
 import { renderGpuPanel, renderGpus } from "./gpus.js";
 import { matches, renderFilters, renderJobPanel, renderJobs } from "./jobs.js";
+import { renderServices } from "./services.js";
 import { renderVcs } from "./vcs.js";
 
 const JOB_LIMIT = 500;
 const state = {
-  me: null, gpus: new Map(), vcs: [], jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
+  me: null, gpus: new Map(), vcs: [], services: [], jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
   panel: null, // {type: "gpu" | "job", id}
   status: "connecting", cursor: 0, lastChange: null, source: null, vcNamesShown: null,
 };
@@ -32,6 +33,7 @@ function render() {
   dirty = new Set();
   if (parts.has("gpus")) renderGpus($("#gpus"), state.gpus, { selected: state.panel?.type === "gpu" ? state.panel.id : null, onSelect: openGpu });
   if (parts.has("vcs")) renderVcs($("#vcs"), state.vcs, { onJob: openJob });
+  if (parts.has("services")) renderServices($("#services"), state.services, { onJob: openJob });
   if (parts.has("filters")) renderFilters($("#job-filters"), { filters: state.filters, vcs: vcNames(), onChange: setFilters });
   if (parts.has("vc-names")) { // the VC filter's options, when the VCs themselves changed (not on every queue reload: typing goes on)
     const names = vcNames().join(",");
@@ -66,7 +68,7 @@ async function loadAll() {
     mark("gpus");
   };
   const metrics = async () => addMetrics(await api("/api/v1/cluster/metrics"));
-  await Promise.all([gpus(), metrics(), loadVcs(), loadJobs()]); // each drawn as it arrives
+  await Promise.all([gpus(), metrics(), loadVcs(), loadServices(), loadJobs()]); // each drawn as it arrives
   mark("status");
   if (state.panel) refreshPanel();
 }
@@ -74,6 +76,12 @@ async function loadAll() {
 async function loadVcs() {
   state.vcs = (await api("/api/v1/cluster/vcs")).vcs;
   mark("vcs", "vc-names");
+}
+
+// Latency is not on the change stream: the services are reloaded with each metrics event (every 5 s).
+async function loadServices() {
+  state.services = (await api("/api/v1/services")).services;
+  mark("services");
 }
 
 let jobsAsked = 0;
@@ -127,6 +135,7 @@ function applyChange(batch) {
 
 function addMetrics(metrics) {
   if (sampler.add(metrics)) mark("charts");
+  if (state.me) loadServices().catch(showError);
 }
 
 function sampleOf(gpu) { // the stream sends the GPU row; the REST list adds last_sample from the same columns

@@ -14,7 +14,7 @@ export const SERIES = [
   { key: "gpu_util", title: "GPU utilization", unit: "%", from: "mean gpu_util of each GPU's last health sample (moves when health does)" },
   { key: "sm_activity", title: "SM activity", unit: "%", from: "mean sm_activity of each GPU's last health sample (moves when health does)" },
   { key: "online_latency", title: "Online latency (predicted)", unit: "% slower",
-    from: "mean predicted online slowdown of the offline jobs sharing GPUs now (the matcher's prediction; measured latency is not in the read models)" },
+    from: "mean predicted online slowdown of the offline jobs sharing GPUs now (the matcher's prediction; each service's measured p99 is in the Online services table)" },
   { key: "oversold", title: "Oversold GPUs", unit: "GPUs", from: "online GPUs lent to an offline job (MuxFlow sharing)" },
   { key: "queue", title: "Queue length", unit: "jobs", from: "jobs queued in the VCs this token sees" },
   { key: "not_healthy", title: "GPUs not Healthy", unit: "GPUs", from: "GPUs Unhealthy, Overlimit or Disabled" },
