@@ -24,10 +24,11 @@ from hivemux.matching.fairness import VcFairness
 from hivemux.matching.matcher import MatcherCore
 from hivemux.matching.policy import MatchingPolicy
 from hivemux.matching.resize_events import ResizeEvents
+from hivemux.matching.slo_cooldown import CooldownPolicy
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY, JOBS_COMMANDS, JOBS_LIFECYCLE  # fmt: skip
-from hivemux.topics import JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES, JOBS_SUBMITTED, PLACEMENTS, PREDICTOR_MODELS
+from hivemux.topics import JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES, JOBS_SUBMITTED, PLACEMENTS, PREDICTOR_MODELS, SLO_PROTECTION
 
 NAME = "matcher"
 NORMALIZED = Gauge("hivemux_offline_normalized_throughput", "Normalized throughput of an offline job (shared/solo)", ["job_id"])
@@ -48,6 +49,8 @@ class MatcherSettings(ServiceSettings):
     executor_silence_s: float = Field(default=60.0, gt=0, description="A placement not reported for this long (event time) expires")
     vc_weights: dict[str, float] = Field(default_factory=dict, description="Offline slots by weighted max-min fairness: VC -> weight (default 1)")
     vc_caps: dict[str, int] = Field(default_factory=dict, description="VC -> most offline slots it gets in a round")
+    slo_cooldown_s: float = Field(default=900.0, ge=0, description="A GPU takes no offline job this long after an SLO eviction (doubling per repeat)")
+    slo_history_s: float = Field(default=7200.0, gt=0, description="SLO evictions counted over this window; the evicted job stays off the GPU as long")
 
 
 class Matcher:
@@ -60,6 +63,8 @@ class Matcher:
             restart_cost=settings.restart_cost,
             executor_silence_s=settings.executor_silence_s,
             fairness=VcFairness(settings.vc_weights, settings.vc_caps),
+            slo_cooldown=CooldownPolicy(timedelta(seconds=settings.slo_cooldown_s), timedelta(seconds=settings.slo_history_s),
+                                        timedelta(seconds=settings.slo_history_s)),
         )
         interval = timedelta(seconds=settings.interval_s)
         self.core = MatcherCore(policy, interval=interval, placement=settings.policy, source=f"{NAME}/{settings.instance}")
@@ -121,6 +126,7 @@ def build(settings: MatcherSettings) -> Service:
     service.fold(JOBS_REFUSALS, lambda e, _: matcher.resizes.on_refusal(e))
     service.fold(JOBS_COMMANDS, lambda c, ctx: matcher.resizes.on_command(c, live=not ctx.replaying))
     service.fold(GPU_HEALTH, matcher.on_health)
+    service.fold(SLO_PROTECTION, lambda a, _: matcher.core.on_protection(a))  # SLO evictions cool their GPU down
     service.fold(GPU_TELEMETRY, matcher.on_batch)
     service.every(15.0, matcher.export_efficiency)
     return service

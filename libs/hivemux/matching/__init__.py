@@ -20,6 +20,9 @@ Modules by paper section (MuxFlow preprint §3-§6; journal §4-§6):
 - `explanations` — why a job was placed, why it is not placed, why it was stopped.
 - `eviction` — §4.1 Overlimit/Disabled evictions and who sends the command (SysMonitor for
   what its samples showed, the matcher for placements they did not show yet).
+- `slo_cooldown` — after an SLO-driven eviction (issue 19), the GPU takes no offline job for a
+  period (SysMonitor's Overlimit period, §4.1: doubling with each repeat in two hours) and the
+  evicted job stays off that GPU; folded from ``sharing.protection``, in event time.
 - `decisions` — what the scheduler returns: placement changes and waiting explanations,
   with ids, reasons and inputs.
 - `efficiency` — normalized throughput (§5.2) and eq. 3's oversold GPU (§7.1).

@@ -21,7 +21,10 @@ profile, so `BipartiteGraph` holds (GPU classes x job classes) matrices; `dense_
 expands them to the concrete (GPU x job) matrix for the dense reference.
 
 How it departs from the paper: the online workload's GPU utilization is carried for the
-record, not predicted from (see `hivemux.prediction.speed_predictor`).
+record, not predicted from (see `hivemux.prediction.speed_predictor`). Barred pairs
+(``barred``: a job SLO protection evicted from a GPU, `slo_cooldown`) have no edge: the job
+and the GPU of a barred pair each form a class of their own, so the class-level matching stays
+exact.
 
 Worked example: T4 GPUs whose online SM activity over the interval was 39.2 % and 39.9 %
 (4,000 MiB used) are one class (activity class 40, share 60 %); an A10 at 39.9 % is another.
@@ -33,7 +36,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -91,10 +94,13 @@ class BipartiteGraph:
     quota_ok: np.ndarray  # (GPU classes, job classes)
     free_ok: np.ndarray
     versions: list[int | None]  # per GPU class
+    barred: np.ndarray | None = None  # (GPU classes, job classes): pairs kept apart (`slo_cooldown`); None: none
+    bar_reasons: dict[tuple[int, int], str] = field(default_factory=dict)  # (GPU class, job class) -> why
 
     @property
     def feasible(self) -> np.ndarray:
-        return feasible_pairs(self.policy, self.has_model, self.quota_ok, self.free_ok, self.slowdown, self.throughput)
+        ok = feasible_pairs(self.policy, self.has_model, self.quota_ok, self.free_ok, self.slowdown, self.throughput)
+        return ok & ~self.barred if self.barred is not None else ok
 
     def own_gpu(self) -> np.ndarray:
         """Per job: index of the GPU it runs on, -1 when pending."""
@@ -136,22 +142,28 @@ def _predict(model: SpeedModel, activity: np.ndarray, profiles: np.ndarray, shar
 
 
 def build_graph(
-    gpus: Sequence[OnlineGpu], jobs: Sequence[PendingJob], models: Mapping[str, SpeedModel], policy: MatchingPolicy
+    gpus: Sequence[OnlineGpu],
+    jobs: Sequence[PendingJob],
+    models: Mapping[str, SpeedModel],
+    policy: MatchingPolicy,
+    barred: Mapping[tuple[str, str], str] | None = None,
 ) -> BipartiteGraph:
+    """The round's graph; ``barred``: (job id, GPU id) pairs that get no edge, with the reason."""
     gpus = _sorted_unique(gpus, "gpu_id")
     jobs = _sorted_unique(jobs, "job_id")
     known = {g.gpu_id for g in gpus}
     strays = sorted(j.job_id for j in jobs if j.running_on is not None and j.running_on not in known)
     if strays:
         raise ValueError(f"running jobs {strays} run on GPUs that are not in this round")
-    # job profile classes
-    profile_keys = sorted({(j.sm_activity, j.gpu_util, j.sm_occupancy, j.iteration_time_ms, j.memory_peak_mib) for j in jobs})
+    barred = barred or {}
+    barred_jobs, barred_gpus = {j for j, _ in barred}, {g for _, g in barred}
+    # job profile classes (a job of a barred pair: a class of its own)
+    job_keys = [(j.sm_activity, j.gpu_util, j.sm_occupancy, j.iteration_time_ms, j.memory_peak_mib, j.job_id if j.job_id in barred_jobs else "")
+                for j in jobs]  # fmt: skip
+    profile_keys = sorted(set(job_keys))
     profile_index = {k: i for i, k in enumerate(profile_keys)}
-    job_class = np.array(
-        [profile_index[(j.sm_activity, j.gpu_util, j.sm_occupancy, j.iteration_time_ms, j.memory_peak_mib)] for j in jobs],
-        dtype=np.int64,
-    )
-    profiles = np.array(profile_keys, dtype=float).reshape(len(profile_keys), 5)
+    job_class = np.array([profile_index[k] for k in job_keys], dtype=np.int64)
+    profiles = np.array([k[:5] for k in profile_keys], dtype=float).reshape(len(profile_keys), 5)
     peaks = np.unique(profiles[:, 4]) if len(profile_keys) else np.zeros(0)
     # GPU classes: (type, whole-percent activity, peaks under the quota, peaks under free memory)
     totals = np.array([g.memory_total_mib for g in gpus], dtype=float)
@@ -159,7 +171,7 @@ def build_graph(
     under_quota = np.searchsorted(peaks, policy.memory_quota_mib(totals), side="right").tolist()
     under_free = np.searchsorted(peaks, totals - used, side="right").tolist()
     keys = [
-        (g.gpu_type, online_activity_class(g.sm_activity), q, f)
+        (g.gpu_type, online_activity_class(g.sm_activity), q, f, g.gpu_id if g.gpu_id in barred_gpus else "")
         for g, q, f in zip(gpus, under_quota, under_free, strict=True)
     ]
     class_keys = sorted(set(keys))
@@ -192,6 +204,16 @@ def build_graph(
         t, s = _predict(model, values, profiles, np.array([policy.share_for(v) for v in values], dtype=float))
         throughput[members] = t[where]
         slowdown[members] = s[where]
+    bar_mask, bar_reasons = None, {}
+    if barred:
+        gpu_index = {g.gpu_id: i for i, g in enumerate(gpus)}
+        job_index = {j.job_id: i for i, j in enumerate(jobs)}
+        bar_mask = np.zeros((n_classes, n_profiles), dtype=bool)
+        for (job_id, gpu_id), why in sorted(barred.items()):
+            if job_id in job_index and gpu_id in gpu_index:
+                a, b = int(gpu_class[gpu_index[gpu_id]]), int(job_class[job_index[job_id]])
+                bar_mask[a, b] = True
+                bar_reasons[(a, b)] = why
     quota = np.array([policy.memory_quota_mib(gpus[r].memory_total_mib) for r in class_rep])
     free = np.array([gpus[r].memory_total_mib - gpus[r].memory_used_mib for r in class_rep])
     return BipartiteGraph(
@@ -210,6 +232,8 @@ def build_graph(
         quota_ok=profiles[None, :, 4] <= quota[:, None] if n_profiles else np.zeros((n_classes, 0), dtype=bool),
         free_ok=profiles[None, :, 4] <= free[:, None] if n_profiles else np.zeros((n_classes, 0), dtype=bool),
         versions=versions,
+        barred=bar_mask,
+        bar_reasons=bar_reasons,
     )
 
 

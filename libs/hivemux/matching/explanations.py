@@ -105,6 +105,8 @@ def why_not_placed(graph: BipartiteGraph, b: int, lost: str) -> str:
             lambda g, a: f"predicted normalized throughput {graph.throughput[a, b]:.3f} <= 0",
         ),
     ]
+    if graph.barred is not None:  # `slo_cooldown`: the job was evicted from the GPU by SLO protection
+        causes.append(("kept off after an SLO eviction", graph.barred[:, b], lambda g, a: graph.bar_reasons.get((a, b), "")))
     details = []
     for kind, mask, text in sorted(causes, key=lambda c: c[0]):
         if mask.any():

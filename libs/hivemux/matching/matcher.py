@@ -11,6 +11,8 @@ makes one call, and encodes what it decided:
   `JobLifecycleEvent` (placed, preempted, evicted); ids derived from the decision's id;
 - `waiting_event`: a job's "why not placed" as a WAITING lifecycle event (only when its
   substance changes; the matcher's own WAITING events folded back say what each job was told);
+- an SLO protection ``evict`` step (``sharing.protection``) closes its GPU for a cool-down and
+  keeps the evicted job off it (`slo_cooldown`);
 - predictor model versions are decoded (analytic parameters or MLP weights) only when the
   scheduler keeps them (a newer version for the GPU type).
 
@@ -45,6 +47,7 @@ from hivemux.events import (
     Placement,
     PredictorModel,
     Profile,
+    SloProtectionAction,
     clip_reason,
     derived_id,
 )
@@ -58,6 +61,7 @@ from .eviction import HealthChange
 from .policy import MatchingPolicy
 from .scheduler import Placement as PlacementPolicy
 from .scheduler import Scheduler
+from .slo_cooldown import SloEviction
 
 _COMMAND = {"place": CommandAction.START_OFFLINE, "stop": CommandAction.STOP, "evict": CommandAction.EVICT}
 _LIFECYCLE = {"place": ("placed", JobState.PLACED), "stop": ("preempted", JobState.PREEMPTED), "evict": ("evicted", JobState.EVICTED)}
@@ -220,6 +224,13 @@ class MatcherCore:
     def on_health(self, t: HealthTransition, *, live: bool) -> list[Event]:
         change = HealthChange(t.event_id, t.gpu_id, t.to_state, t.occurred_at, t.reason, t.metrics, t.evicted_workloads)
         return self.publish(self.scheduler.on_health(change, live=live)).events
+
+    def on_protection(self, action: SloProtectionAction) -> None:
+        """An SLO protection step: an eviction cools its GPU down (`slo_cooldown`); other steps
+        are the health processor's business."""
+        if action.step == "evict":
+            self.scheduler.on_slo_eviction(SloEviction(str(action.event_id), action.gpu_id, action.offline_job_id, action.service,
+                                                       action.p99_ms, action.slo_p99_ms, action.occurred_at))  # fmt: skip
 
     def on_batch(self, batch: GpuTelemetryBatch, *, live: bool) -> Published:
         return self.publish(self.scheduler.on_readings(readings(batch), live=live))

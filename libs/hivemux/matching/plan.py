@@ -18,8 +18,9 @@ the round's slots bind (`fairness`), the LP routes each job through its VC, whos
 its share (`classes.transport_with_shares`); the objective is the paper's within the shares.
 
 How it departs from the paper: the caller passes only GPUs that may take an offline job
-(SysMonitor Healthy, preprint §4.1 "offline workloads can only be scheduled to Healthy GPUs";
-`scheduler` chooses them).
+(SysMonitor Healthy, preprint §4.1 "offline workloads can only be scheduled to Healthy GPUs",
+and not cooling down after an SLO eviction, `slo_cooldown`; `scheduler` chooses them), and
+``barred`` pairs (a job SLO protection evicted from a GPU) get no edge.
 
 Worked example (preprint Figure 9): GPUs A, B; jobs C, D, E with predicted throughput
 A: C 0.3, D 0.8, E 0.2 and B: C 0.8, D 0.4, E 0.4. `plan_matching` places D on A and C on B
@@ -148,11 +149,12 @@ def plan_matching(
     jobs: Sequence[PendingJob],
     models: Mapping[str, SpeedModel],
     policy: MatchingPolicy,
+    barred: Mapping[tuple[str, str], str] | None = None,
 ) -> RoundPlan:
     """Maximum total predicted normalized throughput (MuxFlow Algorithm 1), solved over classes
     (see the module docstring), within each VC's fair share of the round's slots
     (`fairness`). Placements and refusals are listed by ``job_id``."""
-    r = build_graph(gpus, jobs, models, policy)
+    r = build_graph(gpus, jobs, models, policy, barred)
     fairness = policy.fairness
     demands = vc_demands([j.vc for j in r.jobs])
     shares = fair_shares(len(r.gpus), demands, fairness) if fairness.enabled else {}
@@ -309,10 +311,11 @@ def plan_dense(
     jobs: Sequence[PendingJob],
     models: Mapping[str, SpeedModel],
     policy: MatchingPolicy,
+    barred: Mapping[tuple[str, str], str] | None = None,
 ) -> RoundPlan:
     """The same round solved with dense Kuhn-Munkres on the concrete GPU x job matrix: the
     reference `plan_matching` is checked against (its totals are equal)."""
-    r = build_graph(gpus, jobs, models, policy)
+    r = build_graph(gpus, jobs, models, policy, barred)
     w, ok = dense_weights(r)
     assigned = {c: g for g, c in max_weight_matching(w, ok)}
     why = _MATCHING_WHY.format(gpus=len(r.gpus), jobs=len(r.jobs))
@@ -324,11 +327,12 @@ def plan_fcfs(
     jobs: Sequence[PendingJob],
     models: Mapping[str, SpeedModel],
     policy: MatchingPolicy,
+    barred: Mapping[tuple[str, str], str] | None = None,
 ) -> RoundPlan:
     """First-come-first-serve (MuxFlow journal §6): running jobs stay where they are (while
     still feasible there); pending jobs in ``(submitted_seq, job_id)`` order each take the
     first feasible free GPU in ``gpu_id`` order, unless their VC has its fair share."""
-    r = build_graph(gpus, jobs, models, policy)
+    r = build_graph(gpus, jobs, models, policy, barred)
     feasible = r.feasible
     own = r.own_gpu()
     assigned: dict[int, int] = {}

@@ -37,6 +37,7 @@ import numpy as np
 from hivemux.sharing.dynamic_sm import integer_sm_share
 
 from .fairness import VcFairness
+from .slo_cooldown import CooldownPolicy
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class MatchingPolicy:
     executor_silence_s: float | None = 60.0
     # Tenants' shares of a round's offline slots: weighted max-min fairness (`fairness`).
     fairness: VcFairness = field(default_factory=VcFairness)
+    # After an SLO eviction: how long the GPU takes no offline job, and the evicted job not at all (`slo_cooldown`).
+    slo_cooldown: CooldownPolicy = field(default_factory=CooldownPolicy)
 
     def share_for(self, online_sm_activity: float) -> int:
         if self.fixed_sm_share is not None:

@@ -18,7 +18,10 @@ grows with changes, not with rounds x queue length (issue 16 item 6). What a job
 is `told` (``""`` once it was placed or controlled: the next wait is news); for a job this
 incarnation has not told, the waiting reason on the log counts (`heard`, folded from
 ``jobs.lifecycle``), so a restarted or standby matcher does not tell it again.
-Evictions follow health transitions (`eviction`), outside rounds.
+Evictions follow health transitions (`eviction`), outside rounds. After an SLO-driven
+eviction (`slo_cooldown`, folded from ``sharing.protection``) the GPU is left out of the rounds'
+candidates while it cools down and the evicted job is kept off it for longer (a barred pair of
+the plan); jobs that wait are told so. A job running on a cooling GPU is left alone there.
 
 A decision made here is folded in at once (a placed job is running, a stopped one is not);
 the recorded `Placement` events folded back later (`on_placement`) agree with it, and are
@@ -45,8 +48,9 @@ from .decisions import Decisions, OfflineStart, PlacementChange, Waiting
 from .efficiency import EfficiencyReport
 from .eviction import HealthChange, evictions
 from .expiry import ReportClock
-from .plan import PlannedPlacement, plan_fcfs, plan_matching
+from .plan import PendingJob, PlannedPlacement, plan_fcfs, plan_matching
 from .policy import MatchingPolicy
+from .slo_cooldown import Closures, SloCooldown, SloEviction
 
 Placement = Literal["matching", "fcfs"]
 FINAL_REPORTS = frozenset({ReportState.COMPLETED, ReportState.FAILED, ReportState.STOPPED, ReportState.EVICTED, ReportState.REFUSED})
@@ -65,6 +69,7 @@ class Scheduler:
         self.told: dict[str, str] = {}  # job id -> the last "why not placed" published ("": none since placed or controlled)
         self.told_on_log: dict[str, str] = {}  # job id -> its latest waiting reason on the log (`heard`)
         self.reports = ReportClock()  # when each placement's executor last reported (`expiry`)
+        self.cooldown = SloCooldown(policy.slo_cooldown)  # GPUs and pairs closed after SLO evictions
         self._expiry_due: datetime | None = None
 
     # -- folds ----------------------------------------------------------------------------
@@ -121,6 +126,15 @@ class Scheduler:
             self.view.running.pop(eviction.job_id, None)
         return Decisions(evicted)
 
+    def on_slo_eviction(self, eviction: SloEviction) -> None:
+        """SLO protection evicted ``eviction.job_id`` from its GPU: the GPU cools down and the job
+        is kept off it (`slo_cooldown`); the job no longer runs there (live and in a replay alike:
+        the eviction is on the log, the matcher publishes nothing for it)."""
+        self.cooldown.on_eviction(eviction)
+        placed = self.view.running.get(eviction.job_id)
+        if placed is not None and placed.gpu_id == eviction.gpu_id and (placed.at is None or placed.at <= eviction.at):
+            self.view.running.pop(eviction.job_id)
+
     def on_readings(self, readings: Iterable[GpuReading], *, live: bool) -> Decisions:
         """Fold samples; a live sample at or past the due time ends the interval: a round."""
         out = Decisions()
@@ -161,19 +175,35 @@ class Scheduler:
     def round(self, at: datetime) -> Decisions:
         """One scheduling round at event time `at`; the interval's windows start afresh."""
         self.rounds += 1
+        closed = self.cooldown.closures(at)
         candidates, jobs = self.view.round_inputs()
         self.view.next_interval()
-        if not candidates or not jobs:
+        cooling = sorted(g.gpu_id for g in candidates if g.gpu_id in closed.gpus)
+        if cooling:  # closed to offline placement; a job running there is left alone (not in the round)
+            candidates, jobs = self._without(cooling, candidates, jobs)
+        if not jobs or (not candidates and not cooling):
             return Decisions()
-        plan = (plan_matching if self.placement == "matching" else plan_fcfs)(candidates, jobs, self.models, self.policy)
+        note = _cooling_note(cooling, closed)
+        if not candidates:
+            why = f"no online GPU can take an offline job this round: {note}"
+            return Decisions(tuple(Waiting(derived_id("waiting", j.job_id, at.isoformat()), at, j.job_id, why)
+                                   for j in jobs if self._news(j.job_id, why)))  # fmt: skip
+        plan = (plan_matching if self.placement == "matching" else plan_fcfs)(candidates, jobs, self.models, self.policy, closed.pairs or None)
         gpus = {g.gpu_id: g for g in candidates}
         changes: list[PlacementChange | Waiting] = [self._stop(s.job_id, s.reason, at, moved_to=None) for s in plan.stopped]
         changes += [self._stop(p.job_id, p.reason, at, moved_to=p.gpu_id) for p in plan.placements if p.moved_from is not None]
         changes += [self._place(p, gpus[p.gpu_id], at) for p in plan.placements]
         for refusal in plan.not_placed:
-            if self._news(refusal.job_id, refusal.reason):  # say it again only when its substance changes
-                changes.append(Waiting(derived_id("waiting", refusal.job_id, at.isoformat()), at, refusal.job_id, refusal.reason))
+            reason = f"{refusal.reason}; {note}" if note else refusal.reason
+            if self._news(refusal.job_id, reason):  # say it again only when its substance changes
+                changes.append(Waiting(derived_id("waiting", refusal.job_id, at.isoformat()), at, refusal.job_id, reason))
         return Decisions(tuple(changes), plan.total_weight)
+
+    @staticmethod
+    def _without(cooling: list[str], candidates: list[OnlineGpu], jobs: list[PendingJob]) -> tuple[list[OnlineGpu], list[PendingJob]]:
+        """The round without the cooling GPUs, and without the jobs running on them (left alone)."""
+        closed = set(cooling)
+        return [g for g in candidates if g.gpu_id not in closed], [j for j in jobs if j.running_on not in closed]
 
     def _news(self, job_id: str, reason: str) -> bool:
         last = self.told[job_id] if job_id in self.told else self.told_on_log.get(job_id, "")
@@ -230,3 +260,10 @@ class Scheduler:
                 solo_iteration_time_ms=self.view.profiles[planned.job_id].iteration_time_ms,
             ),
         )
+
+
+def _cooling_note(cooling: list[str], closed: Closures) -> str:
+    """What a waiting job is told about the GPUs cooling down after an SLO eviction ("" for none)."""
+    if not cooling:
+        return ""
+    return f"{len(cooling)} GPU(s) closed to offline work after an SLO eviction (e.g. {closed.gpus[cooling[0]]})"

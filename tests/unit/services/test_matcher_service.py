@@ -19,18 +19,20 @@ from hivemux.events import (
     HealthTransition,
     JobKind,
     JobLifecycleEvent,
+    JobState,
     JobSubmission,
     Placement,
     PredictorModel,
     Profile,
     ReportState,
+    SloProtectionAction,
     WorkloadSpec,
 )
 from hivemux.prediction.analytic import default_analytic_model
 from hivemux.services.matcher.service import Matcher, MatcherSettings, build
 from hivemux.topics import (
     EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY, JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES, JOBS_SUBMITTED, PLACEMENTS,
-    PREDICTOR_MODELS,
+    PREDICTOR_MODELS, SLO_PROTECTION,
 )
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -82,7 +84,7 @@ def test_settings_take_init_kwargs_by_field_name() -> None:
 def test_build_folds_every_input_topic_and_exports_efficiency() -> None:
     service = build(MatcherSettings())
     topics = {JOBS_SUBMITTED, JOBS_LIFECYCLE, JOBS_PROFILED, PREDICTOR_MODELS, PLACEMENTS, EXECUTOR_REPORTS, GPU_HEALTH, GPU_TELEMETRY,
-              JOBS_COMMANDS, JOBS_REFUSALS, JOBS_RESIZES}  # the last three: resizes
+              JOBS_COMMANDS, JOBS_REFUSALS, JOBS_RESIZES, SLO_PROTECTION}  # resizes; SLO evictions (`slo_cooldown`)
     assert set(service.folds) == {t.name for t in topics}
     assert [t.seconds for t in service.tickers] == [15.0]
 
@@ -121,3 +123,22 @@ def test_efficiency_gauges_come_from_the_core_report() -> None:
     assert REGISTRY.get_sample_value("hivemux_offline_normalized_throughput", {"job_id": "offline-a"}) == pytest.approx(0.5)
     assert REGISTRY.get_sample_value("hivemux_oversold_gpu") == pytest.approx(0.5)
     assert REGISTRY.get_sample_value("hivemux_offline_normalized_throughput_overall") == pytest.approx(0.5)
+
+
+def test_an_slo_eviction_on_the_protection_topic_cools_its_gpu_down() -> None:
+    """`sharing.protection`'s ``evict`` step reaches the scheduler (`slo_cooldown`): the next round
+    places nothing on the GPU and tells the job why; other steps change nothing."""
+    matcher = ready()
+    matcher.on_batch(batch(0, 40.0), LIVE)
+    [placement, *_] = matcher.on_batch(batch(6, 40.0), LIVE)
+    step = {"occurred_at": T0 + timedelta(seconds=7), "source": "health-processor/test", "gpu_id": GPU, "node_id": NODE,
+            "service": "infer-resnet50-00", "offline_job_id": "offline-a", "level": 2, "p99_ms": 62.0, "slo_p99_ms": 50.0,
+            "launch_target": 0.4, "reason": "test"}  # fmt: skip
+    matcher.core.on_protection(SloProtectionAction(**step, step="lower_sm_share"))
+    assert matcher.core.scheduler.view.running["offline-a"].decision_id == placement.event_id
+    matcher.core.on_protection(SloProtectionAction(**step, step="evict"))
+    assert "offline-a" not in matcher.core.scheduler.view.running
+    out = matcher.on_batch(batch(12, 40.0), LIVE)
+    [waiting] = [e for e in out if isinstance(e, JobLifecycleEvent)]
+    assert not [e for e in out if isinstance(e, Placement)] and waiting.state is JobState.WAITING
+    assert "closed to offline work after an SLO eviction" in waiting.reason and "cools down" in waiting.reason
