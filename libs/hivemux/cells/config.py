@@ -292,7 +292,19 @@ def check_initial_assignment(config: HivedConfig) -> None:
 
 
 def parse_config(raw: Mapping[str, Any]) -> HivedConfig:
-    """Parse HiveD's configuration (``physicalCluster``, ``virtualClusters``) and validate it."""
+    """Parse HiveD's configuration (``physicalCluster``, ``virtualClusters``) and validate it.
+    A section of the wrong shape (a list or string where a mapping belongs, ...) is a
+    `ConfigurationError` too: a schema-valid ``cells.config`` record may hold anything there, and
+    its consumers (the cell allocator, the projector) refuse it rather than stop on it."""
+    try:
+        return _parse_config(raw)
+    except ConfigurationError:
+        raise
+    except (AttributeError, TypeError, KeyError, ValueError, IndexError) as error:
+        raise ConfigurationError(f"malformed cell configuration: {type(error).__name__}: {error}") from error
+
+
+def _parse_config(raw: Mapping[str, Any]) -> HivedConfig:
     pc_raw = _require(raw, "physicalCluster", "config")
     types = _build_cell_types(pc_raw.get("cellTypes") or {})
     physical: list[PhysicalCellConfig] = []

@@ -322,3 +322,16 @@ def test_bind_info_round_trip():
     assert bind_info_to_annotation(info) == raw
     with pytest.raises(InvalidEvent):
         bind_info_from_annotation({"leafCellIsolation": [0]})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [{"physicalCluster": {"cellTypes": "nope"}, "virtualClusters": {"a": {}}},
+     {"physicalCluster": {"cellTypes": {}, "physicalCells": ["x"]}, "virtualClusters": {"a": {}}},
+     {"physicalCluster": {"cellTypes": {"n": 5}, "physicalCells": [{"cellType": "n"}]}, "virtualClusters": {"a": 3}}],
+    ids=["cell-types-a-string", "physical-cell-a-string", "vc-a-number"],
+)  # fmt: skip
+def test_a_section_of_the_wrong_shape_is_a_configuration_error(raw: dict) -> None:  # type: ignore[type-arg]
+    # a schema-valid cells.config may hold anything in its sections: its consumers refuse it, never stop on it
+    with pytest.raises(ConfigurationError, match="cell configuration"):
+        parse_config(raw)
