@@ -118,8 +118,7 @@ class CellAllocator:
     def refuse_lane(self, refused: LaneJobRefused, *, at: datetime, cause: str) -> Allocation:
         """A lane job that cannot run in lanes (`lane_gpus.choose`): refused with the reason."""
         self._saw(at)
-        self.lanes.ended.add(refused.job_id)
-        return self._allocation([refused], at, cause)
+        return self._allocation(self.lanes.refuse(refused), at, cause)
 
     def enqueue_lane(self, job: LaneJobSpec, *, at: datetime) -> None:
         """A lane job's submission replayed after a restart (`LaneGpus.go_live` places it)."""

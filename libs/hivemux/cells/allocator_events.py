@@ -122,7 +122,8 @@ class AllocatorEvents:
         self.submissions[job.job_id] = job
         lane = choose(candidate(job), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
         if isinstance(lane, LaneJobRefused):  # a lane job without its memory figures, or too large
-            return [] if replaying else self.events(self.core.refuse_lane(lane, at=job.occurred_at, cause=str(job.event_id)))
+            allocation = self.core.refuse_lane(lane, at=job.occurred_at, cause=str(job.event_id))
+            return [] if replaying else self.events(allocation)
         if lane is not None and replaying:
             self.core.enqueue_lane(lane, at=job.occurred_at)
             return []

@@ -256,6 +256,9 @@ class LaneGpus:
         self.next_id = 0
         self.live = False
         self.recorded = _Recorded()
+        self.to_refuse: dict[str, LaneJobRefused] = {}  # refusals folded, not decided yet (`refuse`)
+        self.untried: set[str] = set()  # restored waiting by `go_live`, not tried yet: no GPU asked for them
+        self.capacities: dict[str, float] = {}  # lane GPU (internal job) -> C, as bound
 
     # -- views --------------------------------------------------------------------------------
     def is_lane_job(self, job_id: str) -> bool:
@@ -270,10 +273,10 @@ class LaneGpus:
 
     def binding_inputs(self, job_id: str) -> dict[str, float | int | str]:
         """What a lane GPU's binding records so that `recorded_gpu` rebuilds it."""
-        req, gpu = self.requests[job_id], self.bound.get(job_id)
+        req = self.requests[job_id]
         out: dict[str, float | int | str] = {"lane_group": req.group, "lane_priority": req.priority, "lane_gpu_type": req.gpu_type}
-        if gpu is not None:
-            out["lane_capacity_mib"] = gpu.capacity_mib
+        if job_id in self.capacities:
+            out["lane_capacity_mib"] = self.capacities[job_id]
             out["lane_policy"] = self.settings.policy(req.vc).value
         return out
 
@@ -313,11 +316,27 @@ class LaneGpus:
         """The `JobAllocator`'s decisions, with the lane GPUs' consequences (module docstring)."""
         return self._drain(decisions) if self.live else list(decisions)
 
+    def refuse(self, refused: LaneJobRefused) -> list[Decision | LaneDecision]:
+        """A lane job `choose` refused: decided now when live; folded from the log, at the next
+        retry pass unless the log says it was refused already (as HiveD's waiting jobs are)."""
+        if refused.job_id in self.ended:
+            return []
+        if not self.live:
+            self.to_refuse[refused.job_id] = refused
+            return []
+        self.ended.add(refused.job_id)
+        return [refused]
+
     def retry(self) -> list[Decision | LaneDecision]:
-        """The retry pass: waiting lane jobs tried again, empty lane GPUs given back."""
+        """The retry pass: refusals folded before going live, waiting lane jobs tried again,
+        empty lane GPUs given back."""
         if not self.live:
             return []
-        items: list = list(self._convert(self.placer.retry()))
+        items: list = [r for job, r in self.to_refuse.items() if job not in self.ended]
+        self.ended.update(self.to_refuse)
+        self.to_refuse.clear()
+        items += self._convert(self.placer.retry())
+        self.untried.clear()
         for gpu in self.placer.gpus():
             if not self.placer.jobs_on(gpu.gpu_id):
                 items += self._give_back(gpu.cell)
@@ -371,6 +390,7 @@ class LaneGpus:
             self.requests[job_id] = req
             self.bound[job_id] = gpu
             self.by_gpu[gpu.gpu_id] = job_id
+            self.capacities[job_id] = gpu.capacity_mib
             self.placer.restore_gpu(LaneGpu(gpu.gpu_id, gpu.capacity_mib, req.group, job_id, self.settings.policy(req.vc)),
                                     rec.next_lane.get(job_id, 0))  # fmt: skip
             self.jobs.enqueue(req.training_job())  # bound already (`JobAllocator.restore`)
@@ -386,6 +406,7 @@ class LaneGpus:
                 self.placer.restore(job, lane.gpu_id, lane.lane_id, rec.lane_sizes[(lane.lane_gpu, lane.lane_id)])
             else:
                 self.placer.restore_waiting(job)
+                self.untried.add(job_id)
         self.recorded = _Recorded()
 
     # -- helpers ------------------------------------------------------------------------------
@@ -460,6 +481,7 @@ class LaneGpus:
                 capacity = self.settings.capacity(req.gpu_type or _leaf_type(self.jobs.scheduler, bind.bind_info.cell_chain))
                 capacity = capacity if capacity is not None else self.settings.capacity("") or 0.0
                 self.bound[d.job_id] = BoundGpu(bind.node, gpu_id, capacity)
+                self.capacities[d.job_id] = capacity
                 self.by_gpu[gpu_id] = d.job_id
                 return self._convert(self.placer.add_gpu(LaneGpu(gpu_id, capacity, req.group, d.job_id, self.settings.policy(req.vc))))
             case PodPreempted(by=by):
@@ -497,7 +519,7 @@ class LaneGpus:
         first: dict[str, LaneJobSpec] = {}
         for job in self.placer.waiting:
             spec = self.specs.get(job)
-            if spec is not None:
+            if spec is not None and job not in self.untried:
                 first.setdefault(spec.group, spec)
         out: list[Decision] = []
         for job_id, group in list(self.pending.items()):

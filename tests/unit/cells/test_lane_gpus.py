@@ -330,3 +330,28 @@ def test_restart_keeps_a_grown_lane_at_its_size() -> None:
     after = restart(log)
     assert lane_state(after) == before
     assert after.core.lanes.placer.manager("node-02/gpu-0")._next_lane_id == 2
+
+
+def test_a_refusal_folded_before_going_live_is_decided_at_the_next_pass_once() -> None:
+    edge = shell()
+    edge.on_submission(lane_job("nope", 10000, 8000), replaying=True)  # consumed while catching up
+    edge.core.folding(False)
+    (rejected,) = of(edge.retry(), JobLifecycleEvent, JobState.REJECTED)
+    assert rejected.job_id == "nope" and "exceeds C" in rejected.reason
+    assert not edge.retry()
+    # a restart that folds that refusal does not refuse again
+    again = shell()
+    again.on_submission(lane_job("nope", 10000, 8000), replaying=True)
+    again.on_lifecycle(rejected, replaying=True)
+    again.core.folding(False)
+    assert not again.retry()
+
+
+def test_lane_jobs_folded_before_going_live_are_placed_at_the_next_pass() -> None:
+    edge = shell()
+    edge.on_submission(lane_job("j1"), replaying=True)
+    edge.on_submission(lane_job("j2", seconds=2), replaying=True)
+    edge.core.folding(False)
+    out = edge.retry()
+    starts = of(out, ExecutorCommand)
+    assert sorted(c.job_id for c in starts) == ["j1", "j2"] and len({c.gpu_ids for c in starts}) == 1
