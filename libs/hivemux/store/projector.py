@@ -2,6 +2,11 @@
 the pure projection (`hivemux.projection`) into the read-model store, one transaction per batch
 holding the rows and the offsets (exactly-once; see `store.read_models`).
 
+A batch whose rows PostgreSQL refuses (`asyncpg.DataError`: a NUL character in a text, a
+number past a column's range) is written again with NUL characters replaced and without the
+records it still refuses (logged and counted as skipped), so no schema-valid record stops the
+projector or makes it fold the same batch forever after each restart.
+
 A record that does not decode is skipped with a counter and a log line and its offset is
 consumed like any other: the topic's dead-letter belongs to its producer, and a projector that
 stopped on it would stop every read model. So is a record the services' runtime refuses too
@@ -31,7 +36,7 @@ from ..projection import PROJECTED_TOPICS, Change
 from ..projection import Position as RecordPosition
 from ..projection import project
 from ..topics import TOPICS
-from .read_models import ReadModelStore
+from .read_models import ReadModelStore, without_nul
 
 log = logging.getLogger("hivemux.projector")
 
@@ -47,6 +52,7 @@ class ProjectorStats:
     records: int = 0
     changes: int = 0
     undecodable: int = 0
+    refused: int = 0  # decoded, but a value PostgreSQL refuses even without NUL characters (`_admissible`)
     batches: int = 0
 
 
@@ -69,7 +75,7 @@ async def run_projector(
     writers = Authorization().refusal
 
     async def on_batch(records: list[ConsumerRecord], started: dict[Position, int], advanced: dict[Position, int]) -> None:
-        changes: list[Change] = []
+        per_record: list[tuple[ConsumerRecord, tuple[Change, ...]]] = []
         undecodable = 0
         for record in records:
             try:
@@ -84,8 +90,15 @@ async def run_projector(
                 undecodable += 1
                 log.warning("skipped undecodable record %s/%s@%s: %s", record.topic, record.partition, record.offset, error)
                 continue
-            changes += project(event, RecordPosition(record.topic, record.partition, record.offset))
-        await store.apply(changes, started, advanced)
+            per_record.append((record, project(event, RecordPosition(record.topic, record.partition, record.offset))))
+        changes = [c for _, made in per_record for c in made]
+        try:
+            await store.apply(changes, started, advanced)
+        except asyncpg.DataError:  # a value PostgreSQL cannot hold: never a reason to stop (or loop on) the batch
+            changes, refused = await _admissible(store, per_record)
+            await store.apply(changes, started, advanced)
+            undecodable += refused
+            stats.refused += refused
         stats.records += len(records)
         stats.changes += len(changes)
         stats.undecodable += undecodable
@@ -98,6 +111,18 @@ async def run_projector(
         bootstrap_servers, projected_topics(), positions, on_batch, stop=stop, until_caught_up=until_caught_up, max_records=max_records
     )
     return stats
+
+
+async def _admissible(store: ReadModelStore, per_record: list[tuple[ConsumerRecord, tuple[Change, ...]]]) -> tuple[list[Change], int]:
+    """The batch's changes once PostgreSQL refused it: NUL characters replaced (`without_nul`),
+    and without the records whose changes it still refuses (`ReadModelStore.refusals`), each
+    logged with the database's reason; and how many were left out."""
+    cleaned = [(record, tuple(without_nul(c) for c in made)) for record, made in per_record]
+    refused = await store.refusals([made for _, made in cleaned])
+    for index, reason in sorted(refused.items()):
+        record = cleaned[index][0]
+        log.warning("skipped record %s/%s@%s: PostgreSQL refuses its rows: %s", record.topic, record.partition, record.offset, reason)
+    return [c for i, (_, made) in enumerate(cleaned) if i not in refused for c in made], len(refused)
 
 
 async def rebuild(bootstrap_servers: str, pool: asyncpg.Pool) -> ProjectorStats:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import astuple, dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -233,6 +233,52 @@ def _args(change: Change) -> tuple[Any, ...]:
     raise TypeError(f"not a read-model change: {change!r}")
 
 
+async def _write(conn: Any, changes: Sequence[Change]) -> None:
+    """`changes` in one go per kind, in a fixed order (kinds write disjoint columns)."""
+    grouped: dict[type, list[tuple[Any, ...]]] = {}
+    for change in changes:
+        grouped.setdefault(type(change), []).append(_args(change))
+    for kind in _STATEMENTS:
+        if kind not in grouped:
+            continue
+        if kind is JobStateChanged:
+            folded = fold_states([c for c in changes if isinstance(c, JobStateChanged)])
+            columns = [list(column) for column in zip(*(astuple(f) for f in folded), strict=True)]
+            await conn.execute(_STATEMENTS[kind], *columns)
+            await conn.execute(_STATES_INSERT, *columns)
+        elif kind is VcQuotasChanged:
+            for quotas in (c for c in changes if isinstance(c, VcQuotasChanged)):
+                if await conn.fetchval("SELECT $1 > coalesce(max(config_version), 0) FROM vc_quotas", quotas.version):
+                    await conn.execute("DELETE FROM vc_quotas")
+                    vcs = sorted(quotas.guaranteed_gpus)
+                    await conn.execute(_STATEMENTS[kind], vcs, [quotas.guaranteed_gpus[v] for v in vcs], quotas.version)
+        elif kind is ReplicaLatency:  # the batch's latest per replica only (the upsert keeps the latest anyway)
+            latest = fold_latency([c for c in changes if isinstance(c, ReplicaLatency)])
+            await conn.executemany(_STATEMENTS[kind], [astuple(r) for _, r in sorted(latest.items())])
+        elif kind is JobEventRow:
+            await conn.execute(_STAGING)
+            await conn.copy_records_to_table("job_events_in", records=grouped[kind], columns=_JOB_EVENT_COLUMNS)
+            await conn.execute(_STATEMENTS[kind])
+        else:
+            await conn.executemany(_STATEMENTS[kind], grouped[kind])
+
+
+def without_nul(change: Change) -> Change:
+    """`change` with every NUL character in its text replaced by U+FFFD: PostgreSQL's text and
+    jsonb cannot hold NUL, and a reason or an input may carry one (a schema-valid string)."""
+    return replace(change, **{f.name: _no_nul(getattr(change, f.name)) for f in fields(change)})  # type: ignore[type-var]
+
+
+def _no_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_no_nul(k): _no_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):
+        return type(value)(_no_nul(v) for v in value)
+    return value
+
+
 def _sharing(job_id: str, placed: dict[str, Any]) -> dict[str, Any]:
     online = placed.get("online_workload")
     return {"job_id": job_id, "gpu_id": placed["gpu_id"], "node_id": placed["node_id"], "sm_share": placed["sm_share"],
@@ -298,10 +344,8 @@ class ReadModelStore:
     ) -> None:
         """Write `changes` and move each partition from its `started` offset to its `advanced`
         one, in one transaction; `ProjectionConflict` (nothing written) if the stored offsets are
-        not `started` any more."""
-        grouped: dict[type, list[tuple[Any, ...]]] = {}
-        for change in changes:
-            grouped.setdefault(type(change), []).append(_args(change))
+        not `started` any more. `asyncpg.DataError` (nothing written) if PostgreSQL refuses a
+        value: the projector then asks `refusals` which records did."""
         async with self._pool.acquire() as conn, conn.transaction():
             for (topic, partition), next_offset in sorted(advanced.items()):
                 start = started.get((topic, partition), 0)
@@ -313,29 +357,27 @@ class ReadModelStore:
                 )  # fmt: skip
                 if moved is None:
                     raise ProjectionConflict(f"{topic}/{partition}: stored offset is no longer {start}; another projector is writing")
-            for kind in _STATEMENTS:  # fixed order: kinds write disjoint columns
-                if kind not in grouped:
-                    continue
-                if kind is JobStateChanged:
-                    folded = fold_states([c for c in changes if isinstance(c, JobStateChanged)])
-                    columns = [list(column) for column in zip(*(astuple(f) for f in folded), strict=True)]
-                    await conn.execute(_STATEMENTS[kind], *columns)
-                    await conn.execute(_STATES_INSERT, *columns)
-                elif kind is VcQuotasChanged:
-                    for quotas in (c for c in changes if isinstance(c, VcQuotasChanged)):
-                        if await conn.fetchval("SELECT $1 > coalesce(max(config_version), 0) FROM vc_quotas", quotas.version):
-                            await conn.execute("DELETE FROM vc_quotas")
-                            vcs = sorted(quotas.guaranteed_gpus)
-                            await conn.execute(_STATEMENTS[kind], vcs, [quotas.guaranteed_gpus[v] for v in vcs], quotas.version)
-                elif kind is ReplicaLatency:  # the batch's latest per replica only (the upsert keeps the latest anyway)
-                    latest = fold_latency([c for c in changes if isinstance(c, ReplicaLatency)])
-                    await conn.executemany(_STATEMENTS[kind], [astuple(r) for _, r in sorted(latest.items())])
-                elif kind is JobEventRow:
-                    await conn.execute(_STAGING)
-                    await conn.copy_records_to_table("job_events_in", records=grouped[kind], columns=_JOB_EVENT_COLUMNS)
-                    await conn.execute(_STATEMENTS[kind])
-                else:
-                    await conn.executemany(_STATEMENTS[kind], grouped[kind])
+            await _write(conn, changes)
+
+    async def refusals(self, per_record: Sequence[Sequence[Change]]) -> dict[int, str]:
+        """Which records' changes PostgreSQL refuses (a value out of a column's range, a NUL
+        character in text: `asyncpg.DataError`), by index, with its message: each record's
+        changes are written alone in a savepoint of a transaction that is then rolled back, so
+        nothing is kept. A batch that failed with `DataError` is applied again without them."""
+        refused: dict[int, str] = {}
+        async with self._pool.acquire() as conn:
+            outer = conn.transaction()
+            await outer.start()
+            try:
+                for index, changes in enumerate(per_record):
+                    try:
+                        async with conn.transaction():
+                            await _write(conn, changes)
+                    except asyncpg.DataError as error:
+                        refused[index] = f"{type(error).__name__}: {error}"
+            finally:
+                await outer.rollback()
+        return refused
 
     async def reset(self) -> None:
         """Empty every read-model table and the offsets (a rebuild folds again from offset 0)."""
