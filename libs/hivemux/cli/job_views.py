@@ -53,21 +53,55 @@ def list_jobs(vc: str | None, state: str | None, kind: str | None, limit: int, a
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True)
 def describe(job_id: str, as_json: bool) -> None:
-    """One job: state, VC, kind, priority, placement or binding, times, last reason."""
+    """One job: state, VC, kind, priority, placement or binding, times, last reason; an online
+    service also its replicas' latest latency against its SLO and its last protection step."""
     client = api_client()
+    service: dict[str, Any] | None = None
     if client is not None:
-        job = job_row(api_call(client, "GET", f"/api/v1/jobs/{job_id}"))
+        body = api_call(client, "GET", f"/api/v1/jobs/{job_id}")
+        job, service = job_row(body), body.get("service")
     else:
-        job = run_on_read_models(lambda pool: ReadModelStore(pool).job(job_id))
+
+        async def read(pool: Any) -> tuple[JobRow | None, dict[str, Any] | None]:
+            from ..store.online import online_services
+
+            row = await ReadModelStore(pool).job(job_id)
+            services = await online_services(pool, job_ids=[job_id]) if row is not None and row.kind == "online" else []
+            return row, services[0] if services else None
+
+        job, service = run_on_read_models(read)
     if job is None:
         raise click.ClickException(f"no job {job_id} in the read model")
     if as_json:
-        click.echo(json.dumps(_job_json(job), indent=2))
+        click.echo(json.dumps(_job_json(job) | ({"service": service} if service else {}), indent=2, default=str))
         return
     for name, value in _job_json(job).items():
         if name in ("placement", "binding"):
             value = json.dumps(value, sort_keys=True) if value else "-"
         click.echo(f"{name + ':':<14} {value if value not in (None, '') else '-'}")
+    for line in _service_lines(service) if service else ():
+        click.echo(line)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def _service_lines(s: dict[str, Any]) -> list[str]:
+    """An online service's latency (`store.online`): the worst replica against the SLO, each replica, the last step."""
+    lines = [f"{'latency:':<14} worst p99 {_ms(s['worst_p99_ms'])} / SLO {_ms(s['slo_p99_ms'])} ({s['slo_state']}); "
+             f"{s['replicas_bound']}/{s['replicas'] or '-'} replicas bound"]  # fmt: skip
+    for r in s["replica_latency"]:
+        beside = f" beside {r['offline_job_id']}" if r.get("offline_job_id") else ""
+        target = f" (launch target {r['launch_target']:g})" if r.get("launch_target") is not None else ""
+        lines.append(f"  {r['gpu_id']:<20} p99 {_ms(r.get('p99_ms'))}  p50 {_ms(r.get('p50_ms'))}  {r['slo_state']:<11} "
+                     f"window to {r.get('window_end') or '-'}{beside}{target}")  # fmt: skip
+    last = s.get("last_protection")
+    if last:
+        counts = ", ".join(f"{k} {n}" for k, n in s["protection_steps"].items())
+        lines.append(f"{'protection:':<14} last {last['step']} (level {last['level']}) on {last['gpu_id']} at {last['occurred_at']}: "
+                     f"{last['reason']}; steps: {counts}")  # fmt: skip
+    return lines
 
 
 @jobs_group.command("history")
