@@ -1,6 +1,7 @@
 """The cluster status read model: GPUs by health state, jobs by state, offline jobs sharing
 online GPUs, online services (submitted as jobs: their replicas' GPUs and latest p99 against
-their SLO), training jobs bound to cells — folded from the topics alone (`hivemux status`, the
+their SLO), training jobs bound to cells, lane jobs sharing a GPU in Salus lanes (their lane,
+the GPU's iteration policy, their latest iteration count from the executors' reports) — folded from the topics alone (`hivemux status`, the
 end-of-run summary of `hivemux up`)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from .events import (
     CellBinding,
     Event,
+    ExecutorReport,
     HealthTransition,
     JobLifecycleEvent,
     JobState,
@@ -21,9 +23,9 @@ from .events import (
     Placement,
 )
 from .projection.online import slo_state
-from .topics import CELL_BINDINGS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, ONLINE_LATENCY, PLACEMENTS, Topic
+from .topics import CELL_BINDINGS, EXECUTOR_REPORTS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, ONLINE_LATENCY, PLACEMENTS, Topic
 
-STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS, ONLINE_LATENCY)
+STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS, ONLINE_LATENCY, EXECUTOR_REPORTS)
 _ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED, JobState.CANCELLED}
 _NOT_BOUND = {s.value for s in _ENDED} | {JobState.SUSPENDED.value}  # holds no cells now
 # A suspended job stays suspended until resumed or cancelled (or its workload had finished):
@@ -54,6 +56,8 @@ class ClusterStatus:
     services: dict[str, dict[str, Any]] = field(default_factory=dict)  # online job -> its submission's model, SLO, rate
     gpus_now: dict[str, dict[str, tuple[str, ...]]] = field(default_factory=dict)  # job -> pod -> GPUs bound now
     latency: dict[str, dict[str, OnlineLatencyReport]] = field(default_factory=dict)  # service -> GPU -> latest report
+    lanes: dict[str, dict[str, str]] = field(default_factory=dict)  # lane job -> its latest lane (the allocator's bound inputs)
+    iterations: dict[str, tuple[int, int]] = field(default_factory=dict)  # job -> (done, total), the most any report said
     _seen: set[Any] = field(default_factory=set)
 
     def apply(self, event: Event) -> None:
@@ -90,6 +94,9 @@ class ClusterStatus:
                 if not pods:
                     self.bound_now.pop(event.job_id, None)
                 self.gpus_now.get(event.job_id, {}).pop(event.pod or event.job_id, None)
+            case ExecutorReport():
+                done, total = self.iterations.get(event.job_id, (0, 0))
+                self.iterations[event.job_id] = (max(done, event.iterations_done), max(total, event.iterations_total))
             case OnlineLatencyReport():
                 latest = self.latency.setdefault(event.service, {})
                 if event.gpu_id not in latest or latest[event.gpu_id].window_end <= event.window_end:
@@ -102,6 +109,8 @@ class ClusterStatus:
             return
         self.job_state[event.job_id] = event.state.value
         self.job_reason[event.job_id] = event.reason
+        if event.state is JobState.BOUND and "lane_id" in event.inputs:
+            self.lanes[event.job_id] = dict(event.inputs)
         if event.state in _ENDED or event.state in (JobState.EVICTED, JobState.PREEMPTED, JobState.SUSPENDED):
             self.sharing_now.pop(event.job_id, None)
         if event.state in _ENDED or event.state is JobState.SUSPENDED:
@@ -109,7 +118,7 @@ class ClusterStatus:
             self.gpus_now.pop(event.job_id, None)
 
     def summary(self) -> dict[str, Any]:
-        placed = set(self.shared_ever) | set(self.bound_ever)
+        placed = {j for j in set(self.shared_ever) | set(self.bound_ever) | set(self.lanes) if not j.startswith("lane-gpu:")}  # not a lane GPU itself
         return {
             "gpus_by_health": dict(sorted(Counter(self.gpu_state.values()).items())),
             "jobs": {
@@ -124,6 +133,7 @@ class ClusterStatus:
                 {"job_id": j, "reason": self.job_reason.get(j, "")} for j, s in sorted(self.job_state.items()) if s == JobState.WAITING.value
             ],
             "online_services": [self._service_row(j) for j in sorted(self.services)],
+            "lane_jobs": [self._lane_row(j) for j in sorted(self.lanes, key=lambda j: (self.lanes[j].get("gpu_id", ""), self.lanes[j].get("lane_id", ""), j))],
             "training_bound": [{"job_id": j, "node_ids": sorted(n)} for j, n in sorted(self.bound_ever.items()) if j not in self.services],
             # Judged at the end, not as events arrive: the topics are folded one after another, so a
             # job's end may be applied before its bindings (the read model's status does the same).
@@ -142,6 +152,13 @@ class ClusterStatus:
         worst = max(reports, key=lambda r: r.p99_ms, default=None)
         return {"job_id": job_id, "vc": self.job_vc.get(job_id), "state": self.job_state.get(job_id), **self.services[job_id],
                 "gpu_ids": gpus, "p99_ms": worst.p99_ms if worst else None}
+
+
+    def _lane_row(self, job_id: str) -> dict[str, Any]:
+        lane = self.lanes[job_id]
+        done, total = self.iterations.get(job_id, (0, 0))
+        return {"job_id": job_id, "vc": self.job_vc.get(job_id), "gpu_id": lane.get("gpu_id"), "lane_id": lane.get("lane_id"),
+                "policy": lane.get("policy"), "state": self.job_state.get(job_id), "iterations_done": done, "iterations_total": total}
 
 
 def _sharing_row(s: Sharing) -> dict[str, Any]:
@@ -210,6 +227,13 @@ def render_summary(summary: dict[str, Any]) -> str:
             f"  {r['job_id']:<18} {r['vc'] or '-':<6} {r['state'] or '-':<10} {len(r['gpu_ids'])}/{r['replicas']} replicas on "
             f"{', '.join(r['gpu_ids']) or '-':<32}" + _against_slo(r)
             for r in summary["online_services"]
+        ] or ["  (none)"]
+    if "lane_jobs" in summary:
+        lines.append("Lane jobs (Salus lanes: small training jobs of one VC sharing a lane GPU; iterations from the executors):")
+        lines += [
+            f"  {r['job_id']:<18} {r['vc'] or '-':<6} on {r['gpu_id'] or '-':<16} lane {r['lane_id']} {str(r['policy'] or '-').upper():<5}"
+            f" {r['state'] or '-':<10} {r['iterations_done']}/{r['iterations_total']} iterations"
+            for r in summary["lane_jobs"]
         ] or ["  (none)"]
     lines.append("Training jobs bound to cells:")
     lines += [f"  {r['job_id']:<18} on {', '.join(r['node_ids'])}" for r in summary["training_bound"]] or ["  (none)"]

@@ -60,7 +60,8 @@ def binding(job_id: str, state: str, node_ids: tuple[str, ...] = ("node-02", "no
 
 
 def test_status_topics() -> None:
-    assert [t.name for t in STATUS_TOPICS] == ["gpu.health", "jobs.submitted", "jobs.lifecycle", "placements", "cells.bindings", "online.latency"]
+    assert [t.name for t in STATUS_TOPICS] == ["gpu.health", "jobs.submitted", "jobs.lifecycle", "placements", "cells.bindings", "online.latency",
+                                               "executor.reports"]  # fmt: skip
 
 
 def test_gpus_by_latest_health_state() -> None:
@@ -226,7 +227,7 @@ def test_render_of_an_empty_cluster() -> None:
     text = render_summary(ClusterStatus().summary())
     assert "  (no GPU reported yet)" in text
     assert "Jobs: submitted 0, placed 0, completed 0" in text
-    assert text.count("  (none)") == 4  # offline sharing, waiting, online services, training
+    assert text.count("  (none)") == 5  # offline sharing, waiting, online services, lane jobs, training
 
 
 def test_evicted_job_is_shared_but_not_sharing_now_in_the_render() -> None:
@@ -283,3 +284,25 @@ def test_the_summary_shows_per_vc_usage_and_where_each_service_stands_against_it
     assert "0.013" in line and "0.710" in line and "1.41" in line and "0.080/0.120/0.001" in line
     summary["vc_usage"] = {"since": "2000-01-01T00:00:00+00:00", "until": None, "vcs": None, "error": "read models unreachable: x"}
     assert "(read models unreachable: x)" in render_summary(summary)
+
+
+def test_lane_jobs_show_their_gpu_lane_policy_and_iterations() -> None:
+    """Issue 20: two lane jobs on one GPU, from the allocator's bound inputs and the executors' reports."""
+    from hivemux.events import ExecutorReport, ReportState
+
+    def bound(job_id: str, lane: int) -> JobLifecycleEvent:
+        return JobLifecycleEvent(occurred_at=datetime.now(UTC), source="cell-allocator/0", job_id=job_id, state=JobState.BOUND,
+                                 inputs={"lane_gpu": "lane-gpu:vc-a:0", "gpu_id": "node-00/gpu-2", "lane_id": str(lane), "policy": "pack"})  # fmt: skip
+
+    def report(job_id: str, done: int) -> ExecutorReport:
+        return ExecutorReport(occurred_at=datetime.now(UTC), source="executor/0", node_id="node-00", job_id=job_id, command_id="c",
+                              state=ReportState.RUNNING, iterations_done=done, iterations_total=600)  # fmt: skip
+
+    events: list[Event] = [submitted("l1", JobKind.TRAINING), submitted("l2", JobKind.TRAINING), bound("l2", 1), bound("l1", 0),
+                           report("l1", 120), report("l1", 80), report("l2", 95), binding("lane-gpu:vc-a:0", "bound")]  # fmt: skip
+    summary = fold_status(events).summary()
+    assert [(r["job_id"], r["gpu_id"], r["lane_id"], r["iterations_done"]) for r in summary["lane_jobs"]] == [
+        ("l1", "node-00/gpu-2", "0", 120), ("l2", "node-00/gpu-2", "1", 95)]
+    assert summary["jobs"]["placed"] == 2  # the lane GPU itself is no job
+    text = render_summary(summary)
+    assert "l1                 vc-a   on node-00/gpu-2    lane 0 PACK  bound      120/600 iterations" in text
