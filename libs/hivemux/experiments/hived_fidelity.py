@@ -89,6 +89,7 @@ def run_point(p: Point, seed: int, progress: ProgressFn | None = None) -> dict[s
                                    progress=progress, **opts) for vc, jobs in by_vc.items() if jobs}
         tenants = tenant_comparison(shared, private)
         worst = max(tenants, key=lambda vc: tenants[vc]["excess_min"]) if tenants else None
+        peak = max(tenants, key=lambda vc: tenants[vc]["peak_excess_min"]) if tenants else None
         s = shared.summary()
         out[kind] = {
             "max_excess_min": tenants[worst]["excess_min"] if worst else 0.0,
@@ -96,7 +97,10 @@ def run_point(p: Point, seed: int, progress: ProgressFn | None = None) -> dict[s
             "worst_private_min": tenants[worst]["private_min"] if worst else 0.0,
             "worst_shared_min": tenants[worst]["shared_min"] if worst else 0.0,
             "anomalous_tenants": [vc for vc, t in tenants.items() if t["anomaly"]],
+            "max_peak_excess_min": tenants[peak]["peak_excess_min"] if peak else 0.0,  # 12-hour window (HiveD Fig. 6)
+            "peak_tenant": peak,
             "excess_min": {vc: t["excess_min"] for vc, t in tenants.items()},
+            "shared_min": {vc: t["shared_min"] for vc, t in tenants.items()},
             "gpu_utilization": s["gpu_utilization_window"],
             "guaranteed_utilization": s["guaranteed_utilization_window"],
             "fragmentation": s["fragmentation"],
@@ -147,6 +151,26 @@ def default_sweep(base: Any, philly: Any, *, days: float = 3.0) -> SweepParams:
         + philly_points(replace(philly, days=days), (0.06, 0.1, 0.15, 0.25))
         + load_points(replace(base, days=days), (30,), (1.0, 1.4), tuple(EXTRA_MIXES))
     )
+
+
+def causes_sweep(base: Any, *, nodes: int = 30, days: float = 2.0, loads: Sequence[float] = (0.8, 1.0, 1.2, 1.6)) -> SweepParams:
+    """Issue 21, session 9: what keeps the anomaly off Table 1's own mix. On Table 1's mix at
+    ``nodes`` × ``days``: the duration model (run times by GPU demand vs pooled) × how load is
+    spread over tenants (by Table 1 GPU time vs uniform by quota) × load; then uniform load with
+    the victim prod-a at half its quota (HiveD §5.2: ≈ 90% of GPUs guaranteed, prod-a "has enough
+    GPU quota") at loads 1.2-2.0 under both duration models."""
+    pts = [
+        Point(f"{tl}, run times {dm}, load {load:g}", replace(base, nodes=nodes, days=days, load=load, tenant_load=tl, duration_model=dm),
+              group=f"{nodes} nodes | {'by Table 1 GPU time' if tl == 'table1' else 'uniform'}, run times {dm}", x=load)
+        for tl in ("table1", "quota") for dm in ("by_size", "pooled") for load in loads
+    ]
+    pts += [
+        Point(f"uniform, prod-a at half, run times {dm}, load {load:g}",
+              replace(base, nodes=nodes, days=days, load=load, tenant_load="quota", duration_model=dm, load_factor={"prod-a": 0.5}),
+              group=f"{nodes} nodes | uniform, prod-a at half, run times {dm}", x=load)
+        for dm in ("by_size", "pooled") for load in (1.2, 1.6, 2.0)
+    ]
+    return SweepParams(tuple(pts))
 
 
 def plot_sweep(result: dict[str, Any], path: Path) -> Path:
@@ -200,15 +224,84 @@ def sweep_findings(result: dict[str, Any]) -> list[str]:
     ]
 
 
+def hived_ahead(p: dict[str, Any]) -> str:
+    """Tenants whose average queuing delay is lower under HiveD than under Quota (HiveD Fig. 7: 9 of 11)."""
+    q, h = p["quota"].get("shared_min"), p["hived"].get("shared_min")
+    if not q or not h:
+        return "n/a"
+    return f"{sum(1 for vc in q if h[vc] < q[vc])} of {len(q)}"
+
+
+def _peak_cell(s: dict[str, Any]) -> str:
+    return f"{s['max_peak_excess_min']:,.0f} ({s['peak_tenant']})" if "max_peak_excess_min" in s else "n/a"
+
+
 def sweep_markdown(result: dict[str, Any]) -> list[str]:
-    out = ["## What it showed", "", *sweep_findings(result), "", "| point | jobs | Quota: worst tenant excess (min), private → shared | Quota anomalous | HiveD worst excess (min) | HiveD anomalous | "
-           "GPU util. | guaranteed GPUs | fragmentation (1-7 / any guaranteed) Quota |", "|---|---|---|---|---|---|---|---|---|"]
+    out = ["## What it showed", "", *sweep_findings(result), "", "| point | jobs | Quota: worst tenant excess (min), private → shared | Quota anomalous | "
+           "Quota / HiveD peak 12-h window excess (min) | HiveD worst excess (min) | HiveD anomalous | HiveD < Quota (tenants) | "
+           "GPU util. | guaranteed GPUs | fragmentation (1-7 / any guaranteed) Quota |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in result["points"]:
         q, h = p["quota"], p["hived"]
         out.append(
             f"| {p['label']} | {p['jobs']} | {q['max_excess_min']:,.0f} ({q['worst_tenant']}: {q['worst_private_min']:,.0f} → {q['worst_shared_min']:,.0f}) | "
-            f"{', '.join(q['anomalous_tenants']) or 'none'} | {h['max_excess_min']:,.0f} | {', '.join(h['anomalous_tenants']) or 'none'} | "
+            f"{', '.join(q['anomalous_tenants']) or 'none'} | {_peak_cell(q)} / {_peak_cell(h)} | {h['max_excess_min']:,.0f} | {', '.join(h['anomalous_tenants']) or 'none'} | {hived_ahead(p)} | "
             f"{100 * q['gpu_utilization']:.0f}% | {100 * q['guaranteed_utilization']:.0f}% | "
             f"{100 * q['fragmentation']:.0f}% / {100 * q['fragmentation_blocked']:.0f}% |"
         )
+    return out
+
+
+# -- several seeds (issue 21: "a single seed at reduced scale") ----------------------------------
+SEED_FIGURES = (
+    ("quota_anomalous", "Quota: anomalous tenants"),
+    ("quota_excess", "Quota: worst tenant's excess, run average (min)"),
+    ("quota_peak", "Quota: largest 12-h window excess (min)"),
+    ("hived_anomalous", "HiveD: anomalous tenants"),
+    ("hived_peak", "HiveD: largest 12-h window excess (min)"),
+    ("hived_ahead", "HiveD < Quota, tenants"),
+    ("guaranteed", "GPUs held by guaranteed jobs, Quota (%)"),
+    ("frag_quota", "fragmentation, any guaranteed GPU: Quota (%)"),
+    ("frag_hived", "fragmentation, any guaranteed GPU: HiveD (%)"),
+    ("preempted_quota", "preempted GPUs: Quota"),
+    ("preempted_hived", "preempted GPUs: HiveD"),
+)
+
+
+def seed_figures(entry: dict[str, Any]) -> dict[str, Any]:
+    """One workload entry of ``scenarios.run_sharing_safety`` reduced to the figures compared across seeds."""
+    q, h = entry["schedulers"]["quota"], entry["schedulers"]["hived"]
+    return {
+        "quota_anomalous": q["anomalous_tenants"],
+        "quota_excess": q["max_excess_min"],
+        "quota_peak": max((t.get("peak_excess_min", 0.0) for t in q["tenants"].values()), default=0.0),
+        "hived_anomalous": h["anomalous_tenants"],
+        "hived_peak": max((t.get("peak_excess_min", 0.0) for t in h["tenants"].values()), default=0.0),
+        "hived_ahead": sum(1 for v in entry["hived_vs_quota"].values() if v["hived_min"] < v["quota_min"]),
+        "guaranteed": 100 * q["shared"]["guaranteed_utilization_window"],
+        "frag_quota": 100 * q["shared"]["fragmentation_blocked"],
+        "frag_hived": 100 * h["shared"]["fragmentation_blocked"],
+        "preempted_quota": q["shared"]["preempted_gpus"],
+        "preempted_hived": h["shared"]["preempted_gpus"],
+    }
+
+
+def seeds_markdown(result: dict[str, Any]) -> list[str]:
+    """Per workload: each figure at each seed, and the median [min-max] of the numeric ones."""
+    import statistics
+
+    out: list[str] = []
+    for w in result["workloads"]:
+        seeds = [r["seed"] for r in w["runs"]]
+        out += [f"## {w['label']}", "", f"| figure | {' | '.join(f'seed {s}' for s in seeds)} | median [range] |",
+                "|---|" + "---|" * (len(seeds) + 1)]
+        for key, name in SEED_FIGURES:
+            vals = [r["figures"][key] for r in w["runs"]]
+            if isinstance(vals[0], list):
+                cells = [", ".join(v) or "none" for v in vals]
+                agg = f"{sum(1 for v in vals if v)} of {len(vals)} seeds with one"
+            else:
+                cells = [f"{v:,.0f}" for v in vals]
+                agg = f"{statistics.median(vals):,.0f} [{min(vals):,.0f}-{max(vals):,.0f}]"
+            out.append(f"| {name} | {' | '.join(cells)} | {agg} |")
+        out.append("")
     return out

@@ -35,12 +35,25 @@ def scenario_table_rows(result: dict[str, Any]) -> list[Row]:
     if name.startswith("muxflow-"):
         return muxflow_rows(result)[0]
     rows: list[Row] = []
-    if name == "hived-anomaly-sweep":
+    if name in ("hived-anomaly-sweep", "hived-anomaly-causes"):
         for p in result["results"]["points"]:
             q, h = p["quota"], p["hived"]
             rows.append((f"worst excess over private, Quota / HiveD — {p['label']}", "§5.2, Fig. 6-8", "Quota > 0, HiveD none",
                          f"{q['max_excess_min']:,.0f} ({', '.join(q['anomalous_tenants']) or 'no anomaly'}) / "
                          f"{h['max_excess_min']:,.0f} ({', '.join(h['anomalous_tenants']) or 'no anomaly'})"))
+        return rows
+    if name == "hived-sharing-safety-seeds":
+        import statistics
+
+        for w in result["results"]["workloads"]:
+            runs = [r["figures"] for r in w["runs"]]
+            q = [r["quota_peak"] for r in runs]
+            rows.append((f"Quota anomaly / largest 12-h window excess (min), median [range] over {len(runs)} seeds — {w['label']}",
+                         "§5.2, Fig. 6-7", "yes / 200-8,000 min",
+                         f"{sum(1 for r in runs if r['quota_anomalous'])} of {len(runs)} seeds / {statistics.median(q):,.0f} [{min(q):,.0f}-{max(q):,.0f}]"))
+            rows.append((f"HiveD anomaly; HiveD < Quota (tenants, median) — {w['label']}", "§5.2, Fig. 7", "none; 9 of 11",
+                         f"{sum(1 for r in runs if r['hived_anomalous'])} of {len(runs)} seeds; "
+                         f"{statistics.median(r['hived_ahead'] for r in runs):g} of 11"))
         return rows
     for entry in result["results"]["workloads"]:
         got = _sharing_rows(entry)[0] if name.startswith("hived-sharing-safety") else _binding_rows(entry)[0]

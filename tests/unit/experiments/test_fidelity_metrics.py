@@ -128,3 +128,80 @@ def test_anomaly_sweep_points_report_and_figure(tmp_path) -> None:
     md = "\n".join(sweep_markdown(result))
     assert "What it showed" in md and "| a |" in md
     assert plot_sweep(result, tmp_path / "s.png").exists()
+
+
+# The 12-hour window excess (HiveD Figures 1 and 6), on records built by hand (window_excess
+# reads only each job's submission and queuing delay): tenant a submits a1 at 1 h and a2 at 20 h;
+# a1 waits 0 s privately and 3,600 s shared, a2 600 s in both; b's job is another tenant's.
+def test_window_excess_peak_of_12_hour_windows() -> None:
+    from hivemux.experiments.hived_experiments import ClusterRun, JobRecord, window_excess
+
+    def run(delays: dict[str, float]) -> ClusterRun:
+        submits = {"a1": 3600.0, "a2": 20 * 3600.0, "b1": 3600.0}
+        recs = {}
+        for jid, d in delays.items():
+            r = JobRecord(job(jid, jid[0], submits[jid], 60.0, 1), 0.0)
+            r.finish = submits[jid] + 60.0 + d
+            recs[jid] = r
+        return ClusterRun("r", "quota", 8, 1, recs, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+
+    private = run({"a1": 0.0, "a2": 600.0, "b1": 0.0})
+    shared = run({"a1": 3600.0, "a2": 600.0, "b1": 9999.0})
+    # windows ending 1..12 h hold a1 alone (+3,600 s); 13..19 h none; 20..21 h a2 alone (0 s)
+    assert window_excess(shared, private, "a") == (3600.0, 3600.0)
+    # a 24-hour window ending at 20 h holds both: (3,600 + 0) / 2, below the first window's peak
+    assert window_excess(shared, private, "a", window_s=24 * 3600.0) == (3600.0, 3600.0)
+    assert window_excess(shared, private, "c") == (0.0, 0.0)
+    later = run({"a1": 0.0, "a2": 1800.0, "b1": 0.0})  # only a2 waits longer: peak in its windows
+    assert window_excess(later, private, "a") == (1200.0, 20 * 3600.0)
+
+
+def test_duration_model_pooled_ignores_gpu_demand() -> None:
+    """``by_size`` draws 8-GPU jobs' run times from Philly's 8-GPU jobs (median 38.8 h in the
+    week file), ``pooled`` from all jobs (median minutes): 8-GPU jobs are far shorter pooled, and
+    the share of GPU time in jobs under 8 GPUs rises from ~1/4 to about 1/2 (see traces.table1_jobs)."""
+    import statistics
+
+    from hivemux.experiments.scenarios import Workload, build_workload
+
+    share, median8 = {}, {}
+    for model in ("by_size", "pooled"):
+        jobs = build_workload(Workload("table1", nodes=30, load=1.0, days=4.0, duration_model=model), 0).jobs
+        total = sum(j.gpus * j.duration_s for j in jobs)
+        share[model] = sum(j.gpus * j.duration_s for j in jobs if j.gpus < 8) / total
+        median8[model] = statistics.median(j.duration_s for j in jobs if j.gpus == 8)
+    assert share["by_size"] < 0.35 < 0.45 < share["pooled"]
+    assert median8["pooled"] < median8["by_size"] / 10
+    with pytest.raises(Exception, match="duration_model"):
+        build_workload(Workload("table1", nodes=30, days=1.0, duration_model="nope"), 0)
+
+
+def test_seeds_scenario_reports_each_seed_and_the_median(tmp_path) -> None:
+    """Three seeds of a tiny Table 1 workload: one figure row per figure, a column per seed, and
+    the median [range] of each numeric figure; the results table gets two rows per workload."""
+    from hivemux.experiments.report import write_outputs
+    from hivemux.experiments.results_table import scenario_table_rows
+    from hivemux.experiments.scenarios import Params, Workload, run_scenario
+
+    w = Workload("table1", nodes=12, load=1.6, days=0.3, tenant_load="quota", load_factor={"prod-a": 0.5})
+    result = run_scenario("hived-sharing-safety-seeds", Params((w,), safety_every=0), seed=4)
+    runs = result["results"]["workloads"][0]["runs"]
+    assert [r["seed"] for r in runs] == [4, 5, 6]
+    assert all(0 <= r["figures"]["hived_ahead"] <= 11 and r["figures"]["hived_anomalous"] == [] for r in runs)
+    write_outputs(result, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| seed 4 | seed 5 | seed 6 | median [range] |" in md and "HiveD < Quota, tenants" in md
+    assert len(scenario_table_rows(result)) == 2
+
+
+def test_causes_sweep_points_and_hived_ahead() -> None:
+    from hivemux.experiments.hived_fidelity import causes_sweep, hived_ahead
+    from hivemux.experiments.scenarios import Workload
+
+    pts = causes_sweep(Workload("table1"), loads=(1.0,)).points
+    assert len(pts) == 2 * 2 * 1 + 2 * 3
+    assert {p.workload.duration_model for p in pts} == {"by_size", "pooled"}
+    assert pts[-1].workload.load_factor == {"prod-a": 0.5} and pts[-1].workload.tenant_load == "quota"
+    point = {"quota": {"shared_min": {"a": 10.0, "b": 5.0, "c": 0.0}}, "hived": {"shared_min": {"a": 4.0, "b": 5.0, "c": 0.0}}}
+    assert hived_ahead(point) == "1 of 3"  # equal delays do not count
+    assert hived_ahead({"quota": {}, "hived": {}}) == "n/a"
