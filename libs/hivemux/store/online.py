@@ -27,7 +27,7 @@ ORDER BY j.job_id"""
 _LATENCY = """
 SELECT l.service, l.gpu_id, l.node_id, l.window_start, l.window_end, l.p50_ms, l.p99_ms, l.slo_p99_ms AS report_slo_p99_ms,
        l.request_rate, l.offline_job_id, l.sm_share, l.launch_target, o.vc AS offline_vc
-FROM online_latency AS l LEFT JOIN jobs AS o ON o.job_id = l.offline_job_id WHERE l.service = ANY($1)"""
+FROM online_latency AS l LEFT JOIN jobs AS o ON o.job_id = l.offline_job_id WHERE l.service = ANY($1) AND l.gpu_id = ANY($2)"""
 _STEPS = """
 SELECT DISTINCT ON (p.service, p.gpu_id) p.*, o.vc AS offline_vc
 FROM slo_protection_steps AS p LEFT JOIN jobs AS o ON o.job_id = p.offline_job_id WHERE p.service = ANY($1)
@@ -47,15 +47,17 @@ async def online_services(
     async with pool.acquire() as conn:
         services = await conn.fetch(_SERVICES, None if vcs is None else list(vcs), None if job_ids is None else list(job_ids))
         ids = [r["job_id"] for r in services]
-        latency = await conn.fetch(_LATENCY, ids)
+        bindings = {r["job_id"]: json.loads(r["binding"]) if r["state"] not in _NOT_BOUND else {} for r in services}
+        # only the GPUs bound now: rows of other GPUs (moved replicas, or reports naming any GPU) are never read
+        gpus = sorted({g for binding in bindings.values() for spec in binding.values() for g in spec.get("gpu_ids", ())})
+        latency = await conn.fetch(_LATENCY, ids, gpus)
         steps = await conn.fetch(_STEPS, ids)
         counts = await conn.fetch(_COUNTS, ids)
     reports: dict[tuple[str, str], dict[str, Any]] = {(r["service"], r["gpu_id"]): _iso(dict(r)) for r in latency}
     out = []
     for s in services:
-        binding = json.loads(s["binding"]) if s["state"] not in _NOT_BOUND else {}
         replicas = []
-        for pod, spec in sorted(binding.items()):
+        for pod, spec in sorted(bindings[s["job_id"]].items()):
             for gpu in spec.get("gpu_ids", ()):
                 report = {k: v for k, v in reports.get((s["job_id"], gpu), {}).items() if k not in ("service", "gpu_id")}
                 replicas.append({"pod": pod, "gpu_id": gpu, "node_id": (spec.get("node_ids") or [None])[0], **report})
