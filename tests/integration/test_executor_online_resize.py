@@ -29,6 +29,7 @@ from hivemux.events import (
     JobResized,
     JobSubmission,
     OnlineLatencyReport,
+    Priority,
     ReportState,
 )
 from hivemux.executor.node import NodeConfig, ProcessNode
@@ -134,3 +135,25 @@ async def test_scaling_up_and_down_leaves_the_serving_replicas_process_alone(nod
     assert nodes[first].workloads["svc-a"].proc.pid == pid and alive(pid)
     [after] = (await latency(nodes[first]))[-1:]  # the first replica serves on
     assert after.node_id == first and 0 < after.p99_ms < 250.0
+
+
+async def test_a_second_replica_of_a_service_on_one_node_is_refused_not_dropped(nodes: dict[str, ProcessNode]) -> None:
+    """This backend keys a node's workloads by job: a second replica of a running service on the
+    same node is refused with the reason (a report the cell allocator's log can explain)."""
+    node = nodes["node-00"]
+    submission = JobSubmission.model_validate({
+        "occurred_at": T0, "source": "api/test", "job_id": "svc-b", "vc": "vc-a", "kind": "online", "replicas": 2, "gpu_type": "T4",
+        "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 250.0, "request_rate": 20.0}})  # fmt: skip
+    node.on_admission(submission)
+    out: list[Event] = []
+    for index in (0, 1):
+        gpu = f"node-00/gpu-{index}"
+        node.on_admission(CellBinding(occurred_at=T0, source="cell-allocator/test", job_id="svc-b", vc="vc-a", state="bound", priority=Priority.GUARANTEED,
+                                      pod=f"svc-b/{index}", node_ids=("node-00",), gpu_ids=(gpu,), reason="test binding"))  # fmt: skip
+        out = await node.on_command(ExecutorCommand(occurred_at=T0, source="cell-allocator/test", node_id="node-00",
+                                                    action=CommandAction.START_ONLINE, job_id="svc-b", gpu_ids=(gpu,),
+                                                    workload=submission.workload))  # fmt: skip
+    [refused] = out
+    assert isinstance(refused, ExecutorReport) and refused.state is ReportState.REFUSED and refused.step == "replica_on_same_node"
+    assert refused.gpu_ids == ("node-00/gpu-1",) and "already serves on node-00/gpu-0" in refused.detail
+    assert node.workloads["svc-b"].gpu_ids == ("node-00/gpu-0",)
