@@ -3,7 +3,8 @@
 Folded from the start of each topic (one active instance per cell configuration, standbys fold
 alongside it and take over when it dies, `bus.leadership`): cell
 configurations, the job log, this allocator's own bindings (crash recovery), job ends and job
-control (cancel, suspend, resume, priority changes), GPU health, and the clock ticks. Each handler is one call into the library, which returns the events
+control (cancel, suspend, resume, priority changes), GPU health, the profiles of lane jobs that
+gave no P and E (issue 20), and the clock ticks. Each handler is one call into the library, which returns the events
 to publish. A ticker publishes a clock tick; consuming a tick runs the retry pass of waiting jobs
 when one is due, stamped with the tick's event time, never the local clock (`cells.allocator`),
 so the pass is on the log and replaying the topics reproduces it.
@@ -31,7 +32,7 @@ from hivemux.lanes.iteration_scheduler import Policy
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, EXECUTOR_COMMANDS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED  # fmt: skip
-from hivemux.topics import JOBS_COMMANDS, JOBS_REFUSALS, JOBS_RESIZES
+from hivemux.topics import JOBS_COMMANDS, JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
@@ -115,6 +116,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     service.fold(JOBS_RESIZES, lambda e, ctx: edge.on_resized(e, replaying=ctx.replaying))
     service.fold(JOBS_REFUSALS, lambda e, _: edge.on_refusal(e))
     service.fold(JOBS_COMMANDS, shell.on_command)
+    service.fold(JOBS_PROFILED, lambda e, ctx: edge.on_profile(e, replaying=ctx.replaying))  # P and E of lane jobs without estimates
     service.fold(GPU_HEALTH, shell.on_health)
     service.fold(CLOCK_TICKS, shell.on_tick)
     service.every(settings.retry_interval_s, shell.tick)

@@ -15,6 +15,7 @@ from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
 from hivemux.errors import ConfigurationError
+from hivemux.cells.lane_events import needs_profile
 from hivemux.events import Event, JobKind, JobSubmission
 from hivemux.observability import serve
 from hivemux.profiling.profiler import WorkloadProfiler, reuse_profile, signature_of
@@ -59,7 +60,7 @@ class Profiler:
             await self.pool.close()
 
     async def on_submission(self, job: JobSubmission, _: RecordContext) -> list[Event]:
-        if job.kind is not JobKind.OFFLINE:
+        if job.kind is not JobKind.OFFLINE and not needs_profile(job):  # offline jobs; lane jobs without P and E (issue 20)
             return []
         assert self.store is not None
         record = await self.store.get(job.job_id)

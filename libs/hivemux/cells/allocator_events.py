@@ -66,6 +66,7 @@ from hivemux.events import (
     JobState,
     JobSubmission,
     Priority,
+    Profile,
     clip_reason,
     derived_id,
     outcome_id,
@@ -76,8 +77,8 @@ from . import api
 from .allocator import Allocation, CellAllocator
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
-from .lane_events import LaneEventMaker, candidate
-from .lane_gpus import LaneJobRefused, LaneSettings, choose
+from .lane_events import LaneEventMaker, candidate, needs_profile
+from .lane_gpus import LaneJobRefused, LaneJobWaiting, LaneSettings, choose
 from .resize import ReplicasRefused
 
 ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
@@ -114,13 +115,16 @@ class AllocatorEvents:
         self.stopped_on_command: set[str] = set()  # jobs cancelled or suspended: their workloads were stopped
         self.decided: set[uuid.UUID] = set()  # resize outcomes decided or folded: a command id acts once
         self.lanes = LaneEventMaker(core.lanes, self.submissions, source)  # lane jobs and lane GPUs (issue 20)
+        self.profiles: dict[str, Profile] = {}  # of lane jobs that gave no P and E (`on_profile`)
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
         if job.kind not in CELL_KINDS:
             return []
         self.submissions[job.job_id] = job
-        lane = choose(candidate(job), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
+        lane = choose(candidate(job, self.profiles.get(job.job_id)), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
+        if isinstance(lane, LaneJobWaiting):  # for its profile (`on_profile`)
+            return [] if replaying else self.lanes.events(lane, job.occurred_at, str(job.event_id)) or []
         if isinstance(lane, LaneJobRefused):  # a lane job without its memory figures, or too large
             allocation = self.core.refuse_lane(lane, at=job.occurred_at, cause=str(job.event_id))
             return [] if replaying else self.events(allocation)
@@ -133,6 +137,30 @@ class AllocatorEvents:
             self.core.enqueue(training_job(job), at=job.occurred_at)
             return []
         return self.events(self.core.submit(training_job(job), at=job.occurred_at, cause=str(job.event_id)))
+
+    def on_profile(self, profile: Profile, *, replaying: bool) -> list[Event]:
+        """A lane job's profile (it gave no P and E, `lane_events.needs_profile`): it goes to lanes now."""
+        self.core.folding(replaying)
+        job = self.submissions.get(profile.job_id)
+        if job is None or not needs_profile(job):
+            if job is None:
+                self.profiles[profile.job_id] = profile  # its submission is folded later
+            return []
+        if profile.job_id in self.profiles or self.core.lanes.is_lane_job(job.job_id) or job.job_id in self.core.lanes.ended:
+            return []  # a redelivered profile, or decided already
+        self.profiles[profile.job_id] = profile
+        lane = choose(candidate(job, profile), self.core.lanes.settings)
+        at, cause = profile.occurred_at, str(profile.event_id)
+        if isinstance(lane, LaneJobRefused):
+            allocation = self.core.refuse_lane(lane, at=at, cause=cause)
+        elif replaying and lane is not None and not isinstance(lane, LaneJobWaiting):
+            self.core.enqueue_lane(lane, at=at)
+            return []
+        elif lane is not None and not isinstance(lane, LaneJobWaiting):
+            allocation = self.core.submit_lane(lane, at=at, cause=cause)
+        else:
+            return []
+        return [] if replaying else self.events(allocation)
 
     def on_binding(self, binding: CellBinding, *, replaying: bool) -> None:
         """Crash recovery: restore the bindings published before a restart."""

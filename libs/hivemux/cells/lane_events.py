@@ -29,11 +29,13 @@ from hivemux.events import (
     CommandAction,
     Event,
     ExecutorCommand,
+    JobKind,
     JobLifecycleEvent,
     JobState,
     JobSubmission,
     LaneGrant,
     Priority,
+    Profile,
     clip_reason,
     derived_id,
 )
@@ -53,12 +55,22 @@ from .lane_gpus import (
 )
 
 
-def candidate(job: JobSubmission) -> LaneCandidate:
+def candidate(job: JobSubmission, profile: Profile | None = None) -> LaneCandidate:
+    """The submission as `lane_gpus.choose` sees it: ``P`` and ``E`` from its estimates, else
+    from its profile (``E = memory_peak_mib − persistent_memory_mib``)."""
+    p, e = job.estimates.persistent_memory_mib, job.estimates.ephemeral_memory_mib
+    if (p is None or e is None) and profile is not None:
+        p, e = profile.persistent_memory_mib, max(0.0, profile.memory_peak_mib - profile.persistent_memory_mib)
     return LaneCandidate(
         job_id=job.job_id, vc=job.vc, priority=-1 if job.priority is Priority.OPPORTUNISTIC else max(0, job.priority_value),
-        gpu_type=job.gpu_type or "", pod_sizes=job.pod_sizes, sharing=job.sharing,
-        persistent_mib=job.estimates.persistent_memory_mib, ephemeral_mib=job.estimates.ephemeral_memory_mib,
+        gpu_type=job.gpu_type or "", pod_sizes=job.pod_sizes, sharing=job.sharing, persistent_mib=p, ephemeral_mib=e,
     )  # fmt: skip
+
+
+def needs_profile(job: JobSubmission) -> bool:
+    """A ``sharing: lanes`` training job without its P and E: the profiler measures it."""
+    e = job.estimates
+    return job.kind is JobKind.TRAINING and job.sharing == "lanes" and (e.persistent_memory_mib is None or e.ephemeral_memory_mib is None)
 
 
 class LaneEventMaker:
@@ -74,9 +86,11 @@ class LaneEventMaker:
             return None if req is None else [self._binding(d, req.vc, req.priority, at, cause)]
         match d:
             case LaneJobPlaced(placed=p):
-                job = self.submissions.get(d.job_id)
+                job, spec = self.submissions.get(d.job_id), self.lanes.specs.get(d.job_id)
+                persistent, ephemeral = (spec.persistent_mib, spec.ephemeral_mib) if spec is not None else (0.0, 0.0)
                 inputs: dict[str, float | int | str] = {
                     "lane_gpu": d.lane_gpu, "node_id": d.node, "gpu_id": d.gpu_id, "lane_id": p.lane_id, "lane_size_mib": p.lane_size_mib,
+                    "persistent_mib": persistent, "ephemeral_mib": ephemeral,
                     "step": p.step, "persistent_total_mib": p.persistent_total_mib, "lanes_total_mib": p.lanes_total_mib,
                     "capacity_mib": p.capacity_mib, "policy": p.policy.value,
                 }  # fmt: skip
@@ -85,7 +99,6 @@ class LaneEventMaker:
                                         node=d.node, gpus=(d.gpu_id,))  # fmt: skip
                 out: list[Event] = [bound]
                 if job is not None:
-                    persistent, ephemeral = job.estimates.persistent_memory_mib or 0.0, job.estimates.ephemeral_memory_mib or 0.0
                     grant = LaneGrant(lane_id=p.lane_id, lane_size_mib=p.lane_size_mib, persistent_mib=persistent,
                                       ephemeral_mib=ephemeral, policy=p.policy.value)  # fmt: skip
                     out.append(

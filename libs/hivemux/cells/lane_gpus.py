@@ -8,8 +8,11 @@ This module joins them in the cell allocator, pure like the rest of ``cells``:
   GPU's memory ``C`` (default 0.25: four such jobs fit a GPU side by side, Salus §5's small
   jobs; a larger job gains little from packing and would make its neighbours wait). ``P`` and
   ``E`` come from the submission's estimates (``persistent_memory_mib``,
-  ``ephemeral_memory_mib``); without them a ``sharing: lanes`` job is refused with the reason,
-  and a job with ``sharing`` unset is an ordinary exclusive job. ``C`` is the memory of the GPU
+  ``ephemeral_memory_mib``), else from the job's profile (``persistent_memory_mib``, and
+  ``memory_peak_mib − P`` as ``E``: the profiler measures a ``sharing: lanes`` job that gives no
+  estimates); until either is known a ``sharing: lanes`` job waits with that reason
+  (`LaneJobWaiting` from `choose`), and a job with ``sharing`` unset is an ordinary exclusive
+  job (it is not held back for a profile). ``C`` is the memory of the GPU
   type (``gpu_memory_mib`` by leaf cell type; a job naming no type is sized against the
   smallest type, so it fits whatever GPU it gets). A job with ``P + E > C`` is refused.
 - **Lane GPUs** (`LaneGpus`): jobs are grouped by VC, priority class (guaranteed or
@@ -172,15 +175,16 @@ class LaneJobEvicted:
 LaneDecision = LaneJobPlaced | LaneJobWaiting | LaneJobRefused | LaneJobLeft | LaneJobEvicted
 
 
-def choose(c: LaneCandidate, settings: LaneSettings) -> LaneJobSpec | LaneJobRefused | None:
-    """Lanes, a refusal, or None (an exclusive job for HiveD). See the module docstring."""
+def choose(c: LaneCandidate, settings: LaneSettings) -> LaneJobSpec | LaneJobRefused | LaneJobWaiting | None:
+    """Lanes, a refusal, a wait for the job's profile, or None (an exclusive job for HiveD).
+    See the module docstring."""
     if c.sharing == "exclusive" or c.pod_sizes != (1,):
         return None
     asked = c.sharing == "lanes"
     if c.persistent_mib is None or c.ephemeral_mib is None:
         if asked:
-            return LaneJobRefused(c.job_id, "sharing: lanes needs the job's persistent and ephemeral memory (estimates "
-                                            "persistent_memory_mib and ephemeral_memory_mib); none were given")  # fmt: skip
+            return LaneJobWaiting(c.job_id, "sharing: lanes needs the job's persistent and ephemeral memory P and E: it waits for "
+                                            "its profile (the submission gave no estimates persistent_memory_mib and ephemeral_memory_mib)")  # fmt: skip
         return None
     capacity = settings.capacity(c.gpu_type)
     if capacity is None:

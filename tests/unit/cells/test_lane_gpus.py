@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
-from hivemux.cells.lane_gpus import LaneCandidate, LaneJobRefused, LaneJobSpec, LaneSettings, choose
+from hivemux.cells.lane_gpus import LaneCandidate, LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
 from hivemux.cells.schedulers import build_scheduler
 from hivemux.events import (
     CellBinding,
@@ -26,6 +26,7 @@ from hivemux.events import (
     JobState,
     JobSubmission,
     Priority,
+    Profile,
     ResourceEstimates,
     WorkloadSpec,
 )
@@ -115,7 +116,7 @@ def cand(sharing: str | None, p: float | None, e: float | None, pods: tuple[int,
     ("c", "expect"),
     [
         (cand("lanes", 1024, 2048), "lanes"),
-        (cand("lanes", None, 2048), "refused"),
+        (cand("lanes", None, 2048), "waits"),  # for its profile
         (cand("lanes", 10000, 8000), "refused"),  # P + E > C of a T4
         (cand("lanes", 1024, 2048, gpu_type="H100"), "refused"),  # no memory size known
         (cand(None, 1024, 2048), "lanes"),  # 3 GiB <= 0.25 x 16 GiB: the policy
@@ -130,7 +131,7 @@ def cand(sharing: str | None, p: float | None, e: float | None, pods: tuple[int,
 )
 def test_which_jobs_run_in_lanes(c: LaneCandidate, expect: str) -> None:
     got = choose(c, LaneSettings())
-    kind = "exclusive" if got is None else "refused" if isinstance(got, LaneJobRefused) else "lanes"
+    kind = "exclusive" if got is None else "refused" if isinstance(got, LaneJobRefused) else "waits" if isinstance(got, LaneJobWaiting) else "lanes"
     assert kind == expect, got
     if isinstance(got, LaneJobSpec) and c.sharing is None:
         assert "policy" in got.chosen_by
@@ -235,8 +236,6 @@ def test_refusals_say_why() -> None:
     log = Log(shell())
     (rejected,) = of(log.submit(lane_job("nope", 10000, 8000)), JobLifecycleEvent, JobState.REJECTED)
     assert "exceeds C = 16384" in rejected.reason
-    (rejected,) = of(log.submit(lane_job("nofig", None, None, seconds=2)), JobLifecycleEvent, JobState.REJECTED)
-    assert "persistent_memory_mib" in rejected.reason
     assert not log.edge.core.lanes.placer.gpus()
 
 
@@ -355,3 +354,38 @@ def test_lane_jobs_folded_before_going_live_are_placed_at_the_next_pass() -> Non
     out = edge.retry()
     starts = of(out, ExecutorCommand)
     assert sorted(c.job_id for c in starts) == ["j1", "j2"] and len({c.gpu_ids for c in starts}) == 1
+
+
+def profile(job_id: str, persistent: float = 300, peak: float = 2100, seconds: float = 5) -> Profile:
+    return Profile(occurred_at=at(seconds), source="profiler/0", job_id=job_id, signature="signature-0001", gpu_type="T4",
+                   method="simulated", iteration_time_ms=189.0, gpu_util=80.0, sm_activity=70.0, sm_occupancy=40.0,
+                   memory_peak_mib=peak, persistent_memory_mib=persistent)  # fmt: skip
+
+
+def test_a_lane_job_without_estimates_waits_for_its_profile_then_runs_with_its_p_and_e() -> None:
+    log = Log(shell())
+    out = log.submit(lane_job("nofig", None, None))
+    (waiting,) = of(out, JobLifecycleEvent, JobState.WAITING)
+    assert "waits for its profile" in waiting.reason and not of(out, CellBinding)
+    out = log.edge.on_profile(profile("nofig"), replaying=False)
+    (start,) = of(out, ExecutorCommand)
+    assert start.lane is not None and (start.lane.persistent_mib, start.lane.ephemeral_mib) == (300, 1800)
+    assert log.edge.on_profile(profile("nofig"), replaying=False) == []  # redelivered
+    too_big = log.submit(lane_job("huge", None, None, seconds=6))
+    assert of(too_big, JobLifecycleEvent, JobState.WAITING)
+    (rejected,) = of(log.edge.on_profile(profile("huge", 9000, 20000, 7), replaying=False), JobLifecycleEvent, JobState.REJECTED)
+    assert "P + E = 20000 MiB exceeds C = 16384" in rejected.reason
+
+
+def test_a_profile_folded_before_its_submission_counts() -> None:
+    edge = shell()
+    edge.on_profile(profile("nofig"), replaying=True)
+    edge.on_submission(lane_job("nofig", None, None), replaying=True)
+    edge.core.folding(False)
+    (start,) = of(edge.retry(), ExecutorCommand)
+    assert start.lane is not None and start.lane.ephemeral_mib == 1800
+
+
+def test_a_job_with_sharing_unset_is_not_held_back_for_a_profile() -> None:
+    out = Log(shell()).submit(lane_job("plain", None, None, sharing=None))
+    assert [c.lane for c in of(out, ExecutorCommand)] == [None]  # an exclusive HiveD job
