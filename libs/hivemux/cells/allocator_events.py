@@ -146,7 +146,7 @@ class AllocatorEvents:
             if job is None:
                 self.profiles[profile.job_id] = profile  # its submission is folded later
             return []
-        if profile.job_id in self.profiles or self.core.lanes.is_lane_job(job.job_id) or job.job_id in self.core.lanes.ended:
+        if profile.job_id in self.profiles or job.job_id in self.core.lanes.specs or job.job_id in self.core.lanes.ended:
             return []  # a redelivered profile, or decided already
         self.profiles[profile.job_id] = profile
         lane = choose(candidate(job, profile), self.core.lanes.settings)

@@ -263,6 +263,7 @@ class LaneGpus:
         self.to_refuse: dict[str, LaneJobRefused] = {}  # refusals folded, not decided yet (`refuse`)
         self.untried: set[str] = set()  # restored waiting by `go_live`, not tried yet: no GPU asked for them
         self.capacities: dict[str, float] = {}  # lane GPU (internal job) -> C, as bound
+        self.leaf_types: dict[str, str] = {}  # cell chain -> its GPU type (a walk of the physical cluster, once)
 
     # -- views --------------------------------------------------------------------------------
     def is_lane_job(self, job_id: str) -> bool:
@@ -482,7 +483,10 @@ class LaneGpus:
                 out.append(d)
                 self.pending.pop(d.job_id, None)
                 gpu_id = gpu_ids(bind.node, bind.leaf_cells)[0]
-                capacity = self.settings.capacity(req.gpu_type or _leaf_type(self.jobs.scheduler, bind.bind_info.cell_chain))
+                chain = bind.bind_info.cell_chain
+                if not req.gpu_type and chain not in self.leaf_types:
+                    self.leaf_types[chain] = _leaf_type(self.jobs.scheduler, chain)
+                capacity = self.settings.capacity(req.gpu_type or self.leaf_types[chain])
                 capacity = capacity if capacity is not None else self.settings.capacity("") or 0.0
                 self.bound[d.job_id] = BoundGpu(bind.node, gpu_id, capacity)
                 self.capacities[d.job_id] = capacity

@@ -389,3 +389,12 @@ def test_a_profile_folded_before_its_submission_counts() -> None:
 def test_a_job_with_sharing_unset_is_not_held_back_for_a_profile() -> None:
     out = Log(shell()).submit(lane_job("plain", None, None, sharing=None))
     assert [c.lane for c in of(out, ExecutorCommand)] == [None]  # an exclusive HiveD job
+
+
+def test_a_lane_job_suspended_while_it_waits_for_its_profile_runs_after_resume() -> None:
+    log = Log(shell())
+    log.submit(lane_job("nofig", None, None))
+    log.life(lifecycle("nofig", JobState.SUSPENDED, 2, source="job-controller/0"))
+    assert not of(log.edge.on_profile(profile("nofig", seconds=3), replaying=False), ExecutorCommand)
+    out = log.life(lifecycle("nofig", JobState.RESUMED, 4, source="job-controller/0"))
+    assert [c.job_id for c in of(out, ExecutorCommand)] == ["nofig"]
