@@ -235,7 +235,7 @@ class CellAllocator:
         placed = tuple(
             JobPlaced(job_id, self._placement(job_id))
             for job_id in dict.fromkeys(d.job_id for d in decisions if isinstance(d, PodBound))
-            if self.jobs.fully_placed(job_id) and not self.lanes.is_lane_gpu(job_id)  # a lane GPU is no user's job
+            if self.jobs.fully_placed(job_id) and self.lanes.request(job_id) is None  # a lane GPU is no user's job
         )
         return Allocation(at, cause, tuple(decisions), placed, change)
 
