@@ -80,8 +80,12 @@ async def consume_tracked(
 
 
 async def _caught_up(consumer: AIOKafkaConsumer, assigned: Sequence[TopicPartition]) -> bool:
+    """Every partition fetched at least once (a fetch sets its high-watermark, 0 when empty) and
+    read to it. A partition not fetched yet is not caught up: under load the first fetches can
+    take longer than the idle polls, and a rebuild that took "unknown" for "caught up" ended
+    with nothing folded."""
     for tp in assigned:
         high = consumer.highwater(tp)
-        if high is not None and await consumer.position(tp) < high:
+        if high is None or await consumer.position(tp) < high:
             return False
     return True
