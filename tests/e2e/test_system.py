@@ -28,8 +28,11 @@ FAST = {
     "HIVEMUX_INGESTER_TIME_SCALE": "60",
     "HIVEMUX_EXECUTOR_REPORT_INTERVAL_S": "0.5",
 }
+# Online GPUs are those of submitted services (issue 19): the offline job shares the service's.
 JOBS = """
 jobs:
+  - {job_id: e2e-online, vc: vc-a, kind: online, replicas: 1, gpu_type: T4,
+     workload: {model: bert, batch_size: 8, slo_p99_ms: 50, request_rate: 120}}
   - {job_id: e2e-offline, vc: vc-a, kind: offline, workload: {model: densenet201, batch_size: 16, iterations: 50}}
   - {job_id: e2e-training, vc: vc-a, kind: training, pods: 2, gpus_per_pod: 4, priority: guaranteed,
      workload: {model: bert, batch_size: 32, iterations: 20}}
