@@ -51,6 +51,12 @@ def admitted(command: ExecutorCommand, *, vc: str = VC, workload: WorkloadSpec |
             occurred_at=at, source="matcher/test", job_id=job, action="place", gpu_id=command.gpu_ids[0],
             node_id=command.node_id, sm_share=command.sm_share or 50.0, policy="matching", reason="test placement",
         )]  # fmt: skip
+    if command.lane is not None:  # a Salus lane job: admitted by its VC's lane GPU bound to the GPU (issue 20)
+        lane_gpu = f"lane-gpu:{vc}:{command.gpu_ids[0].replace('/', '.')}"
+        return [submission.model_copy(update={"sharing": "lanes"}), CellBinding(
+            occurred_at=at, source="cell-allocator/test", job_id=lane_gpu, vc=vc, state="bound", pod=f"{lane_gpu}/0",
+            priority=Priority.GUARANTEED, node_ids=(command.node_id,), gpu_ids=command.gpu_ids, reason="test lane GPU",
+        )]  # fmt: skip
     return [submission, CellBinding(
         occurred_at=at, source="cell-allocator/test", job_id=job, vc=vc, state="bound", pod=f"{job}/0",
         priority=Priority.GUARANTEED, node_ids=(command.node_id,), gpu_ids=command.gpu_ids, reason="test binding",

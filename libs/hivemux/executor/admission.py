@@ -20,6 +20,12 @@ only when it is below the node's own cap (``memory_quota_fraction`` of the GPU),
 can tighten a limit, never lift it. Anything else is refused with the reason (`Refusal`), which
 the agent reports (``refused``, step ``not_admitted``) without starting anything.
 
+Salus lanes (issue 20): a ``start_training`` with a ``lane`` grant is admitted by its lane GPU:
+the cell allocator binds a lane GPU as an internal job ``lane-gpu:<vc>:<n>`` (``cells.bindings``,
+`hivemux.cells.lane_gpus`) and grants lanes on it to the VC's lane jobs. The start is admitted
+when the job was submitted for training by that VC (not with ``sharing: exclusive``) and a lane
+GPU of the VC is bound on this node to the command's GPU; its own pods need no binding.
+
 Order: the scheduler publishes its admission (placement, binding) with the command, on other
 topics; the agent may see the command first, so it waits a bounded time for its folds to catch
 up before refusing (`node.ProcessNode`).
@@ -39,6 +45,7 @@ from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobKind,
 # An online service's replica is admitted like a training pod: by its binding (cells.bindings).
 _KIND = {CommandAction.START_OFFLINE: JobKind.OFFLINE, CommandAction.START_TRAINING: JobKind.TRAINING,
          CommandAction.START_ONLINE: JobKind.ONLINE}
+LANE_GPU_PREFIX = "lane-gpu:"  # the cell allocator's internal job of a lane GPU (`hivemux.cells.lane_gpus.PREFIX`)
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,8 @@ class Admissions:
             if tuple(command.gpu_ids) != (placed.gpu_id,):
                 return Refusal(f"job {job_id} is placed on {placed.gpu_id}, not {', '.join(command.gpu_ids)}")
             return Admitted(job_id, job.vc, job.workload, (placed.gpu_id,), placed.sm_share, f"placement {placed.event_id}")
+        if command.lane is not None:
+            return self._lane(command, job, node_id)
         pods = {pod: b for pod, b in self.bound.get(job_id, {}).items() if node_id in b.node_ids}
         if not pods:
             elsewhere = sorted({n for b in self.bound.get(job_id, {}).values() for n in b.node_ids})
@@ -131,3 +140,17 @@ class Admissions:
         if foreign:
             return Refusal(f"GPUs {', '.join(foreign)} are not bound to job {job_id} on {node_id}")
         return Admitted(job_id, job.vc, job.workload, tuple(command.gpu_ids), None, f"binding of {', '.join(sorted(pods))}")
+
+    def _lane(self, command: ExecutorCommand, job: JobSubmission, node_id: str) -> Admitted | Refusal:
+        """A lane start: the job's VC has a lane GPU bound here on the command's GPU (module docstring)."""
+        if job.sharing == "exclusive":
+            return Refusal(f"job {job.job_id} was submitted with sharing: exclusive; it does not run in a lane beside other jobs")
+        gpu = command.gpu_ids[0]
+        lane_gpus = sorted(
+            owner for owner, pods in self.bound.items() if owner.startswith(LANE_GPU_PREFIX)
+            for b in pods.values() if b.vc == job.vc and node_id in b.node_ids and gpu in b.gpu_ids
+        )  # fmt: skip
+        if not lane_gpus:
+            return Refusal(f"no lane GPU of VC {job.vc} is bound to {gpu} on {node_id} (cells.bindings): "
+                           f"job {job.job_id} has no lane there")
+        return Admitted(job.job_id, job.vc, job.workload, (gpu,), None, f"lane GPU {lane_gpus[0]}")

@@ -5,7 +5,8 @@ needs (`launch` builds the environment and command line): offline work gets its 
 daemon (`GpuDaemons`, started on first use), its SM share, xCUDA preloaded with a node-owned
 control block (memory quota: ``memory_quota_fraction`` of the GPU, §6: "fixed to 40 %", or the
 command's when it is lower) and the offline cpuset; online services get MPS and the online cpuset;
-training pods get whole GPUs. Training and offline work also get the GPU's Salus lane server.
+training pods get whole GPUs. Training and offline work also get the GPU's Salus lane server; a
+lane job (issue 20, `lane_jobs`) runs the training loop gated by it with its grant's P and E.
 A relaunch resumes at the last checkpoint (what ran after it is lost) and starts unfrozen.
 
 What runs is the job's submitted workload (``Workload.spec``, from `admission`; a re-adopted
@@ -26,6 +27,7 @@ from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
 from hivemux.executor.gpu_readings import GpuReadings
+from hivemux.executor.lane_jobs import lane_args
 from hivemux.executor.launch import (
     MIB,
     create_xcuda_files,
@@ -85,6 +87,7 @@ class Launcher:
         env = workload_env(self.base_env, w.files, gpu_indices=indices, mps=mps_env,
                            sm_share=w.sm_share if w.kind == "offline" else None,
                            xcuda=w.control is not None, real_libcuda=self.config.real_libcuda)
+        lane = lane_args(w.command) if w.kind == "training" else ()
         if w.kind != "online" and self.config.salus_policy is not None:
             env[SALUS_SOCKET_ENV] = (await self.daemons.lane_server(indices[0])).socket_path
             env["HIVEMUX_JOB_ID"] = w.job_id
@@ -100,7 +103,7 @@ class Launcher:
                 raise OSError(f"no submitted workload known for {w.job_id} (jobs.submitted): nothing to launch")
             spec = w.spec
             argv = train_argv(spec.model, spec.batch_size, spec.iterations, spec.command,
-                              checkpoint_every=self.config.checkpoint_every, extra=self.config.train_extra_args)
+                              checkpoint_every=self.config.checkpoint_every, extra=(*self.config.train_extra_args, *lane))
         if w.launches:
             w.iteration = w.checkpoint or 0  # what ran after the last checkpoint is lost; it resumes there
         w.proc = await launch(argv, env=env, cwd=w.files.root, log_path=w.files.log, owner=w.owner)

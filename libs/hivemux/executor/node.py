@@ -87,6 +87,7 @@ from hivemux.executor.graceful_exit import GracefulExit
 from hivemux.executor.memory_guard import MemoryGuard
 from hivemux.events.base import clip_reason
 from hivemux.executor.launch import UnsafeName, gpu_index, workload_files
+from hivemux.executor.lane_jobs import LaneJobs
 from hivemux.executor.launcher import Launcher
 from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
@@ -136,6 +137,9 @@ class ProcessNode:
         # NVML's per-process usage against each quota: the workload's own xCUDA account is not trusted
         self.memory_guard = MemoryGuard(config.node_id, sampler=sampler, workloads=self.table, reporter=self.reporter,
                                         graceful=self.graceful, allowance_mib=config.gpu_memory_allowance_mib)
+        # Salus lane jobs (issue 20): granted lanes on the GPUs' lane servers, released as each ends
+        self.lane_jobs = LaneJobs(daemons=self.daemons, workloads=self.table, lanes_on=config.salus_policy is not None)
+        self.table.on_forget = self.lane_jobs.release
         self._handled: OrderedDict[UUID, None] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -398,8 +402,18 @@ class ProcessNode:
             return await self._update(running, command, admitted)
         if command.job_id in self.table.finished:
             return []
+        lane = ""
+        if command.lane is not None:  # a Salus lane job (`lane_jobs`): its lane first, then its process
+            granted = await self.lane_jobs.grant(command)
+            if isinstance(granted, str):
+                return self._refused(command, "lane_refused", granted, ())
+            note = f"; {granted.note}" if granted.note else ""
+            lane = f"lane {granted.lane_id} ({granted.lane_size_mib:g} MiB, {granted.step}) of {command.gpu_ids[0]}, policy {granted.policy}{note}"
+        elif kind != "online" and (sharing := self.lane_jobs.lane_jobs_on(admitted.gpu_ids)):
+            why = f"{', '.join(admitted.gpu_ids)} runs the lane jobs {', '.join(sharing)}: not to be had whole"
+            return self._refused(command, "gpu_in_lanes", why, ())
         w = Workload(command.job_id, kind, admitted.gpu_ids, files, command, admitted.sm_share, command.memory_quota_mib,
-                     total=admitted.workload.iterations, spec=admitted.workload, tenant=admitted.tenant)
+                     total=admitted.workload.iterations, spec=admitted.workload, tenant=admitted.tenant, lane=lane)
         self.table.jobs[w.job_id] = w
         report, lifecycle = self.reporter.report, self.reporter.lifecycle
         try:
@@ -412,8 +426,9 @@ class ProcessNode:
         now = self.at()
         share = f" with {w.sm_share:g} % of the SMs" if w.sm_share is not None else ""
         isolation = "" if self.cpusets.available else f"; no CPU isolation: {self.cpusets.reason}"
+        where = f"; {w.lane}" if w.lane else ""
         return [
-            report(w, command.event_id, ReportState.ACCEPTED, now, step="launched", detail=f"pid {w.proc.pid}{isolation}"),  # type: ignore[union-attr]
+            report(w, command.event_id, ReportState.ACCEPTED, now, step="launched", detail=f"pid {w.proc.pid}{where}{isolation}"),  # type: ignore[union-attr]
             lifecycle(w, command.event_id, JobState.RUNNING, now, f"started on {self.config.node_id} {','.join(w.gpu_ids)}{share}"),
         ]
 

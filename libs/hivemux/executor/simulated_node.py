@@ -204,6 +204,10 @@ class SimulatedExecutor:
 
     def _start(self, node: SimulatedNode, command: ExecutorCommand, now: datetime) -> list[Event]:
         assert command.workload is not None  # the model validator guarantees it for starts
+        sharing = sorted(job for g in command.gpu_ids if g in self.lane_gpus for job in self.lane_gpus[g].runs)
+        if sharing and command.job_id not in node.running:
+            why = f"{', '.join(command.gpu_ids)} runs the lane jobs {', '.join(sharing)}: not to be had whole"
+            return [self._lane_refused(command, why).model_copy(update={"step": "gpu_in_lanes"})]
         gpu_type = self.gpu_types.get(command.gpu_ids[0], self.default_gpu_type)
         solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
         workload = RunningWorkload(

@@ -68,6 +68,7 @@ class Workload:
     spec: WorkloadSpec | None = None  # what runs: the job's submitted workload (`admission`), never the command's
     tenant: str | None = None
     owner: Owner | None = None  # the uid and gid it runs as (`users`)
+    lane: str = ""  # a Salus lane job (issue 20): its lane, GPU and policy, for its reports' detail
 
     @property
     def gpu(self) -> str:
@@ -127,7 +128,7 @@ def report(w: Workload, *, node_id: str, source: str, cause: UUID, state: Report
         iterations_total=w.total,
         throughput_it_s=w.throughput(),
         sm_share=w.sm_share,
-        detail=clip_reason(detail),
+        detail=clip_reason(detail or w.lane),
         cuda_error=w.cuda_error,
         mps_server=mps_server,  # type: ignore[arg-type]
         step=step,
@@ -155,6 +156,7 @@ class NodeWorkloads:
         self.jobs: dict[str, Workload] = {}
         self.online: dict[str, Workload] = {}  # gpu_id -> online service
         self.finished: set[str] = set()
+        self.on_forget: Callable[[Workload], None] | None = None  # what else an ended workload releases (its lane)
 
     def read_progress(self, w: Workload) -> None:
         if w.reader is not None:
@@ -169,6 +171,8 @@ class NodeWorkloads:
         """``w`` has ended: it leaves the table and its xCUDA files are closed."""
         del self.jobs[w.job_id]
         w.close_files()
+        if self.on_forget is not None:
+            self.on_forget(w)
 
     def mps_clients(self, gpu: int) -> list[Workload]:
         """The live MPS clients of GPU ``gpu``: its offline jobs and its online service."""

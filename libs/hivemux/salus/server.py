@@ -41,6 +41,21 @@ The core server thread runs Python, so it needs the GIL: a busy event loop in th
 can delay a completion by up to the interpreter's switch interval (5 ms), where the aio
 transport would queue it behind the loop's ready callbacks anyway.
 
+Granted lanes (issue 20: Salus lanes in the running cluster). The cluster's lane placer runs
+Algorithm 1 for every lane GPU and puts each decision on the log (a ``start_training`` with a
+``LaneGrant``); the executor hands it to the gate before it launches the job (`LaneServer.grant`).
+The gate admits the job into the granted lane at once (``LaneManager.admit_into``: the safety
+condition is checked again before the admission; a grant that breaks it is refused with the
+figures) and keeps the reservation — lane reference, ``P``, ``E`` — until the executor releases
+it (`LaneServer.release`: the job stopped, was evicted or finished), across the job's sessions
+(a relaunch from a checkpoint registers again into the same lane). A job registering under a
+granted name gets the grant's ``P``/``E`` whatever it declares (the executor's grant is the
+account; the workload's word is not needed). Other jobs still go through Algorithm 1. The GPU's
+policy is that of the first grant on an idle gate (a lane GPU is one VC's cell, so its grants
+agree); a grant naming another policy while jobs hold the gate runs under the gate's and is told
+so (`Granted.note`), since one scheduler cannot serve two policies and switching would reorder
+the neighbours' iterations; the next grant on an empty gate sets the policy again.
+
 Iteration durations (the service FAIR equalizes, the measurements SRTF ranks by) are the
 gate's own: from the grant leaving the gate to the done arriving, on ``time.monotonic`` (the
 event loop's clock). The client's word is not needed, and cannot skew the accounting.
@@ -100,6 +115,19 @@ class IterationRecord(NamedTuple):
 
 
 @dataclass(frozen=True)
+class Granted:
+    """A grant the gate admitted (`LaneServer.grant`): the lane, its size, the step, the policy
+    the job's iterations run under, and why that is not the grant's (empty when it is)."""
+
+    job: str
+    lane_id: int
+    lane_size_mib: float
+    step: str
+    policy: Policy
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class LaneSnapshot:
     policy: Policy
     capacity_mib: float
@@ -137,6 +165,45 @@ class _Gate:
         self.sessions: dict[str, _Session] = {}
         self.history: deque[IterationRecord] = deque(maxlen=history)
         self.clock = time.monotonic  # the event loop's clock too (asyncio's default loop.time)
+        self.granted: dict[str, JobMemory] = {}  # jobs the executor admitted into granted lanes
+
+    # -- granted lanes (module docstring) -------------------------------------------------------
+
+    def grant(self, job: str, persistent_mib: float, ephemeral_mib: float, lane_id: int, lane_size_mib: float,
+              policy: Policy) -> Granted | Refused:
+        if job in self.granted or job in self.sessions:
+            return Refused(job, f"job {job!r} already holds a lane or a session on this GPU")
+        note = ""
+        if not self.sessions and not self.granted and not self.lanes.lanes and not self.lanes.pending:
+            if policy is not self.policy:  # an idle gate takes the grant's policy
+                self.policy = policy
+                self.lanes = LaneManager(self.lanes.capacity_mib, in_order=policy.admits_in_order)
+                self.scheduler = IterationScheduler(policy)
+        elif policy is not self.policy:
+            note = (f"runs under {self.policy}, the policy of the jobs already on this GPU (the grant names "
+                    f"{policy}; it applies once the GPU's lanes empty)")
+        [event] = self.lanes.admit_into(job, persistent_mib, ephemeral_mib, lane_id, lane_size_mib)
+        if not isinstance(event, LaneAssigned):
+            assert isinstance(event, Refused)
+            return event
+        self.granted[job] = JobMemory(job, persistent_mib, ephemeral_mib)
+        return Granted(job, event.lane_id, event.lane_size_mib, event.step, self.policy, note)
+
+    def release(self, job: str) -> bool:
+        """The executor ended the granted job: its session (if one is open) ends, its lane
+        reference and memory go, and the lane's other jobs (and queued ones) move on."""
+        if self.granted.pop(job, None) is None:
+            return False
+        session = self.sessions.pop(job, None)
+        grants = self.scheduler.remove_job(job)
+        if session is not None:
+            session.closed = True
+            session.job = None  # the transport's end of this session releases nothing more
+            session.send(None)
+        events = self.lanes.job_finish(job)
+        self._deliver_lane_events(events)
+        self._deliver_grants(grants)
+        return True
 
     # -- one message ------------------------------------------------------------------------
 
@@ -192,6 +259,13 @@ class _Gate:
             return
         session.job, session.iterations, session.iteration_seconds = job, iterations, seconds
         self.sessions[job] = session
+        if job in self.granted:  # its lane was granted before it started: admitted there at once
+            lane = self.lanes.lane_of(job)
+            size = next(ln.size_mib for ln in self.lanes.lanes if ln.lane_id == lane)
+            assert lane is not None
+            self._deliver_lane_events((LaneAssigned(job, lane, size, "existing_lane", self.lanes.persistent_total_mib,
+                                                    self.lanes.lanes_total_mib, self.lanes.capacity_mib),))  # fmt: skip
+            return
         self._deliver_lane_events(self.lanes.job_arrive(job, register.persistent_mib, register.ephemeral_mib))
 
     # -- the end of a session -----------------------------------------------------------------
@@ -204,7 +278,8 @@ class _Gate:
             return
         del self.sessions[job]
         grants = self.scheduler.remove_job(job)
-        events = self.lanes.job_finish(job)
+        # A granted job keeps its lane until the executor releases it (a relaunch comes back to it).
+        events = () if job in self.granted else self.lanes.job_finish(job)
         log.debug("job %s left lane %s", job, session.lane_id)
         self._deliver_lane_events(events)
         self._deliver_grants(grants)
@@ -569,11 +644,32 @@ class LaneServer:
         await server.stop(grace)
         self._remove_stale_socket()
 
+    def grant(self, job: str, *, persistent_mib: float, ephemeral_mib: float, lane_id: int, lane_size_mib: float,
+              policy: str) -> Granted | Refused:
+        """Admit ``job`` into the lane its grant names, before its process starts (module
+        docstring); `Refused` with the reason when the GPU cannot honour the grant."""
+        gate = self._require_gate()
+        with self._lock:
+            return gate.grant(job, persistent_mib, ephemeral_mib, lane_id, lane_size_mib, Policy(policy))
+
+    def release(self, job: str) -> bool:
+        """Release a granted job's lane, ``P`` and ``E`` (and end its session if one is open);
+        False if the job holds no grant here."""
+        gate = self._require_gate()
+        with self._lock:
+            return gate.release(job)
+
+    def holds(self) -> tuple[str, ...]:
+        """The jobs holding granted lanes, sorted."""
+        gate = self._require_gate()
+        with self._lock:
+            return tuple(sorted(gate.granted))
+
     def snapshot(self) -> LaneSnapshot:
         """The lanes, the queue and the memory totals now."""
         gate = self._require_gate()
         with self._lock:
-            return LaneSnapshot(self.policy, self.capacity_mib, gate.lanes.lanes, gate.lanes.pending,
+            return LaneSnapshot(gate.policy, self.capacity_mib, gate.lanes.lanes, gate.lanes.pending,
                                 gate.lanes.persistent_total_mib, gate.lanes.lanes_total_mib)  # fmt: skip
 
     def completed_iterations(self) -> tuple[IterationRecord, ...]:

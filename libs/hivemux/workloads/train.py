@@ -44,6 +44,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lanes", action="store_true",
                    help="Ask the executor's Salus gate before each iteration (HIVEMUX_SALUS_SOCKET)")
+    p.add_argument("--persistent-mib", type=float, default=None,
+                   help="Salus P to register (a lane grant's); default: estimated from the model")
+    p.add_argument("--ephemeral-mib", type=float, default=None,
+                   help="Salus E to register (a lane grant's); default: estimated from the batch")
+    p.add_argument("--iteration-seconds", type=float, default=None,
+                   help="The iteration time SRTF ranks by until the gate has measured one (the profiled solo time)")
     return p.parse_args(argv)
 
 
@@ -101,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         params = sum(p.numel() for p in model.parameters())
         persistent = max(1.0, 3 * 4 * params / MIB)  # weights, gradients, optimizer state (fp32)
         ephemeral = max(1.0, 4 * args.batch_size * (features + hidden + 1) * 2 / MIB)  # activations, fwd+bwd
+        if args.persistent_mib is not None:  # the executor's lane grant (issue 20)
+            persistent = args.persistent_mib
+        if args.ephemeral_mib is not None:
+            ephemeral = args.ephemeral_mib
         name = os.environ.get("HIVEMUX_JOB_ID", f"train-{os.getpid()}")
-        with salus.job(name, persistent_mib=persistent, ephemeral_mib=ephemeral, iterations=args.iterations - start) as gate:
+        with salus.job(name, persistent_mib=persistent, ephemeral_mib=ephemeral, iterations=args.iterations - start,
+                       iteration_seconds=args.iteration_seconds) as gate:
             yield from gate.iterations()
 
     for _ in steps():
