@@ -16,6 +16,20 @@ fragmentation counts. A *sweep* is a list of points (``SweepParams``):
 * ``philly`` — the real Philly week at several node scales (the load axis of a real trace).
 
 `plot_sweep` draws the worst excess per point (Quota solid, HiveD dashed) against load.
+
+Findings of session 9 (``hived-anomaly-causes``, ``hived-sharing-safety-seeds``):
+
+* Table 1's mix shows no anomaly under tenant load by Table 1 GPU time at any load 0.8-1.6,
+  whether run times follow GPU demand or not (``duration_model``): res-f and prod-d ask for a
+  third / a fifth of their quota, so 51-70% of GPUs are guaranteed and nodes free of guaranteed
+  work remain for multi-GPU jobs (they preempt opportunistic ones). At §5.2's ≈ 90% (uniform
+  load 1.6, the victim prod-a at half its quota) Quota shows it at every seed, HiveD does not.
+* An excess under *both* schedulers is not affinity: on the Philly week at node scale 0.06, VC
+  103959 (one node) has a 4-GPU, 49.5-hour job that waits 83 h privately (FIFO with backfilling
+  and no reservation lets 1-GPU jobs pass it) but starts at once opportunistically in the shared
+  cluster, is preempted, and then holds half the VC's quota as guaranteed; 32 later jobs wait
+  behind it (+20,900 min in all, against 26 jobs ahead). Head-of-line reservations (YARN's
+  reserved containers) would change that in both; not simulated.
 """
 
 from __future__ import annotations

@@ -161,11 +161,15 @@ def _binding_rows(entry: dict[str, Any]) -> tuple[list[tuple[str, str, str, str]
 
 GENERAL_DISAGREEMENTS = (
     "HiveD's 2-month production trace is not public. `table1` workloads are synthetic: the 11 tenants' quota "
-    "shares and job-size mix of HiveD Table 1 (or Figure 8's reshaping), with Philly run times (capped at a quarter "
-    "of the window) and Poisson arrivals, the cluster's `load` spread over tenants by quota (`tenant_load quota`) or by "
-    "their Table 1 GPU time (`tenant_load table1`, the default since issue 21); the bursts, correlations and long "
-    "tails of the real trace are missing, and they drive when fragmentation hurts (`hived-anomaly-sweep` shows where "
-    "the anomaly appears). Scales are reduced (30-60 nodes, 2-4 days, against 200-279 nodes and 20 days). "
+    "shares and job-size mix of HiveD Table 1 (or Figure 8's reshaping), with Philly run times of the same GPU demand "
+    "(`duration_model by_size`; `pooled` ignores demand) capped at a quarter of the window, and Poisson arrivals, the "
+    "cluster's `load` spread over tenants by quota (`tenant_load quota`, with `load_factor` for a victim below its quota: "
+    "the Table 1 default since session 9, at §5.2's ≈ 90% guaranteed share) or by their Table 1 GPU time (`tenant_load "
+    "table1`, Figure 8's workload and `hived-binding`); the bursts, correlations and long tails of the real trace are "
+    "missing, and they drive when fragmentation hurts (`hived-anomaly-sweep` and `hived-anomaly-causes` show where the "
+    "anomaly appears). Scales are reduced (30-60 nodes, 2-4 days, against 200-279 nodes and 20 days). "
+    "A tenant's 12-hour window excess includes windows holding a single job (small VCs), so one preempted "
+    "opportunistic job can set it. "
     "`philly-week` workloads are real but Philly's VC table does not match one week's demand.",
     "One intra-VC policy (YARN-CS-like FIFO with backfilling, hard affinity) stands for the paper's YARN-CS; "
     "Gandiva's migration and Tiresias's priorities (§5.1) are not simulated.",
