@@ -330,8 +330,10 @@ async def test_online_services_show_p99_against_the_slo_to_their_tenant(console:
     await expect(row.locator("[data-last-step]")).to_have_attribute("data-last-step", "lower_launch_target")
     await expect(row).to_contain_text("2/2")
     await shot(page, "online-services")
-    await row.click()  # the service's job panel
+    await row.click()  # the service's job panel: its replicas' latency
     await expect(page.locator("#panel h2")).to_contain_text(svc)
+    await expect(page.locator("#panel .service-latency")).to_have_attribute("data-slo-state", "approaching", timeout=LIVE_S)
+    await expect(page.locator(f'#panel .service-latency li[data-gpu="{gpus[1]}"]')).to_contain_text("p99 47.5 ms")
     page_b = await logged_in(new_page, console, "b")
     await expect(page_b.locator("#services")).to_contain_text("No online service visible", timeout=LIVE_S)
     assert svc not in await page_b.content()

@@ -72,6 +72,7 @@ export function renderJobPanel(root, { job, explain, history, mayAct, onCommand,
        ["updated", fmtTime(job.updated_at)], ["last reason", job.last_reason || "-"],
        ["queue", q ? `position ${q.position} of ${q.of} in ${q.vc}` + (q.ahead.length ? ` (behind ${q.ahead.slice(0, 5).join(", ")}${q.ahead.length > 5 ? ", ..." : ""})` : "") + (q.waiting_for ? `; waiting for: ${q.waiting_for}` : "") : "-"],
       ].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
+    job.service ? serviceFacts(job.service) : null,
     mayAct ? h("div", { class: "actions" }, reason, button("cancel", "Cancel", "danger"), button("suspend", "Suspend"), button("resume", "Resume")) : null,
     explain ? [
       h("h3", {}, `Explain chain (${explain.chain.length} decisions)`),
@@ -89,4 +90,15 @@ export function renderJobPanel(root, { job, explain, history, mayAct, onCommand,
         h("td", {}, e.reason, e.inputs && e.inputs.principal ? h("span", { class: "dim" }, ` (by ${e.inputs.principal})`) : ""),
         h("td", { class: "mono dim" }, `${e.topic}/${e.partition}@${e.offset}`)))))
     ] : null);
+}
+
+// An online service's measured latency (the describe's `service`, from GET /api/v1/services' rows).
+function serviceFacts(s) {
+  const last = s.last_protection;
+  return h("div", { class: "service-latency", dataset: { sloState: s.slo_state } },
+    h("h3", {}, `Latency: worst p99 ${fmtNum(s.worst_p99_ms)} / SLO ${fmtNum(s.slo_p99_ms)} ms `, h("span", { class: `chip slo-${s.slo_state}` }, s.slo_state)),
+    h("ul", { class: "plain" }, (s.replica_latency || []).map((r) => h("li", { dataset: { gpu: r.gpu_id } },
+      h("span", { class: "mono" }, r.gpu_id), ` p99 ${fmtNum(r.p99_ms)} ms, p50 ${fmtNum(r.p50_ms)} ms, ${fmtNum(r.request_rate, 0)} req/s`,
+      r.offline_job_id ? h("span", { class: "dim" }, ` beside ${r.offline_job_id}`) : "", ` (${r.slo_state})`))),
+    last ? h("p", { class: "dim" }, `last protection step: ${last.step} (level ${last.level}) on ${last.gpu_id}, ${fmtTime(last.occurred_at)}: ${last.reason}`) : null);
 }
