@@ -56,6 +56,7 @@ def admitted(command: ExecutorCommand, *, vc: str = VC, workload: WorkloadSpec |
         return [submission.model_copy(update={"sharing": "lanes"}), CellBinding(
             occurred_at=at, source="cell-allocator/test", job_id=lane_gpu, vc=vc, state="bound", pod=f"{lane_gpu}/0",
             priority=Priority.GUARANTEED, node_ids=(command.node_id,), gpu_ids=command.gpu_ids, reason="test lane GPU",
+            inputs={"lane_group": f"{vc}/T4"},
         )]  # fmt: skip
     return [submission, CellBinding(
         occurred_at=at, source="cell-allocator/test", job_id=job, vc=vc, state="bound", pod=f"{job}/0",

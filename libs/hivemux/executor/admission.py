@@ -24,7 +24,9 @@ Salus lanes (issue 20): a ``start_training`` with a ``lane`` grant is admitted b
 the cell allocator binds a lane GPU as an internal job ``lane-gpu:<vc>:<n>`` (``cells.bindings``,
 `hivemux.cells.lane_gpus`) and grants lanes on it to the VC's lane jobs. The start is admitted
 when the job was submitted for training by that VC (not with ``sharing: exclusive``) and a lane
-GPU of the VC is bound on this node to the command's GPU; its own pods need no binding.
+GPU of the VC is bound on this node to the command's GPU (a binding with the allocator's
+``lane_group`` input: a user's job merely named ``lane-gpu:...`` is not one); its own pods need
+no binding.
 
 Order: the scheduler publishes its admission (placement, binding) with the command, on other
 topics; the agent may see the command first, so it waits a bounded time for its folds to catch
@@ -148,7 +150,7 @@ class Admissions:
         gpu = command.gpu_ids[0]
         lane_gpus = sorted(
             owner for owner, pods in self.bound.items() if owner.startswith(LANE_GPU_PREFIX)
-            for b in pods.values() if b.vc == job.vc and node_id in b.node_ids and gpu in b.gpu_ids
+            for b in pods.values() if b.vc == job.vc and node_id in b.node_ids and gpu in b.gpu_ids and "lane_group" in b.inputs
         )  # fmt: skip
         if not lane_gpus:
             return Refusal(f"no lane GPU of VC {job.vc} is bound to {gpu} on {node_id} (cells.bindings): "

@@ -83,6 +83,7 @@ class LaneProgress:
     throughput_it_s: float  # since the previous progress of this job
     finished: bool
     finished_at: datetime | None
+    iteration_s: float = 0.0  # alone on the GPU: throughput x this is the normalized throughput
 
 
 @dataclass
@@ -223,4 +224,4 @@ class LaneGpu:
         run.reported_done, run.reported_at = run.done, self.now
         finished = run.finished_at is not None
         at = self.epoch + timedelta(seconds=run.finished_at) if finished else None
-        return LaneProgress(run.spec.job, lane, run.done, run.spec.iterations_total, rate, finished, at)
+        return LaneProgress(run.spec.job, lane, run.done, run.spec.iterations_total, rate, finished, at, run.spec.iteration_s)

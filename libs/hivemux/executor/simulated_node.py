@@ -342,14 +342,11 @@ class SimulatedExecutor:
         if command is None:
             return []
         at = p.finished_at or now
-        solo_s = command.solo_iteration_time_ms / 1000.0 if command.solo_iteration_time_ms else None
-        normalized = min(1.0, p.throughput_it_s * solo_s) if solo_s else 0.0
+        normalized = min(1.0, p.throughput_it_s * p.iteration_s)  # against its solo speed (the profile's)
         progress = Progress(p.job, str(command.event_id), p.iterations_done, p.iterations_total, p.throughput_it_s,
                             normalized, p.finished)
         state = ReportState.COMPLETED if p.finished else ReportState.RUNNING
         report = self._report(command, state, at, progress=progress, detail=f"lane {p.lane_id} of {gpu_id}, policy {gpu.policy}")
-        if not solo_s:
-            report = report.model_copy(update={"normalized_throughput": None})
         if not p.finished:
             return [report]
         del self.lane_starts[(command.node_id, p.job)]

@@ -20,10 +20,10 @@ def submission(vc: str = "vc-a", sharing: str | None = "lanes") -> JobSubmission
                          sharing=sharing)  # type: ignore[arg-type]
 
 
-def lane_gpu(vc: str = "vc-a", gpu: str = GPU, state: str = "bound") -> CellBinding:
+def lane_gpu(vc: str = "vc-a", gpu: str = GPU, state: str = "bound", allocators: bool = True) -> CellBinding:
     return CellBinding(occurred_at=T0, source="cell-allocator/test", job_id=f"lane-gpu:{vc}:0", vc=vc, state=state,  # type: ignore[arg-type]
                        pod=f"lane-gpu:{vc}:0/0", priority=Priority.GUARANTEED, node_ids=("node-00",), gpu_ids=(gpu,),
-                       reason="lane GPU")  # fmt: skip
+                       reason="lane GPU", inputs={"lane_group": f"{vc}/T4"} if allocators else {})  # fmt: skip
 
 
 START = ExecutorCommand(occurred_at=T0, source="cell-allocator/test", node_id="node-00", action=CommandAction.START_TRAINING,
@@ -40,9 +40,11 @@ START = ExecutorCommand(occurred_at=T0, source="cell-allocator/test", node_id="n
         ([submission(), lane_gpu(gpu="node-00/gpu-2")], "no lane GPU of VC vc-a is bound to node-00/gpu-1"),
         ([submission(), lane_gpu(), lane_gpu(state="released")], "no lane GPU of VC vc-a"),
         ([submission(sharing="exclusive"), lane_gpu()], "sharing: exclusive"),
+        ([submission(), lane_gpu(allocators=False)], "no lane GPU of VC vc-a"),  # a user's job named lane-gpu:...
         ([lane_gpu()], "never submitted"),
     ],
-    ids=["own-vc-lane-gpu", "sharing-unset", "other-vcs-lane-gpu", "other-gpu", "lane-gpu-released", "exclusive", "not-submitted"],
+    ids=["own-vc-lane-gpu", "sharing-unset", "other-vcs-lane-gpu", "other-gpu", "lane-gpu-released", "exclusive", "named-like-a-lane-gpu",
+         "not-submitted"],
 )
 def test_lane_start_admission(folds: list, expect: str) -> None:
     admissions = Admissions()
