@@ -55,6 +55,9 @@ from .views import gpu_json, job_json
 log = logging.getLogger("hivemux.api.changes")
 Offsets = dict[tuple[str, int], int]
 
+# Topics whose records write no job or GPU history row (`projection`): their positions move the
+# cursor, but no rows are looked up for them (an online service's latency window every few seconds).
+_NO_HISTORY = frozenset({"online.latency", "sharing.observations"})
 _RANGES = "unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) AS r(topic, partition, lo, hi)"
 # The ids first, each partition's range through the position index (LATERAL: joined plainly, the
 # planner walked all of job_events in id order, 0.5 s at a million rows), then their rows by key.
@@ -183,7 +186,8 @@ class ChangeFeed:
         self.cursor = sum(now.values())
         if before is None or now == before or not self._subscribers:
             return None  # nobody listens: the offsets are kept, so a client that connects misses nothing after its hello
-        moved = [(t, p, before.get((t, p), 0), hi) for (t, p), hi in sorted(now.items()) if hi != before.get((t, p), 0)]
+        moved = [(t, p, before.get((t, p), 0), hi) for (t, p), hi in sorted(now.items())
+                 if hi != before.get((t, p), 0) and t not in _NO_HISTORY]  # fmt: skip
         if not moved:
             return None
         args = [list(c) for c in zip(*moved, strict=True)]

@@ -108,3 +108,11 @@ def test_service_view_worst_replica_last_step_and_masking() -> None:
     assert admin["replica_latency"][0]["offline_job_id"] == "o-b"
     idle = service_view(service, [], [], {})
     assert (idle["worst_p99_ms"], idle["slo_state"], idle["last_protection"], idle["replicas_bound"]) == (None, "unknown", None, 0)
+
+
+def test_latency_reports_write_no_history_row_the_change_feed_would_look_up() -> None:
+    from hivemux.api.changes import _NO_HISTORY
+    from hivemux.projection import GpuEventRow, JobEventRow
+
+    assert "online.latency" in _NO_HISTORY
+    assert not [c for c in project(report(5, 42.0), AT) if isinstance(c, JobEventRow | GpuEventRow)]
