@@ -532,7 +532,7 @@ def load_user_config(path: Path, base: Params) -> Params:
                 w = {**w, "trace_file": str((path.parent / w["trace_file"]).resolve())}
             built.append(replace(Workload(), **w))
         workloads = tuple(built)
-    return Params(workloads, int(raw.get("safety_every", base.safety_every)))
+    return replace(base, workloads=workloads, safety_every=int(raw.get("safety_every", base.safety_every)))  # keeps the baseline variant
 
 
 def _muxflow_config(path: Path, raw: Any, base: MuxflowParams) -> MuxflowParams:

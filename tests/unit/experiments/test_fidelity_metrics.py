@@ -205,3 +205,15 @@ def test_causes_sweep_points_and_hived_ahead() -> None:
     point = {"quota": {"shared_min": {"a": 10.0, "b": 5.0, "c": 0.0}}, "hived": {"shared_min": {"a": 4.0, "b": 5.0, "c": 0.0}}}
     assert hived_ahead(point) == "1 of 3"  # equal delays do not count
     assert hived_ahead({"quota": {}, "hived": {}}) == "n/a"
+
+
+def test_user_workloads_keep_the_variants_baseline(tmp_path) -> None:
+    """`sim run --scenario hived-sharing-safety-no-preemption --config FILE` replaces the workloads
+    only: the variant's quota baseline (no preemption) stays, and a victim's load factor is read."""
+    from hivemux.experiments.scenarios import load_user_config, scenario_params
+
+    f = tmp_path / "w.yaml"
+    f.write_text("workloads:\n  - {kind: table1, nodes: 200, load: 1.6, days: 4, tenant_load: quota, load_factor: {prod-a: 0.5}}\n")
+    params = load_user_config(f, scenario_params("hived-sharing-safety-no-preemption", "small"))
+    assert params.quota_preempt is False
+    assert params.workloads[0].load_factor == {"prod-a": 0.5} and params.workloads[0].nodes == 200
