@@ -58,6 +58,9 @@ class LaneJobs:
         if not self.lanes_on:
             return f"Salus lanes are off on {command.node_id} (HIVEMUX_EXECUTOR_SALUS_POLICY=off): no lane on {gpu_id}"
         whole = sorted(w.job_id for w in self.workloads.jobs.values() if gpu_id in w.gpu_ids and not is_lane_job(w))
+        online = self.workloads.online_on(gpu_id)
+        if online is not None:  # a lane GPU is a VC's cell, never an online service's GPU
+            whole.append(online.job_id)
         if whole:
             return f"{gpu_id} runs {', '.join(whole)}, which is not a lane job: no lanes beside it"
         server = await self.daemons.lane_server(gpu_index(gpu_id))

@@ -281,6 +281,8 @@ class SimulatedExecutor:
             return []  # running or finished here: a re-delivered start changes nothing
         node = self.nodes.get(command.node_id)
         alone = next((w.job_id for w in (node.running.values() if node else ()) if gpu_id in w.gpu_ids), None)
+        if alone is None and gpu_id in self.services:  # an online service's GPU, never a lane GPU
+            alone = self.services[gpu_id].job_id
         if alone is not None:
             return [self._lane_refused(command, f"{gpu_id} runs {alone}, which is not a lane job: no lanes beside it")]
         gpu_type = self.gpu_types.get(gpu_id, self.default_gpu_type)

@@ -192,6 +192,10 @@ def test_refused_lane_starts_say_why() -> None:
     [beside] = executor.handle(lane_start("c", 10).model_copy(update={"gpu_ids": ("node-00/gpu-1",)}), now=at(1))
     assert beside.state is ReportState.REFUSED and "runs whole, which is not a lane job" in beside.detail
     assert executor.handle(lane_start("a", 100, p=4000, e=8000, lane_size=8000), now=at(2)) == []  # re-delivered
+    serving = whole.model_copy(update={"job_id": "svc", "gpu_ids": ("node-00/gpu-2",), "action": CommandAction.START_ONLINE})
+    executor.handle(serving, now=at(1))
+    [online] = executor.handle(lane_start("d", 10).model_copy(update={"gpu_ids": ("node-00/gpu-2",)}), now=at(1))
+    assert online.state is ReportState.REFUSED and "runs svc, which is not a lane job" in online.detail
     exclusive = whole.model_copy(update={"job_id": "exclusive", "gpu_ids": (GPU,)})
     [in_lanes] = executor.handle(exclusive, now=at(2))  # a whole-GPU start on a lane GPU
     assert (in_lanes.state, in_lanes.step) == (ReportState.REFUSED, "gpu_in_lanes") and "lane jobs a" in in_lanes.detail
