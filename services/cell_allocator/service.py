@@ -4,7 +4,7 @@ Folded from the start of each topic (one active instance per cell configuration,
 alongside it and take over when it dies, `bus.leadership`): cell
 configurations, the job log, this allocator's own bindings (crash recovery), job ends and job
 control (cancel, suspend, resume, priority changes), GPU health, the profiles of lane jobs that
-gave no P and E (issue 20), and the clock ticks. Each handler is one call into the library, which returns the events
+gave no P and E (issue 20), the executor's refusals of lane starts, and the clock ticks. Each handler is one call into the library, which returns the events
 to publish. A ticker publishes a clock tick; consuming a tick runs the retry pass of waiting jobs
 when one is due, stamped with the tick's event time, never the local clock (`cells.allocator`),
 so the pass is on the log and replaying the topics reproduces it.
@@ -32,7 +32,7 @@ from hivemux.lanes.iteration_scheduler import Policy
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.topics import CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, EXECUTOR_COMMANDS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_SUBMITTED  # fmt: skip
-from hivemux.topics import JOBS_COMMANDS, JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES
+from hivemux.topics import EXECUTOR_REPORTS, JOBS_COMMANDS, JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
@@ -53,6 +53,7 @@ class AllocatorSettings(ServiceSettings):
     lane_default_policy: Policy = Field(default=Policy.PACK, description="Iteration policy of a VC not in lane_policies (Salus §4: PACK)")
     lane_gpu_memory_mib: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_GPU_MEMORY_MIB), description="C per GPU type")
     lane_auto_fraction: float = Field(default=0.25, ge=0, le=1, description="Unset sharing: lanes when P + E <= this x C; 0: off")
+    lane_refusal_limit: int = Field(default=3, ge=1, le=100, description="The executor's refusals of a job's lane start before it is rejected")
 
 
 class CellAllocatorShell:
@@ -102,7 +103,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     gc.freeze()
     edge = allocator_events(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights,
                             timedelta(seconds=settings.retry_interval_s), LaneSettings(settings.lane_policies, settings.lane_default_policy,
-                            settings.lane_gpu_memory_mib, settings.lane_auto_fraction))  # fmt: skip
+                            settings.lane_gpu_memory_mib, settings.lane_auto_fraction, settings.lane_refusal_limit))  # fmt: skip
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
     configuration = {"settings": settings.recorded(), "cells": cells}
@@ -118,6 +119,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     service.fold(JOBS_COMMANDS, shell.on_command)
     service.fold(JOBS_PROFILED, lambda e, ctx: edge.on_profile(e, replaying=ctx.replaying))  # P and E of lane jobs without estimates
     service.fold(GPU_HEALTH, shell.on_health)
+    service.fold(EXECUTOR_REPORTS, lambda e, ctx: edge.on_report(e, replaying=ctx.replaying))  # refusals of lane starts only
     service.fold(CLOCK_TICKS, shell.on_tick)
     service.every(settings.retry_interval_s, shell.tick)
     inspect: dict[str, grpc.aio.Server] = {}

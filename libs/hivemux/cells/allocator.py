@@ -120,6 +120,11 @@ class CellAllocator:
         self._saw(at)
         return self._allocation(self.lanes.refuse(refused), at, cause)
 
+    def lane_start_refused(self, job_id: str, node: str, gpu_id: str, reason: str, *, at: datetime, cause: str) -> Allocation:
+        """The executor refused a lane job's start in its lane (`LaneGpus.executor_refused`)."""
+        self._saw(at)
+        return self._allocation(self.lanes.executor_refused(job_id, node, gpu_id, reason), at, cause)
+
     def enqueue_lane(self, job: LaneJobSpec, *, at: datetime) -> None:
         """A lane job's submission replayed after a restart (`LaneGpus.go_live` places it)."""
         self._saw(at)

@@ -26,6 +26,10 @@ freeze, SIGTERM, grace, kill); a ``resumed`` job goes back to the end of the que
 job must stay resumable), so it is ignored. A ``JobPriorityChanged`` sets the job's HiveD
 priority (`JobAllocator.reprioritize`).
 
+Executor reports (`on_report`, issue 20): only a refusal of the start this allocator sent for a
+lane job's current lane is folded (`lane_events`); the job leaves its lane and waits, or is
+rejected after `LaneSettings.refusal_limit` refusals.
+
 Resize (`cells.resize`): a ``resize`` `JobCommand` naming an online service's ``replicas`` is
 decided here: a `JobResized` (id `outcome_id(command_id)`) with the bindings of the replicas it
 adds or removes, nothing else: a ``start_online`` per added replica, and a ``stop`` per removed
@@ -54,6 +58,7 @@ from hivemux.events import (
     CommandAction,
     Event,
     ExecutorCommand,
+    ExecutorReport,
     HealthState,
     HealthTransition,
     JobKind,
@@ -162,6 +167,17 @@ class AllocatorEvents:
             return []
         return [] if replaying else self.events(allocation)
 
+    def on_report(self, report: ExecutorReport, *, replaying: bool) -> list[Event]:
+        """The executor refused the start of a lane job's current lane (`LaneEventMaker.refused_start`):
+        the job leaves its lane and waits, or is rejected after `LaneSettings.refusal_limit`
+        refusals. Every other report changes nothing here."""
+        refused = self.lanes.refused_start(report)
+        if refused is None:
+            return []
+        self.core.folding(replaying)
+        allocation = self.core.lane_start_refused(report.job_id, *refused, at=report.occurred_at, cause=str(report.event_id))
+        return [] if replaying else self.events(allocation)
+
     def on_binding(self, binding: CellBinding, *, replaying: bool) -> None:
         """Crash recovery: restore the bindings published before a restart."""
         self.core.folding(replaying)
@@ -192,6 +208,7 @@ class AllocatorEvents:
         self.core.heard(job_id, change.reason if told else None)  # what a restarted allocator told before
         mine = change.source.split("/")[0] == self.source.split("/")[0]
         self.core.lanes.heard(job_id, change.state.value, change.inputs, mine)  # a lane job's lane (folded before going live)
+        self.lanes.heard(change, mine)  # a lane job's latest start (folded before going live)
         match change.state:
             case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)

@@ -14,7 +14,17 @@ the cell allocator publishes:
 - `LaneJobWaiting` -> ``waiting`` with the reason; `LaneJobRefused` -> ``rejected``;
 - `LaneJobEvicted` (its lane GPU preempted) -> an ``evict`` of that job alone and ``preempted``;
 - `LaneJobLeft` -> nothing here; a cancel or suspend adds a ``stop`` of that job alone on its
-  node (`stops`), so its lane neighbours run on.
+  node (`stops`), so its lane neighbours run on;
+- `LaneStartRefused` (the executor refused the lane start, `refused_start`) -> ``waiting`` with
+  the executor's reason and, in ``inputs``, the refusal count (what a restart folds back,
+  `LaneGpus.heard`), or ``rejected`` once the limit is reached.
+
+Executor refusals (`refused_start`): an `ExecutorReport` is folded only when it is ``refused``
+(not ``launch_failed``, which the executor fails itself), names the ``start_training`` this
+allocator sent for the job's current lane (``command_id``, the start's derived id) and comes
+from that start's node; any other report, forged or stale, changes nothing. The start of each
+lane job's current lane is remembered when it is sent and, after a restart, from this
+allocator's own ``bound`` lifecycle events (the start's id derives from theirs).
 
 Ids derive from the decision's cause (`events.derived_id`), as the allocator's others do.
 """
@@ -29,6 +39,7 @@ from hivemux.events import (
     CommandAction,
     Event,
     ExecutorCommand,
+    ExecutorReport,
     JobKind,
     JobLifecycleEvent,
     JobState,
@@ -36,6 +47,7 @@ from hivemux.events import (
     LaneGrant,
     Priority,
     Profile,
+    ReportState,
     clip_reason,
     derived_id,
 )
@@ -52,6 +64,7 @@ from .lane_gpus import (
     LaneJobPlaced,
     LaneJobRefused,
     LaneJobWaiting,
+    LaneStartRefused,
 )
 
 
@@ -78,6 +91,7 @@ class LaneEventMaker:
         self.lanes = lanes
         self.submissions = submissions
         self.source = source
+        self.started: dict[str, tuple[str, str, str]] = {}  # lane job -> its current lane's start: (command id, node, GPU)
 
     def events(self, d: object, at: datetime, cause: str) -> list[Event] | None:
         """The events of a lane decision or a lane GPU's decision; None for any other."""
@@ -101,6 +115,7 @@ class LaneEventMaker:
                 if job is not None:
                     grant = LaneGrant(lane_id=p.lane_id, lane_size_mib=p.lane_size_mib, persistent_mib=persistent,
                                       ephemeral_mib=ephemeral, policy=p.policy.value)  # fmt: skip
+                    self.started[d.job_id] = (str(derived_id("start", bound.event_id)), d.node, d.gpu_id)
                     out.append(
                         ExecutorCommand(
                             event_id=derived_id("start", bound.event_id), occurred_at=at, source=self.source, node_id=d.node,
@@ -122,7 +137,37 @@ class LaneEventMaker:
                 ]  # fmt: skip
             case LaneJobLeft():
                 return []
+            case LaneStartRefused(refusals=n):
+                limit = self.lanes.settings.refusal_limit
+                facts = {"node_id": d.node, "gpu_id": d.gpu_id, "lane_refusals": n, "refusal_limit": limit, "executor_report": cause}
+                if d.final:
+                    why = f"{d.reason}; the executor refused its lane start {n} time(s), the limit: it is rejected"
+                    return [self._lifecycle(d.job_id, JobState.REJECTED, at, derived_id("lane-refused", cause), why, facts)]
+                why = f"{d.reason}; it left its lane and waits for one again (refusal {n} of at most {limit})"
+                return [self._lifecycle(d.job_id, JobState.WAITING, at, derived_id("lane-refused", cause), why, facts)]
         return None
+
+    def refused_start(self, report: ExecutorReport) -> tuple[str, str, str] | None:
+        """(node, GPU, reason) when ``report`` refuses the start of the job's current lane (module
+        docstring); None for any other report."""
+        start = self.started.get(report.job_id)
+        if report.state is not ReportState.REFUSED or report.step == "launch_failed" or start is None:
+            return None
+        command_id, node, gpu = start
+        if report.command_id != command_id or report.node_id != node:
+            return None
+        del self.started[report.job_id]
+        return node, gpu, f"the executor on {node} refused its lane start on {gpu} ({report.step or 'refused'}): {report.detail or 'no reason given'}"
+
+    def heard(self, change: JobLifecycleEvent, mine: bool) -> None:
+        """This allocator's ``bound`` lifecycle events folded before going live (after a restart):
+        each lane job's latest start. Live, a start is remembered as it is sent (its own event,
+        folded later, may be older than the job's latest start); a stale one is never matched,
+        its command id differs or the job holds no lane there (`LaneGpus.executor_refused`)."""
+        if not mine or self.lanes.live or change.state is not JobState.BOUND:
+            return
+        if "lane_gpu" in change.inputs and "node_id" in change.inputs and "gpu_id" in change.inputs:
+            self.started[change.job_id] = (str(derived_id("start", change.event_id)), change.inputs["node_id"], change.inputs["gpu_id"])
 
     def stops(self, decisions: Iterable[object], job_id: str, at: datetime, cause: str, reason: str) -> list[Event]:
         """A ``stop`` of a cancelled or suspended lane job alone, on its lane GPU's node."""

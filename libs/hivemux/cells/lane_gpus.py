@@ -32,13 +32,25 @@ This module joins them in the cell allocator, pure like the rest of ``cells``:
   `LaneJobPlaced`, `LaneJobWaiting`, `LaneJobRefused`, `LaneJobLeft`, `LaneJobEvicted`. The
   internal job's own waiting reasons and refusals are turned into its group's lane jobs'.
 
+Executor refusals (`executor_refused`). The executor re-checks a grant against what really runs
+on the GPU (Salus's safety condition with its own figures, the lane GPU's binding) and may
+refuse the start. A refusal of the job's current lane start (matched at the edge, `lane_events`)
+takes the job out of its lane: its ``P`` and lane are released (its neighbours keep theirs) and
+it waits with the executor's reason, tried at the next retry pass (not at once: the same GPU
+would most likely refuse it again), or, at its ``refusal_limit``-th refusal (default 3; counted
+over the job's life), it is rejected with the reason: a refusal that is deterministic (the
+executor's figures disagree with the allocator's for as long as that GPU runs what it runs)
+must not loop. A report about a job that holds no lane on that node and GPU changes nothing.
+
 Crash recovery (HiveD §4 "Fault tolerance", the log as the record). While the allocator folds
 the log nothing here is decided: the lane GPUs' bindings (their inputs carry the group,
 capacity and priority), the lane jobs' submissions and their lifecycle (the allocator's
-``bound`` step carries the lane: GPU, lane id, lane size) are recorded; `go_live` then rebuilds
+``bound`` step carries the lane: GPU, lane id, lane size; a ``waiting`` step after an executor's
+refusal carries the refusal count and takes the job out of its lane) are recorded; `go_live` then rebuilds
 the placer from them (`LanePlacer.restore_gpu`/`restore`/`restore_waiting`): each lane's size is
 the largest recorded for it (lanes only grow, Salus §3.3), lane ids continue past the largest
-recorded. Waiting jobs are queued in submission order and tried at the next retry pass
+recorded; an executor refusal folded but not decided before the restart is decided at the first
+retry pass. Waiting jobs are queued in submission order and tried at the next retry pass
 (`retry`), as HiveD's waiting jobs are. Departure: live, a job evicted or resumed waits behind
 the jobs already waiting; after a restart the waiting jobs are in submission order.
 
@@ -91,6 +103,7 @@ class LaneSettings:
     default_policy: Policy = Policy.PACK
     gpu_memory_mib: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_GPU_MEMORY_MIB))
     auto_fraction: float = 0.25  # sharing unset: lanes when P + E <= this x C; 0 turns the policy off
+    refusal_limit: int = 3  # the executor's refusals of a job's lane start before it is rejected (`executor_refused`)
 
     def policy(self, vc: str) -> Policy:
         return self.policies.get(vc, self.default_policy)
@@ -172,7 +185,19 @@ class LaneJobEvicted:
     reason: str
 
 
-LaneDecision = LaneJobPlaced | LaneJobWaiting | LaneJobRefused | LaneJobLeft | LaneJobEvicted
+@dataclass(frozen=True)
+class LaneStartRefused:
+    """The executor refused the job's lane start: it left its lane, and waits (``final``: rejected)."""
+
+    job_id: str
+    node: str
+    gpu_id: str
+    reason: str
+    refusals: int  # of this job so far, this one included
+    final: bool  # the limit is reached: the job is rejected with the reason
+
+
+LaneDecision = LaneJobPlaced | LaneJobWaiting | LaneJobRefused | LaneJobLeft | LaneJobEvicted | LaneStartRefused
 
 
 def choose(c: LaneCandidate, settings: LaneSettings) -> LaneJobSpec | LaneJobRefused | LaneJobWaiting | None:
@@ -241,6 +266,7 @@ class _Recorded:
     lanes: dict[str, RecordedLane] = field(default_factory=dict)  # lane job -> its last recorded lane
     lane_sizes: dict[tuple[str, int], float] = field(default_factory=dict)  # (lane GPU, lane id) -> largest size
     next_lane: dict[str, int] = field(default_factory=dict)  # lane GPU -> past its largest lane id
+    refused: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # executor refusals not decided yet: job -> (node, GPU, reason)
 
 
 class LaneGpus:
@@ -264,6 +290,8 @@ class LaneGpus:
         self.untried: set[str] = set()  # restored waiting by `go_live`, not tried yet: no GPU asked for them
         self.capacities: dict[str, float] = {}  # lane GPU (internal job) -> C, as bound
         self.leaf_types: dict[str, str] = {}  # cell chain -> its GPU type (a walk of the physical cluster, once)
+        self.refusals: dict[str, int] = {}  # lane job -> the executor's refusals of its lane starts so far
+        self.to_refold: dict[str, tuple[str, str, str]] = {}  # executor refusals folded, decided at the next retry pass
 
     # -- views --------------------------------------------------------------------------------
     def is_lane_job(self, job_id: str) -> bool:
@@ -332,6 +360,17 @@ class LaneGpus:
         self.ended.add(refused.job_id)
         return [refused]
 
+    def executor_refused(self, job_id: str, node: str, gpu_id: str, reason: str) -> list[Decision | LaneDecision]:
+        """The executor refused the job's lane start on ``node``/``gpu_id`` (module docstring):
+        nothing unless the job holds a lane there now. Folded from the log, it is decided at the
+        next retry pass unless the log says it was decided already (`heard`)."""
+        if not self.live:
+            lane = self.recorded.lanes.get(job_id)
+            if lane is not None and lane.gpu_id == gpu_id and job_id not in self.ended:
+                self.recorded.refused[job_id] = (node, gpu_id, reason)
+            return []
+        return self._drain(self._start_refused(job_id, node, gpu_id, reason))
+
     def retry(self) -> list[Decision | LaneDecision]:
         """The retry pass: refusals folded before going live, waiting lane jobs tried again,
         empty lane GPUs given back."""
@@ -342,6 +381,9 @@ class LaneGpus:
         self.to_refuse.clear()
         items += self._convert(self.placer.retry())
         self.untried.clear()
+        for job_id, (node, gpu_id, reason) in sorted(self.to_refold.items()):  # tried at the pass after this one
+            items += self._start_refused(job_id, node, gpu_id, reason)
+        self.to_refold.clear()
         for gpu in self.placer.gpus():
             if not self.placer.jobs_on(gpu.gpu_id):
                 items += self._give_back(gpu.cell)
@@ -373,6 +415,10 @@ class LaneGpus:
             key = (lane.lane_gpu, lane.lane_id)
             self.recorded.lane_sizes[key] = max(self.recorded.lane_sizes.get(key, 0.0), lane.lane_size_mib)
             self.recorded.next_lane[lane.lane_gpu] = max(self.recorded.next_lane.get(lane.lane_gpu, 0), lane.lane_id + 1)
+        elif state == "waiting" and mine and "lane_refusals" in inputs:  # an executor's refusal decided (`executor_refused`)
+            self.recorded.lanes.pop(job_id, None)
+            self.recorded.refused.pop(job_id, None)
+            self.refusals[job_id] = int(str(inputs["lane_refusals"]))
         elif state in ("preempted", "suspended", "resumed"):
             self.recorded.lanes.pop(job_id, None)
             if state == "suspended":
@@ -409,6 +455,8 @@ class LaneGpus:
             job = LaneJob(job_id, spec.group, spec.persistent_mib, spec.ephemeral_mib)
             if lane is not None and lane.lane_gpu in self.bound and self.bound[lane.lane_gpu].gpu_id == lane.gpu_id:
                 self.placer.restore(job, lane.gpu_id, lane.lane_id, rec.lane_sizes[(lane.lane_gpu, lane.lane_id)])
+                if job_id in rec.refused:
+                    self.to_refold[job_id] = rec.refused[job_id]
             else:
                 self.placer.restore_waiting(job)
                 self.untried.add(job_id)
@@ -420,6 +468,24 @@ class LaneGpus:
             self.next_id = max(self.next_id, int(job_id.rsplit(":", 1)[1]) + 1)
         except (IndexError, ValueError):
             pass
+
+    def _start_refused(self, job_id: str, node: str, gpu_id: str, reason: str) -> list:
+        """The job leaves its lane (its P and lane are released, its neighbours stay); it waits,
+        tried at the next retry pass, or is rejected once `LaneSettings.refusal_limit` is reached."""
+        lane_gpu = self.by_gpu.get(gpu_id)
+        spec = self.specs.get(job_id)
+        if spec is None or self.placer.gpu_of(job_id) != gpu_id or lane_gpu is None or self.bound[lane_gpu].node != node:
+            return []  # not in a lane there (any more): a stale or forged report changes nothing
+        n = self.refusals[job_id] = self.refusals.get(job_id, 0) + 1
+        final = n >= self.settings.refusal_limit
+        out = self._convert(self.placer.finish(job_id))
+        if final:
+            del self.specs[job_id]
+            self.ended.add(job_id)
+        else:
+            self.placer.restore_waiting(LaneJob(job_id, spec.group, spec.persistent_mib, spec.ephemeral_mib))
+            self.untried.add(job_id)  # tried at the next retry pass, not at once on the GPU that refused it
+        return [LaneStartRefused(job_id, node, gpu_id, reason, n, final), *out]
 
     def _arrive(self, spec: LaneJobSpec) -> list:
         if not self.live:

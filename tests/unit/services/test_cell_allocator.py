@@ -17,7 +17,7 @@ from hivemux.errors import ConfigurationError
 from hivemux.events import CellBinding, ClockTick, JobKind, JobSubmission, Priority, WorkloadSpec
 from hivemux.services.cell_allocator.service import AllocatorSettings, CellAllocatorShell, build, load_config
 from hivemux.topics import (
-    CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, GPU_HEALTH, JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES, JOBS_SUBMITTED,
+    CELL_BINDINGS, CELL_CONFIG, CLOCK_TICKS, EXECUTOR_REPORTS, GPU_HEALTH, JOBS_COMMANDS, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_PROFILED, JOBS_REFUSALS, JOBS_RESIZES, JOBS_SUBMITTED,
 )
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -69,5 +69,5 @@ def test_build_folds_every_input_topic_and_ticks_the_retry_pass() -> None:
     finally:
         gc.unfreeze()
     assert set(service.folds) == {t.name for t in (CELL_CONFIG, JOBS_SUBMITTED, CELL_BINDINGS, JOBS_LIFECYCLE, JOBS_PRIORITIES, GPU_HEALTH, CLOCK_TICKS,
-                                                   JOBS_COMMANDS, JOBS_REFUSALS, JOBS_RESIZES, JOBS_PROFILED)}  # resizes; lane jobs' profiles
+                                                   JOBS_COMMANDS, JOBS_REFUSALS, JOBS_RESIZES, JOBS_PROFILED, EXECUTOR_REPORTS)}  # resizes; lane jobs' profiles and refused lane starts
     assert [t.seconds for t in service.tickers] == [2.5]
