@@ -165,9 +165,10 @@ class CellAllocator:
         return self._allocation([*self.lanes.after(self.jobs.resume(job_id)), *self.lanes.resume(job_id)], at, cause)
 
     def reprioritize(self, job_id: str, priority: int, *, at: datetime, cause: str) -> Allocation:
-        """A user changed the job's HiveD priority (`JobAllocator.reprioritize`)."""
+        """A user changed the job's HiveD priority (`JobAllocator.reprioritize`), or a lane job's
+        (`LaneGpus.reprioritize`)."""
         self._saw(at)
-        return self._allocation(self.lanes.after(self.jobs.reprioritize(job_id, priority)), at, cause)
+        return self._allocation([*self.lanes.after(self.jobs.reprioritize(job_id, priority)), *self.lanes.reprioritize(job_id, priority)], at, cause)
 
     def resize(self, job_id: str, replicas: int, *, at: datetime, cause: str) -> tuple[ReplicasFit | ReplicasRefused, Allocation]:
         """A user's resize of an online service (`JobAllocator.resize`): the verdict and what it changed."""

@@ -32,6 +32,20 @@ This module joins them in the cell allocator, pure like the rest of ``cells``:
   `LaneJobPlaced`, `LaneJobWaiting`, `LaneJobRefused`, `LaneJobLeft`, `LaneJobEvicted`. The
   internal job's own waiting reasons and refusals are turned into its group's lane jobs'.
 
+Priority changes (`reprioritize`, ``hivemux jobs priority``, jobs.priorities). A lane job's
+priority decides its group (its class: guaranteed or opportunistic) and the priority at which its
+group asks HiveD for a lane GPU: a group's outstanding request is at the highest priority of its
+waiting jobs, so raising a waiting job's priority raises the request's (`JobAllocator.reprioritize`
+on the internal job: it may now preempt a lower-priority job of the VC, HiveD §3.3), lowering it
+lowers the request's. A waiting job whose class changes keeps its place in the queue and waits
+in (or is placed on a lane GPU of) its new group; the old group's request is withdrawn if no job
+of it waits. A placed job keeps its lane and its lane GPU keeps the priority it was bound at (as
+a HiveD job holding cells does); the new priority counts when the job next waits (evicted,
+suspended and resumed, or refused by the executor). A change that arrives before the job is
+known here (it waits for its profile) is applied when it arrives; one folded from the log
+before going live is in the spec `go_live` rebuilds from. Job control refuses a change of class
+(`hivemux.jobs.control`); a record that changes it anyway is handled as above.
+
 Executor refusals (`executor_refused`). The executor re-checks a grant against what really runs
 on the GPU (Salus's safety condition with its own figures, the lane GPU's binding) and may
 refuse the start. A refusal of the job's current lane start (matched at the edge, `lane_events`)
@@ -63,6 +77,7 @@ submitted; HiveD binds it to ``node-02`` GPU 0; the placer opens lane 0 for ``j1
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -292,6 +307,7 @@ class LaneGpus:
         self.leaf_types: dict[str, str] = {}  # cell chain -> its GPU type (a walk of the physical cluster, once)
         self.refusals: dict[str, int] = {}  # lane job -> the executor's refusals of its lane starts so far
         self.to_refold: dict[str, tuple[str, str, str]] = {}  # executor refusals folded, decided at the next retry pass
+        self.early_priorities: dict[str, int] = {}  # priority changes of jobs not known here yet (`reprioritize`)
 
     # -- views --------------------------------------------------------------------------------
     def is_lane_job(self, job_id: str) -> bool:
@@ -317,7 +333,7 @@ class LaneGpus:
     def submit(self, spec: LaneJobSpec) -> list[Decision | LaneDecision]:
         if spec.job_id in self.specs or spec.job_id in self.ended:
             return []  # a re-delivered submission
-        self.specs[spec.job_id] = spec
+        self.specs[spec.job_id] = spec = self._early(spec)
         if spec.job_id in self.suspended:
             return []
         return self._drain(self._arrive(spec))
@@ -344,6 +360,21 @@ class LaneGpus:
         self.suspended.discard(job_id)
         spec = self.specs.get(job_id)
         return self._drain(self._arrive(spec)) if spec is not None and self.live else []
+
+    def reprioritize(self, job_id: str, priority: int) -> list[Decision | LaneDecision]:
+        """A user changed a lane job's priority (module docstring, "Priority changes")."""
+        if job_id in self.ended:
+            return []
+        spec = self.specs.get(job_id)
+        if spec is None:
+            self.early_priorities[job_id] = priority  # its submission (or its profile) is not here yet
+            return []
+        if spec.priority == priority:
+            return []
+        self.specs[job_id] = new = dataclasses.replace(spec, priority=priority)
+        if not self.live or job_id in self.suspended:
+            return []  # `go_live` / `resume` use the new spec
+        return self._drain(self._convert(self.placer.regroup(job_id, new.group)))
 
     def after(self, decisions: Iterable[Decision]) -> list[Decision | LaneDecision]:
         """The `JobAllocator`'s decisions, with the lane GPUs' consequences (module docstring)."""
@@ -392,8 +423,8 @@ class LaneGpus:
     # -- crash recovery -----------------------------------------------------------------------
     def enqueue(self, spec: LaneJobSpec) -> None:
         """A submission folded from the log."""
-        if spec.job_id not in self.ended:
-            self.specs.setdefault(spec.job_id, spec)
+        if spec.job_id not in self.ended and spec.job_id not in self.specs:
+            self.specs[spec.job_id] = self._early(spec)
 
     def recorded_gpu(self, job_id: str, state: str, node: str | None, gpu: str | None, inputs: Mapping[str, object]) -> None:
         """A lane GPU's binding folded from the log."""
@@ -486,6 +517,10 @@ class LaneGpus:
             self.placer.restore_waiting(LaneJob(job_id, spec.group, spec.persistent_mib, spec.ephemeral_mib))
             self.untried.add(job_id)  # tried at the next retry pass, not at once on the GPU that refused it
         return [LaneStartRefused(job_id, node, gpu_id, reason, n, final), *out]
+
+    def _early(self, spec: LaneJobSpec) -> LaneJobSpec:
+        priority = self.early_priorities.pop(spec.job_id, None)
+        return spec if priority is None else dataclasses.replace(spec, priority=priority)
 
     def _arrive(self, spec: LaneJobSpec) -> list:
         if not self.live:
@@ -591,20 +626,25 @@ class LaneGpus:
     def _reconcile(self) -> list[Decision]:
         """One outstanding GPU request per group with waiting jobs; none for a group without."""
         first: dict[str, LaneJobSpec] = {}
+        top: dict[str, int] = {}  # the highest priority waiting in each group: its request's
         for job in self.placer.waiting:
             spec = self.specs.get(job)
             if spec is not None and job not in self.untried:
                 first.setdefault(spec.group, spec)
+                top[spec.group] = max(top.get(spec.group, spec.priority), spec.priority)
         out: list[Decision] = []
         for job_id, group in list(self.pending.items()):
             if group not in first:
                 del self.pending[job_id]
                 out += self.jobs.end(job_id)
+            elif self.requests[job_id].priority != top[group]:  # a waiting job's priority changed
+                self.requests[job_id] = dataclasses.replace(self.requests[job_id], priority=top[group])
+                out += self.jobs.reprioritize(job_id, top[group])
         asked = set(self.pending.values())
         for group, spec in first.items():
             if group in asked:
                 continue
-            req = GpuRequest(f"{PREFIX}{spec.vc}:{self.next_id}", group, spec.vc, spec.priority, spec.gpu_type)
+            req = GpuRequest(f"{PREFIX}{spec.vc}:{self.next_id}", group, spec.vc, top[group], spec.gpu_type)
             self.next_id += 1
             self.requests[req.job_id] = req
             self.pending[req.job_id] = group

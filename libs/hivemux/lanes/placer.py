@@ -204,6 +204,23 @@ class LanePlacer:
         """Try the waiting jobs again, in arrival order (after `restore_waiting`)."""
         return self._retry()
 
+    def regroup(self, job: str, vc: str) -> tuple[PlacerEvent, ...]:
+        """The job now belongs to ``vc`` (the cell allocator's group: a priority change). A waiting
+        job keeps its place in the queue and is tried on the new group's lane GPUs at once (placed,
+        or waiting with the new reason); a placed job keeps its lane, the new group counts when it
+        next waits. Unknown jobs and an unchanged group are a no-op."""
+        spec = self._jobs.get(job)
+        if spec is None or spec.vc == vc:
+            return ()
+        self._jobs[job] = spec = LaneJob(job, vc, spec.persistent_mib, spec.ephemeral_mib)
+        if job not in self._waiting:
+            return ()
+        placed = self._try(spec)
+        if placed is not None:
+            self._waiting.remove(job)
+            return (placed,)
+        return (self._waiting_reason(spec),)
+
     def remove_gpu(self, gpu_id: str) -> tuple[str, ...]:
         """The lane GPU was taken away (its cell preempted): its jobs lose their lanes and wait
         again, behind the jobs already waiting, in the order they were admitted. Returns them."""

@@ -23,9 +23,11 @@ from hivemux.events import (
     ExecutorReport,
     JobKind,
     JobLifecycleEvent,
+    JobPriorityChanged,
     JobState,
     JobSubmission,
     Priority,
+    Profile,
     ReportState,
     ResourceEstimates,
     WorkloadSpec,
@@ -201,3 +203,70 @@ def test_a_refusal_folded_but_not_decided_before_a_restart_is_decided_at_the_nex
     (waiting,) = of(out, JobLifecycleEvent, JobState.WAITING)
     assert waiting.job_id == "j1" and waiting.inputs["lane_refusals"] == "1" and not of(out, ExecutorCommand)
     assert start_of(after.retry(), "j1").gpu_ids == start.gpu_ids  # the pass after
+
+
+# -- priority changes of lane jobs (`LaneGpus.reprioritize`) ------------------------------------
+
+
+def job(job_id: str, priority: int, *, pods: int = 1, gpus: int = 1, seconds: float = 1.0, p: float | None = 1024) -> JobSubmission:
+    return JobSubmission(
+        occurred_at=at(seconds), source="cli", job_id=job_id, vc="vc-a", kind=JobKind.TRAINING, pods=pods, gpus_per_pod=gpus,
+        sharing="lanes" if pods * gpus == 1 else None, priority=Priority.OPPORTUNISTIC if priority < 0 else Priority.GUARANTEED,
+        priority_value=priority, workload=WorkloadSpec(model="resnet50", batch_size=16, iterations=100),
+        estimates=ResourceEstimates(persistent_memory_mib=p, ephemeral_memory_mib=2048 if p is not None else None),
+    )  # fmt: skip
+
+
+def priority(job_id: str, value: int, seconds: float) -> JobPriorityChanged:
+    return JobPriorityChanged(occurred_at=at(seconds), source="job-controller/0", job_id=job_id, priority_value=value, previous=0)
+
+
+@pytest.mark.parametrize("before", [10, -1], ids=["guaranteed-raised", "opportunistic-to-guaranteed"])
+def test_a_waiting_lane_jobs_new_priority_moves_its_lane_gpu_request(before: int) -> None:
+    """vc-a's 8 GPUs are held by a gang at priority 100: the lane job waits for a lane GPU; at
+    priority 500 its group's request follows and preempts the gang (HiveD §3.3)."""
+    log = Log(shell())
+    log.feed(job("gang", 100, pods=2, gpus=4))
+    out = log.feed(job("small", before, seconds=2))
+    assert not of(out, ExecutorCommand) and log.edge.core.lanes.placer.waiting == ("small",)
+    log.inputs.append(change := priority("small", 500, 3))
+    out = log._keep(log.edge.on_priority(change, replaying=False))
+    assert [b.job_id for b in of(out, CellBinding, "preempted")] == ["gang", "gang"]
+    assert start_of(out, "small").lane is not None
+    assert log.edge.core.lanes.specs["small"].group == "vc-a (guaranteed)"
+    (bound,) = log.edge.core.lanes.bound  # the lane GPU: bound at the new priority (an opportunistic request was withdrawn)
+    req = log.edge.core.lanes.requests[bound]
+    assert req.priority == 500 and log.edge.core.jobs.jobs[req.job_id].priority == 500
+
+
+def test_a_placed_lane_job_keeps_its_lane_and_its_new_priority_counts_when_it_next_waits() -> None:
+    log = Log(shell())
+    start_of(log.feed(job("small", 10)), "small")
+    before = lanes_of(log.edge)
+    assert log.edge.on_priority(priority("small", 700, 2), replaying=False) == []
+    assert lanes_of(log.edge) == before and log.edge.core.lanes.specs["small"].priority == 700
+    assert log.edge.on_priority(priority("small", -1, 3), replaying=False) == []  # a class change too: no move while placed
+    assert lanes_of(log.edge) == before and log.edge.core.lanes.specs["small"].group == "vc-a (opportunistic)"
+
+
+def test_a_priority_change_before_the_profile_counts_when_the_job_goes_to_lanes() -> None:
+    edge = shell()
+    edge.on_submission(job("later", 10, p=None), replaying=False)  # waits for its profile
+    edge.on_priority(priority("later", 300, 2), replaying=False)
+    prof = Profile(occurred_at=at(3), source="profiler/0", job_id="later", signature="signature-0001", gpu_type="T4",
+                   method="simulated", iteration_time_ms=189.0, gpu_util=80.0, sm_activity=70.0, sm_occupancy=40.0,
+                   memory_peak_mib=3000, persistent_memory_mib=1000)  # fmt: skip
+    edge.on_profile(prof, replaying=False)
+    assert edge.core.lanes.specs["later"].priority == 300
+
+
+def test_a_priority_change_folded_after_a_restart_is_kept() -> None:
+    log = Log(shell())
+    log.feed(job("gang", 100, pods=2, gpus=4))
+    log.feed(job("small", 10, seconds=2))
+    edge = restart(log)
+    edge.on_priority(priority("small", 500, 3), replaying=True)
+    edge.core.folding(False)
+    assert edge.core.lanes.specs["small"].priority == 500
+    out = edge.retry()
+    assert start_of(out, "small").lane is not None  # its request at 500 preempts the gang
