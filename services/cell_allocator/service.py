@@ -24,7 +24,7 @@ from pydantic_settings import SettingsConfigDict
 from hivemux.bus import RecordContext, Service
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
 from hivemux.cells.config import load_config
-from hivemux.cells.lane_gpus import DEFAULT_GPU_MEMORY_MIB, LaneSettings
+from hivemux.cells.lane_choice import DEFAULT_GPU_MEMORY_MIB, LaneSettings
 from hivemux.cells.schedulers import SchedulerKind, build_scheduler
 from hivemux.cells_inspect.server import start_inspect_server
 from hivemux.events import CellBinding, CellConfig, ClockTick, Event, HealthTransition, JobCommand, JobLifecycleEvent, JobPriorityChanged, JobSubmission

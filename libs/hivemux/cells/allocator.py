@@ -54,7 +54,8 @@ from hivemux.events.versions import version_jump
 from . import api
 from .bad_hardware import BadNodes, NodeHealth
 from .job_allocator import Decision, JobAllocator, PodBound, TrainingJob
-from .lane_gpus import LaneDecision, LaneGpus, LaneJobRefused, LaneJobSpec, LaneSettings
+from .lane_choice import LaneDecision, LaneJobRefused, LaneJobSpec, LaneSettings
+from .lane_gpus import LaneGpus
 from .resize import ReplicasFit, ReplicasRefused
 from .schedulers import build_scheduler
 
@@ -111,12 +112,12 @@ class CellAllocator:
         return self._allocation(self.lanes.after(self.jobs.submit(job)), at, cause)
 
     def submit_lane(self, job: LaneJobSpec, *, at: datetime, cause: str) -> Allocation:
-        """A lane job submitted (`lane_gpus.choose`): packed on a lane GPU of its VC, or waits."""
+        """A lane job submitted (`lane_choice.choose`): packed on a lane GPU of its VC, or waits."""
         self._saw(at)
         return self._allocation(self.lanes.submit(job), at, cause)
 
     def refuse_lane(self, refused: LaneJobRefused, *, at: datetime, cause: str) -> Allocation:
-        """A lane job that cannot run in lanes (`lane_gpus.choose`): refused with the reason."""
+        """A lane job that cannot run in lanes (`lane_choice.choose`): refused with the reason."""
         self._saw(at)
         return self._allocation(self.lanes.refuse(refused), at, cause)
 

@@ -83,7 +83,7 @@ from .allocator import Allocation, CellAllocator
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 from .lane_events import LaneEventMaker, candidate, needs_profile
-from .lane_gpus import LaneJobRefused, LaneJobWaiting, LaneSettings, choose
+from .lane_choice import LaneJobRefused, LaneJobWaiting, LaneSettings, choose
 from .resize import ReplicasRefused
 
 ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})

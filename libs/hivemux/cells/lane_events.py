@@ -1,8 +1,8 @@
 """Lane jobs and lane GPUs at the cell allocator's edges (issue 20): events in, events out.
 
-`candidate` turns a training submission into `lane_gpus.choose`'s input. `LaneEventMaker`
-turns the decisions of `lane_gpus` (and a lane GPU's internal job's HiveD decisions) into what
-the cell allocator publishes:
+`candidate` turns a training submission into `lane_choice.choose`'s input. `LaneEventMaker`
+turns the decisions of `lane_gpus` (named in `lane_choice`) and a lane GPU's internal job's HiveD
+decisions into what the cell allocator publishes:
 
 - a lane GPU's `PodBound` / `PodReleased` / `PodPreempted` -> a ``bound`` / ``released`` /
   ``preempted`` `CellBinding` of its internal job (``lane-gpu:<vc>:<n>``), in the lane GPU's VC
@@ -55,10 +55,9 @@ from hivemux.gpu_ids import gpu_ids
 
 from .config import bind_info_to_annotation, pod_spec_to_annotation
 from .job_allocator import PodBound, PodPreempted, PodReleased
-from .lane_gpus import (
+from .lane_choice import (
     LaneCandidate,
     LaneDecision,
-    LaneGpus,
     LaneJobEvicted,
     LaneJobLeft,
     LaneJobPlaced,
@@ -66,10 +65,11 @@ from .lane_gpus import (
     LaneJobWaiting,
     LaneStartRefused,
 )
+from .lane_gpus import LaneGpus
 
 
 def candidate(job: JobSubmission, profile: Profile | None = None) -> LaneCandidate:
-    """The submission as `lane_gpus.choose` sees it: ``P`` and ``E`` from its estimates, else
+    """The submission as `lane_choice.choose` sees it: ``P`` and ``E`` from its estimates, else
     from its profile (``E = memory_peak_mib − persistent_memory_mib``)."""
     p, e = job.estimates.persistent_memory_mib, job.estimates.ephemeral_memory_mib
     if (p is None or e is None) and profile is not None:

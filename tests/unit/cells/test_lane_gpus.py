@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
-from hivemux.cells.lane_gpus import LaneCandidate, LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
+from hivemux.cells.lane_choice import LaneCandidate, LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
 from hivemux.cells.schedulers import build_scheduler
 from hivemux.events import (
     CellBinding,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
-from hivemux.cells.lane_gpus import LaneSettings
+from hivemux.cells.lane_choice import LaneSettings
 from hivemux.cells.schedulers import build_scheduler
 from hivemux.events import (
     CellBinding,
