@@ -337,3 +337,47 @@ async def test_online_services_show_p99_against_the_slo_to_their_tenant(console:
     page_b = await logged_in(new_page, console, "b")
     await expect(page_b.locator("#services")).to_contain_text("No online service visible", timeout=LIVE_S)
     assert svc not in await page_b.content()
+
+
+async def test_lane_jobs_show_their_lane_and_iterations_to_their_tenant(console: Console, new_page: Opener, broker: EmbeddedInfra) -> None:
+    """A lane GPU of vc-a (the cell allocator's binding carrying the lane group) and two lane jobs
+    on it (their ``bound`` steps, an executor's reports): the Salus lanes section shows the lane
+    GPU with each job's lane and iterations, the jobs table leaves the lane GPU out, a lane job's
+    panel says its lane; vc-b's tenant sees none of it."""
+    from hivemux.bus.authorization import as_writer
+    from hivemux.events import (CellBinding, ExecutorReport, JobKind, JobLifecycleEvent, JobState, JobSubmission, Priority,
+                                ReportState, WorkloadSpec)  # fmt: skip
+
+    p, node = uuid.uuid4().hex[:6], "web-l0"
+    gpu, lane_gpu, jobs = f"{node}/gpu-0", f"lane-gpu:vc-a:{p}", [f"laneweb-{p}-{i}" for i in (1, 2)]
+    at = datetime.now(UTC)
+    spec = WorkloadSpec(model="mnist-mlp", batch_size=32, iterations=100)
+    events: list[Any] = [JobSubmission(source="cli", occurred_at=at, job_id=j, vc="vc-a", kind=JobKind.TRAINING, workload=spec, sharing="lanes")
+                         for j in jobs]  # fmt: skip
+    events.append(CellBinding(source="cell-allocator", occurred_at=at, job_id=lane_gpu, vc="vc-a", state="bound", pod=lane_gpu,
+                              priority=Priority.GUARANTEED, node_ids=(node,), gpu_ids=(gpu,), reason="lane GPU of vc-a/guaranteed",
+                              inputs={"lane_group": "vc-a/guaranteed", "lane_priority": 0, "lane_gpu_type": "T4", "lane_capacity_mib": 16384.0,
+                                      "lane_policy": "pack"}))  # fmt: skip
+    for lane, job in enumerate(jobs, start=1):
+        events.append(JobLifecycleEvent(source="cell-allocator", occurred_at=at, job_id=job, state=JobState.BOUND, node_id=node, gpu_ids=(gpu,),
+                                        reason=f"lane {lane} on {gpu}", inputs={"lane_gpu": lane_gpu, "node_id": node, "gpu_id": gpu,
+                                        "lane_id": str(lane), "lane_size_mib": "2048.0", "policy": "pack"}))  # fmt: skip
+        events.append(ExecutorReport(source="executor", occurred_at=at, node_id=node, job_id=job, command_id=f"c{lane}", state=ReportState.RUNNING,
+                                     gpu_ids=(gpu,), iterations_done=20 * lane, iterations_total=100, throughput_it_s=5.0))  # fmt: skip
+    async with Publisher(broker.endpoints.bootstrap_servers, source="test") as publisher:
+        await publisher.publish_all([as_writer(e) for e in events])
+    page = await logged_in(new_page, console, "a")
+    row = page.locator(f'#lanes tr[data-lane-gpu="{lane_gpu}"]')
+    await expect(row.locator(f'[data-job-id="{jobs[1]}"]')).to_contain_text("40/100 it", timeout=LIVE_S)
+    await expect(row).to_contain_text(gpu)
+    await expect(row).to_contain_text("16384 MiB / PACK")
+    await expect(row.locator(f'[data-job-id="{jobs[0]}"]')).to_contain_text("lane 1 PACK")
+    await shot(page, "salus-lanes")
+    await expect(page.locator(f'#jobs tr[data-job-id="{lane_gpu}"]')).to_have_count(0)
+    await row.locator(f'[data-job-id="{jobs[0]}"]').click()  # the lane job's panel: its lane
+    await expect(page.locator("#panel h2")).to_contain_text(jobs[0])
+    await expect(page.locator("#panel .lane-line")).to_contain_text(f"lane 1 on {gpu} (PACK) of {lane_gpu}, L_j 2048 MiB, iterations 20/100",
+                                                                    timeout=LIVE_S)  # fmt: skip
+    page_b = await logged_in(new_page, console, "b")
+    await expect(page_b.locator("#lanes")).to_contain_text("No lane GPU or lane job visible", timeout=LIVE_S)
+    assert lane_gpu not in await page_b.content()

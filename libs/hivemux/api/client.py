@@ -4,6 +4,7 @@ the status and the API's reason."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -49,7 +50,8 @@ def _at(value: str | None) -> datetime | None:
 
 def job_row(d: dict[str, Any]) -> JobRow:
     """A job as the API sends it (`views.job_json`), back into the row the CLI prints."""
-    return JobRow(**{**d, "submitted_at": _at(d["submitted_at"]), "updated_at": _at(d["updated_at"])})
+    known = {f.name for f in fields(JobRow)}  # a describe's extras (service, lane, lane_gpu) are read apart
+    return JobRow(**{**{k: v for k, v in d.items() if k in known}, "submitted_at": _at(d["submitted_at"]), "updated_at": _at(d["updated_at"])})
 
 
 def event_record(d: dict[str, Any]) -> JobEventRecord:

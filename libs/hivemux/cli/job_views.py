@@ -26,7 +26,7 @@ def _where(job: JobRow) -> str:
 @jobs_group.command("list")
 @click.option("--vc", default=None, help="Only this virtual cluster.")
 @click.option("--state", default=None, help="Only jobs in this state (waiting, running, ...).")
-@click.option("--kind", default=None, help="Only this kind (online, offline, training).")
+@click.option("--kind", default=None, help="Only this kind (online, offline, training; lane-gpu: the allocator's lane GPUs, left out otherwise).")
 @click.option("--limit", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per job.")
 def list_jobs(vc: str | None, state: str | None, kind: str | None, limit: int, as_json: bool) -> None:
@@ -54,26 +54,29 @@ def list_jobs(vc: str | None, state: str | None, kind: str | None, limit: int, a
 @click.option("--json", "as_json", is_flag=True)
 def describe(job_id: str, as_json: bool) -> None:
     """One job: state, VC, kind, priority, placement or binding, times, last reason; an online
-    service also its replicas' latest latency against its SLO and its last protection step."""
+    service also its replicas' latest latency against its SLO and its last protection step; a
+    lane job its lane and iterations; a lane GPU (`--kind lane-gpu`) its lane jobs."""
     client = api_client()
     service: dict[str, Any] | None = None
+    lanes: dict[str, Any] = {}
     if client is not None:
         body = api_call(client, "GET", f"/api/v1/jobs/{job_id}")
-        job, service = job_row(body), body.get("service")
+        job, service, lanes = job_row(body), body.get("service"), {k: body[k] for k in ("lane", "lane_gpu") if body.get(k)}
     else:
 
-        async def read(pool: Any) -> tuple[JobRow | None, dict[str, Any] | None]:
+        async def read(pool: Any) -> tuple[JobRow | None, dict[str, Any] | None, dict[str, Any]]:
+            from ..store.lanes import lane_detail
             from ..store.online import online_services
 
             row = await ReadModelStore(pool).job(job_id)
             services = await online_services(pool, job_ids=[job_id]) if row is not None and row.kind == "online" else []
-            return row, services[0] if services else None
+            return row, services[0] if services else None, await lane_detail(pool, row) if row is not None else {}
 
-        job, service = run_on_read_models(read)
+        job, service, lanes = run_on_read_models(read)
     if job is None:
         raise click.ClickException(f"no job {job_id} in the read model")
     if as_json:
-        click.echo(json.dumps(_job_json(job) | ({"service": service} if service else {}), indent=2, default=str))
+        click.echo(json.dumps(_job_json(job) | ({"service": service} if service else {}) | lanes, indent=2, default=str))
         return
     for name, value in _job_json(job).items():
         if name in ("placement", "binding"):
@@ -81,6 +84,22 @@ def describe(job_id: str, as_json: bool) -> None:
         click.echo(f"{name + ':':<14} {value if value not in (None, '') else '-'}")
     for line in _service_lines(service) if service else ():
         click.echo(line)
+    for line in _lane_lines(lanes):
+        click.echo(line)
+
+
+def _lane_lines(lanes: dict[str, Any]) -> list[str]:
+    """A lane job's lane, or a lane GPU's group and its lane jobs (`store.lanes.lane_detail`)."""
+    if "lane" in lanes:
+        return [f"{'lane:':<14} {lanes['lane']['line']}"]
+    if "lane_gpu" not in lanes:
+        return []
+    g = lanes["lane_gpu"]
+    c = f"C {g['capacity_mib']:g} MiB" if g.get("capacity_mib") is not None else "C -"
+    lines = [f"{'lane GPU:':<14} {g['priority'] or '-'} GPU of {g['vc']} for Salus lanes ({g.get('lane_group') or '-'}) on "
+             f"{', '.join(g['gpu_ids']) or '- (given back)'}, {c}, {str(g.get('policy') or '-').upper()}"]  # fmt: skip
+    lines += [f"  {r['job_id']:<22} {r['state'] or '-':<10} {r['line']}" for r in g["lane_jobs"]] or ["  (no lane job)"]
+    return lines
 
 
 def _ms(value: float | None) -> str:

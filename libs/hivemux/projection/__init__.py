@@ -27,10 +27,17 @@ from .read_models import (
     fold_states,
     project,
 )
+from .lanes import LANE_GPU_KIND, JobProgress, LaneGpuChanged, LaneJobBound, fold_progress, lane_line
 from .online import OnlineServiceSubmitted, ProtectionStep, ReplicaLatency, fold_latency, slo_state
 from .usage import JobEnded, SharingObserved, UsageEnded, UsageStarted
 
 __all__ = [
+    "LANE_GPU_KIND",
+    "JobProgress",
+    "LaneGpuChanged",
+    "LaneJobBound",
+    "fold_progress",
+    "lane_line",
     "ENDS_SUSPENSION",
     "FINISHED_STATES",
     "PROJECTED_TOPICS",

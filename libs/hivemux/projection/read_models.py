@@ -30,6 +30,8 @@ projection equal to one rebuilt from the beginning):
 - ``online_services``, ``online_latency``, ``slo_protection_steps``: online services' SLOs, each
   replica's latest latency window and the SLO protection steps (`online`; ``online.latency``,
   ``sharing.protection``).
+- ``lane_jobs``, ``job_progress`` and lane GPUs' ``jobs`` rows (kind ``lane-gpu``): Salus lanes
+  (`lanes`; ``cells.bindings``, ``jobs.lifecycle``, ``executor.reports``).
 - ``vc_quotas``: each VC's guaranteed GPUs in the newest cell configuration (``cells.config``,
   one partition); the views ``vcs`` and ``vc_cells`` add what the jobs' bound pods use.
 
@@ -52,6 +54,7 @@ from uuid import UUID
 from ..cells.config import parse_config
 from ..errors import ConfigurationError
 from ..events import CellBinding, CellConfig, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
+from .lanes import LaneChange, lane_gpu_binding, lane_job_bound, progress
 from .online import OnlineChange, latency, online_submission, protection
 from .usage import UsageChange, binding_usage, lifecycle_usage, observation, placement_usage
 
@@ -71,6 +74,7 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "sharing.observations",
     "online.latency",
     "sharing.protection",
+    "executor.reports",
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
 FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
@@ -214,7 +218,7 @@ class VcQuotasChanged:
 
 Change = (
     VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow
-    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange | OnlineChange
+    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange | OnlineChange | LaneChange
 )
 
 
@@ -297,6 +301,7 @@ def _lifecycle(event: JobLifecycleEvent, at: Position) -> tuple[Change, ...]:
         JobStateChanged(event.job_id, event.state.value, event.reason, event.occurred_at),
         _row(event, event.job_id, at, "lifecycle", event.state.value, event.reason, inputs),
         *lifecycle_usage(event),
+        *lane_job_bound(event),
     )
 
 
@@ -305,10 +310,11 @@ def _binding(event: CellBinding, at: Position) -> tuple[Change, ...]:
     where = {"cell_type": event.cell_type, "node_ids": list(event.node_ids), "gpu_ids": list(event.gpu_ids)}
     inputs = {**event.inputs, "pod": pod, "priority": event.priority.value, **where}
     row = _row(event, event.job_id, at, "binding", event.state, event.reason, inputs)
+    lane_gpu = lane_gpu_binding(event)  # a lane GPU's row: its VC, kind lane-gpu, state (`lanes`)
     if event.state == "bound":
-        return JobBindingChanged(event.job_id, pod, {**where, "priority": event.priority.value}, event.occurred_at), row, *binding_usage(event)
+        return JobBindingChanged(event.job_id, pod, {**where, "priority": event.priority.value}, event.occurred_at), row, *binding_usage(event), *lane_gpu
     if event.state in ("released", "preempted"):
-        return JobBindingChanged(event.job_id, pod, None, event.occurred_at), row, *binding_usage(event)
+        return JobBindingChanged(event.job_id, pod, None, event.occurred_at), row, *binding_usage(event), *lane_gpu
     return (row,)  # refused: the decision is history, the job holds nothing
 
 
@@ -432,4 +438,5 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "SharingObservation": observation,
     "OnlineLatencyReport": lambda event, _: (latency(event),),
     "SloProtectionAction": _protection,
+    "ExecutorReport": progress,
 }

@@ -1,5 +1,5 @@
 """The read models' row statements: how each row change of the projection (`hivemux.projection`)
-is written to PostgreSQL (migrations 0003-0010). `ReadModelStore.apply` calls `write_changes`
+is written to PostgreSQL (migrations 0003-0011). `ReadModelStore.apply` calls `write_changes`
 inside the transaction that also moves the projector's offsets (`store.read_models`).
 
 Within a batch the changes of one kind are written together, in order (state changes folded to
@@ -24,10 +24,13 @@ from ..projection import (
     JobBindingChanged,
     JobEnded,
     JobEventRow,
+    JobProgress,
     JobPlacementChanged,
     JobPriorityChanged,
     JobStateChanged,
     JobSubmitted,
+    LaneGpuChanged,
+    LaneJobBound,
     OnlineServiceSubmitted,
     ProtectionStep,
     ReplicaLatency,
@@ -36,6 +39,7 @@ from ..projection import (
     UsageStarted,
     VcQuotasChanged,
     fold_latency,
+    fold_progress,
     fold_states,
 )
 
@@ -65,6 +69,17 @@ _STATEMENTS: dict[type, str] = {
         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::timestamptz[])
              AS f(job_id, state, reason, from_suspended, from_suspended_reason, at)
         WHERE jobs.job_id = f.job_id""",
+    # A lane GPU (migration 0011, `projection.lanes`): its bound binding makes its row one (VC,
+    # kind, priority class, 1 GPU); its release or preemption moves only a row that is one.
+    LaneGpuChanged: """
+        WITH moved AS (
+            UPDATE jobs SET state = $4::text, last_reason = $5::text, updated_at = GREATEST(jobs.updated_at, $6::timestamptz)
+            WHERE NOT $7::boolean AND job_id = $1::text AND kind = 'lane-gpu')
+        INSERT INTO jobs (job_id, vc, kind, priority, pods, gpus, state, last_reason, submitted_at, updated_at)
+        SELECT $1::text, $2::text, 'lane-gpu', $3::text, 1, 1, $4::text, $5::text, $6::timestamptz, $6::timestamptz WHERE $7::boolean
+        ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = 'lane-gpu', priority = EXCLUDED.priority, pods = 1, gpus = 1,
+            state = EXCLUDED.state, last_reason = EXCLUDED.last_reason, submitted_at = coalesce(jobs.submitted_at, EXCLUDED.submitted_at),
+            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
     JobPriorityChanged: """
         INSERT INTO jobs (job_id, priority_value, priority_changed_at, updated_at) VALUES ($1, $2, $3, $3)
         ON CONFLICT (job_id) DO UPDATE SET priority_value = EXCLUDED.priority_value,
@@ -120,6 +135,26 @@ _STATEMENTS: dict[type, str] = {
     FaultRow: """
         INSERT INTO faults (event_id, gpu_id, node_id, kind, detail, xid, job_id, remediation, occurred_at)
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (event_id) DO NOTHING""",
+    # A lane job's latest lane (migration 0011): a later bound by event time replaces it.
+    LaneJobBound: """
+        INSERT INTO lane_jobs (job_id, lane_gpu, node_id, gpu_id, lane_id, lane_size_mib, policy, inputs, bound_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8::jsonb, $9)
+        ON CONFLICT (job_id) DO UPDATE SET lane_gpu = EXCLUDED.lane_gpu, node_id = EXCLUDED.node_id, gpu_id = EXCLUDED.gpu_id,
+            lane_id = EXCLUDED.lane_id, lane_size_mib = EXCLUDED.lane_size_mib, policy = EXCLUDED.policy, inputs = EXCLUDED.inputs,
+            bound_at = EXCLUDED.bound_at
+        WHERE EXCLUDED.bound_at >= lane_jobs.bound_at""",
+    # A job's progress (migration 0011): the most iterations, the latest report's figures.
+    JobProgress: """
+        INSERT INTO job_progress (job_id, iterations_done, iterations_total, throughput_it_s, node_id, gpu_ids, reported_at)
+        VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7)
+        ON CONFLICT (job_id) DO UPDATE SET
+            iterations_done = GREATEST(job_progress.iterations_done, EXCLUDED.iterations_done),
+            iterations_total = GREATEST(job_progress.iterations_total, EXCLUDED.iterations_total),
+            throughput_it_s = CASE WHEN EXCLUDED.reported_at >= job_progress.reported_at THEN EXCLUDED.throughput_it_s
+                                   ELSE job_progress.throughput_it_s END,
+            node_id = CASE WHEN EXCLUDED.reported_at >= job_progress.reported_at THEN EXCLUDED.node_id ELSE job_progress.node_id END,
+            gpu_ids = CASE WHEN EXCLUDED.reported_at >= job_progress.reported_at THEN EXCLUDED.gpu_ids ELSE job_progress.gpu_ids END,
+            reported_at = GREATEST(job_progress.reported_at, EXCLUDED.reported_at)""",
     # Per-tenant accounting (migration 0008, `projection.usage`): an end is the earliest close at
     # or after the start (`least`), so the order the topics are read in does not matter.
     UsageStarted: """
@@ -205,6 +240,14 @@ def _args(change: Change) -> tuple[Any, ...]:
             return change.job_id, change.resource, change.at
         case JobEnded():
             return change.job_id, change.at
+        case LaneGpuChanged():
+            return change.job_id, change.vc, change.priority, change.state, change.reason, change.at, change.marks
+        case LaneJobBound():
+            return (change.job_id, change.lane_gpu, change.node_id, change.gpu_id, change.lane_id, change.lane_size_mib, change.policy,
+                    _json(change.inputs), change.at)  # fmt: skip
+        case JobProgress():
+            return (change.job_id, change.iterations_done, change.iterations_total, change.throughput_it_s, change.node_id,
+                    _json(list(change.gpu_ids)), change.at)  # fmt: skip
         case SharingObserved() | OnlineServiceSubmitted() | ReplicaLatency() | ProtectionStep():
             return astuple(change)
     raise TypeError(f"not a read-model change: {change!r}")
@@ -232,6 +275,9 @@ async def write_changes(conn: Any, changes: Sequence[Change]) -> None:
         elif kind is ReplicaLatency:  # the batch's latest per replica only (the upsert keeps the latest anyway)
             latest = fold_latency([c for c in changes if isinstance(c, ReplicaLatency)])
             await conn.executemany(_STATEMENTS[kind], [astuple(r) for _, r in sorted(latest.items())])
+        elif kind is JobProgress:  # the batch's folded progress per job (the upsert is order-independent anyway)
+            folded = fold_progress([c for c in changes if isinstance(c, JobProgress)])
+            await conn.executemany(_STATEMENTS[kind], [_args(c) for _, c in sorted(folded.items())])
         elif kind is JobEventRow:
             await conn.execute(_STAGING)
             await conn.copy_records_to_table("job_events_in", records=grouped[kind], columns=_JOB_EVENT_COLUMNS)

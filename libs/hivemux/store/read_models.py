@@ -23,6 +23,7 @@ import asyncpg
 from ..errors import HivemuxError
 from ..projection import FINISHED_STATES, Change
 from ..projection.explain import QUEUED_STATES, vc_summary
+from .lanes import lane_gpus, lane_jobs, status_row
 from .online import online_services
 from .read_model_rows import without_nul, write_changes
 
@@ -31,10 +32,11 @@ __all__ = ["JobEventRecord", "JobRow", "ProjectionConflict", "ReadModelStore", "
 TopicPartition = tuple[str, int]
 READ_MODEL_TABLES = (
     "jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "usage_intervals", "job_ends", "sharing_observations",
-    "online_services", "online_latency", "slo_protection_steps", "projector_offsets",
+    "online_services", "online_latency", "slo_protection_steps", "lane_jobs", "job_progress", "projector_offsets",
 )  # fmt: skip
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
 _NOT_BOUND_STATES = frozenset({*FINISHED_STATES, "stopped", "suspended"})  # the same, in Python
+_NOT_LANE_GPU = "kind IS DISTINCT FROM 'lane-gpu'"  # a lane GPU's row is the allocator's, not a user's job (migration 0011)
 _NOT_SHARING = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended", "evicted", "preempted")) + "]"
 
 
@@ -151,10 +153,11 @@ class ReadModelStore:
         self, *, vc: str | None = None, state: str | None = None, kind: str | None = None, limit: int = 1000,
         vcs: Sequence[str] | None = None, after: str | None = None,
     ) -> list[JobRow]:  # fmt: skip
-        """Jobs by id, filtered; `vcs`: only these VCs (a tenant's), `after`: ids after this one (the next page)."""
+        """Jobs by id, filtered; `vcs`: only these VCs (a tenant's), `after`: ids after this one (the next page).
+        Lane GPUs (kind ``lane-gpu``, the cell allocator's, `projection.lanes`) only when `kind` asks for them."""
         rows = await self._pool.fetch(
             f"SELECT {_JOB_COLUMNS} FROM jobs WHERE ($1::text IS NULL OR vc = $1) AND ($2::text IS NULL OR state = $2) "
-            "AND ($3::text IS NULL OR kind = $3) AND ($5::text[] IS NULL OR vc = ANY($5)) AND ($6::text IS NULL OR job_id > $6) "
+            f"AND (kind = $3 OR $3::text IS NULL AND {_NOT_LANE_GPU}) AND ($5::text[] IS NULL OR vc = ANY($5)) AND ($6::text IS NULL OR job_id > $6) "
             "ORDER BY job_id LIMIT $4",
             vc, state, kind, limit, None if vcs is None else list(vcs), after,
         )  # fmt: skip
@@ -223,8 +226,8 @@ class ReadModelStore:
         from the read models."""
         async with self._pool.acquire() as conn:
             health = await conn.fetch("SELECT health, count(*) AS n FROM gpus WHERE health IS NOT NULL GROUP BY health ORDER BY health")
-            by_state = await conn.fetch("SELECT state, count(*) AS n FROM jobs GROUP BY state ORDER BY state")
-            submitted = await conn.fetchval("SELECT count(*) FROM jobs WHERE kind IS NOT NULL")
+            by_state = await conn.fetch(f"SELECT state, count(*) AS n FROM jobs WHERE {_NOT_LANE_GPU} GROUP BY state ORDER BY state")
+            submitted = await conn.fetchval(f"SELECT count(*) FROM jobs WHERE kind IS NOT NULL AND {_NOT_LANE_GPU}")
             # As `status` reads it: an ended, stopped, evicted, preempted or suspended job shares
             # and holds nothing, whether or not its release was recorded yet.
             sharing_now = await conn.fetch(
@@ -237,27 +240,31 @@ class ReadModelStore:
             bound_ever = await conn.fetch(
                 "SELECT job_id, array_agg(DISTINCT node) AS nodes FROM job_events, "
                 "jsonb_array_elements_text(inputs -> 'node_ids') AS node WHERE kind = 'binding' AND what = 'bound' "
-                "AND job_id NOT IN (SELECT job_id FROM jobs WHERE kind = 'online') GROUP BY job_id ORDER BY job_id")
+                "AND job_id NOT IN (SELECT job_id FROM jobs WHERE kind IN ('online', 'lane-gpu')) GROUP BY job_id ORDER BY job_id")
             bound_now = await conn.fetch(
                 "SELECT job_id, array_agg(DISTINCT node) AS nodes FROM jobs, jsonb_each(binding) AS b(pod, spec), "
                 f"jsonb_array_elements_text(spec -> 'node_ids') AS node WHERE NOT state = ANY({_NOT_BOUND}) "
-                "AND kind IS DISTINCT FROM 'online' GROUP BY job_id ORDER BY job_id")
+                f"AND kind IS DISTINCT FROM 'online' AND {_NOT_LANE_GPU} GROUP BY job_id ORDER BY job_id")
             waiting = await conn.fetch("SELECT job_id, last_reason FROM jobs WHERE state = 'waiting' ORDER BY job_id")
             cells = await conn.fetch("SELECT * FROM vc_cells ORDER BY vc")
             queued = await conn.fetch(
                 "SELECT vc, count(*) AS n FROM jobs WHERE vc IS NOT NULL AND state = ANY($1::text[]) GROUP BY vc", list(QUEUED_STATES))
         states = {r["state"]: r["n"] for r in by_state}
         latency = {v["job_id"]: v for v in await online_services(self._pool, job_ids=[r["job_id"] for r in services])}
+        lanes = await lane_jobs(self._pool)
         shared = {r["job_id"]: _sharing(r["job_id"], json.loads(r["inputs"])) for r in shared_ever}
         bound = {r["job_id"]: sorted(r["nodes"]) for r in bound_ever}
         return {
             "gpus_by_health": {r["health"]: r["n"] for r in health},
-            "jobs": {"submitted": submitted, "placed": len(set(shared) | set(bound)), "completed": states.get("completed", 0),
+            "jobs": {"submitted": submitted, "placed": len(set(shared) | set(bound) | {r["job_id"] for r in lanes}), "completed": states.get("completed", 0),
                      "by_state": states},
             "offline_sharing": [_sharing(r["job_id"], json.loads(r["placement"])) for r in sharing_now],
             "offline_shared": list(shared.values()),
             "waiting": [{"job_id": r["job_id"], "reason": r["last_reason"]} for r in waiting],
             "online_services": [_service(r, latency.get(r["job_id"])) for r in services],
+            # Salus lanes (issue 20, `store.lanes`): each lane job on its lane GPU's GPU, and the lane GPUs.
+            "lane_jobs": [status_row(r) for r in lanes],
+            "lane_gpus": await lane_gpus(self._pool),
             "training_bound": [{"job_id": j, "node_ids": n} for j, n in bound.items()],
             "training_bound_now": [{"job_id": r["job_id"], "node_ids": sorted(r["nodes"])} for r in bound_now],
             "vcs": vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued}),

@@ -25,7 +25,7 @@ def test_root_redirects_to_the_console_page() -> None:
 
 
 def test_every_asset_is_served_with_its_type() -> None:
-    assert {"app.js", "api.js", "charts.js", "dom.js", "gpus.js", "jobs.js", "services.js", "vcs.js", "console.css", "index.html"} <= set(ASSETS)
+    assert {"app.js", "api.js", "charts.js", "dom.js", "gpus.js", "jobs.js", "services.js", "lanes.js", "vcs.js", "console.css", "index.html"} <= set(ASSETS)
     for name in ASSETS:
         response = client.get(f"/console/static/{name}")
         assert response.status_code == 200, name

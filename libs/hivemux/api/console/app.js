@@ -8,12 +8,13 @@ import { renderCharts, Sampler } from "./charts.js";
 import { $, h, replace } from "./dom.js";
 import { renderGpuPanel, renderGpus } from "./gpus.js";
 import { matches, renderFilters, renderJobPanel, renderJobs } from "./jobs.js";
+import { renderLanes } from "./lanes.js";
 import { renderServices } from "./services.js";
 import { renderVcs } from "./vcs.js";
 
 const JOB_LIMIT = 500;
 const state = {
-  me: null, gpus: new Map(), vcs: [], services: [], jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
+  me: null, gpus: new Map(), vcs: [], services: [], lanes: { lane_gpus: [], lane_jobs: [] }, jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
   panel: null, // {type: "gpu" | "job", id}
   status: "connecting", cursor: 0, lastChange: null, source: null, vcNamesShown: null,
 };
@@ -34,6 +35,7 @@ function render() {
   if (parts.has("gpus")) renderGpus($("#gpus"), state.gpus, { selected: state.panel?.type === "gpu" ? state.panel.id : null, onSelect: openGpu });
   if (parts.has("vcs")) renderVcs($("#vcs"), state.vcs, { onJob: openJob });
   if (parts.has("services")) renderServices($("#services"), state.services, { onJob: openJob });
+  if (parts.has("lanes")) renderLanes($("#lanes"), state.lanes, { onJob: openJob });
   if (parts.has("filters")) renderFilters($("#job-filters"), { filters: state.filters, vcs: vcNames(), onChange: setFilters });
   if (parts.has("vc-names")) { // the VC filter's options, when the VCs themselves changed (not on every queue reload: typing goes on)
     const names = vcNames().join(",");
@@ -68,7 +70,7 @@ async function loadAll() {
     mark("gpus");
   };
   const metrics = async () => addMetrics(await api("/api/v1/cluster/metrics"));
-  await Promise.all([gpus(), metrics(), loadVcs(), loadServices(), loadJobs()]); // each drawn as it arrives
+  await Promise.all([gpus(), metrics(), loadVcs(), loadServices(), loadLanes(), loadJobs()]); // each drawn as it arrives
   mark("status");
   if (state.panel) refreshPanel();
 }
@@ -82,6 +84,12 @@ async function loadVcs() {
 async function loadServices() {
   state.services = (await api("/api/v1/services")).services;
   mark("services");
+}
+
+// Lanes' iterations are not on the change stream either: reloaded with the services.
+async function loadLanes() {
+  state.lanes = await api("/api/v1/cluster/lanes");
+  mark("lanes");
 }
 
 let jobsAsked = 0;
@@ -136,6 +144,7 @@ function applyChange(batch) {
 function addMetrics(metrics) {
   if (sampler.add(metrics)) mark("charts");
   if (state.me) loadServices().catch(showError);
+  if (state.me) loadLanes().catch(showError);
 }
 
 function sampleOf(gpu) { // the stream sends the GPU row; the REST list adds last_sample from the same columns

@@ -8,6 +8,7 @@ export const STATES = ["submitted", "profiled", "waiting", "placed", "bound", "r
   "preempted", "evicted", "stopped", "completed", "failed", "rejected", "cancelled"];
 
 export function matches(job, filters) {
+  if (job.kind === "lane-gpu" && filters.kind !== "lane-gpu") return false; // the allocator's lane GPUs: not a user's job
   if (filters.state && job.state !== filters.state) return false;
   if (filters.vc && job.vc !== filters.vc) return false;
   if (filters.kind && job.kind !== filters.kind) return false;
@@ -23,7 +24,7 @@ export function renderFilters(root, { filters, vcs, onChange }) {
     h("option", { value: "" }, `any ${name}`), options.map((o) => h("option", { value: o, selected: filters[name] === o }, o)));
   const text = h("input", { type: "search", name: "text", placeholder: "job id or reason", value: filters.text || "" });
   text.addEventListener("input", () => onChange({ ...filters, text: text.value }, { local: true }));
-  replace(root, select("state", STATES), select("vc", vcs), select("kind", ["offline", "training"]), text);
+  replace(root, select("state", STATES), select("vc", vcs), select("kind", ["offline", "training", "online", "lane-gpu"]), text);
 }
 
 export function renderJobs(root, jobs, { filters, selected, onSelect, limit }) {
@@ -49,6 +50,7 @@ const ENDED = new Set(["completed", "failed", "rejected", "cancelled", "stopped"
 
 function where(job) {
   const was = ENDED.has(job.state) ? "was " : "";
+  if (job.lane) return `${was}${job.lane.gpu_id} lane ${job.lane.lane_id}`;
   if (job.placement) return `${was}${job.placement.gpu_id} ${fmtNum(job.placement.sm_share, 0)}% SM`;
   const pods = Object.values(job.binding || {});
   if (pods.length) return was + [...new Set(pods.flatMap((p) => p.node_ids || []))].join(", ") + ` (${pods.length} pod${pods.length > 1 ? "s" : ""})`;
@@ -73,6 +75,8 @@ export function renderJobPanel(root, { job, explain, history, mayAct, onCommand,
        ["queue", q ? `position ${q.position} of ${q.of} in ${q.vc}` + (q.ahead.length ? ` (behind ${q.ahead.slice(0, 5).join(", ")}${q.ahead.length > 5 ? ", ..." : ""})` : "") + (q.waiting_for ? `; waiting for: ${q.waiting_for}` : "") : "-"],
       ].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     job.service ? serviceFacts(job.service) : null,
+    job.lane ? laneFacts(job.lane) : null,
+    job.lane_gpu ? laneGpuFacts(job.lane_gpu) : null,
     mayAct ? h("div", { class: "actions" }, reason, button("cancel", "Cancel", "danger"), button("suspend", "Suspend"), button("resume", "Resume")) : null,
     explain ? [
       h("h3", {}, `Explain chain (${explain.chain.length} decisions)`),
@@ -90,6 +94,21 @@ export function renderJobPanel(root, { job, explain, history, mayAct, onCommand,
         h("td", {}, e.reason, e.inputs && e.inputs.principal ? h("span", { class: "dim" }, ` (by ${e.inputs.principal})`) : ""),
         h("td", { class: "mono dim" }, `${e.topic}/${e.partition}@${e.offset}`)))))
     ] : null);
+}
+
+// A lane job's lane (the describe's `lane`: `store.lanes.lane_detail`), e.g. "lane 1 on node-00/gpu-2 (PACK) of lane-gpu:vc-a:1, ...".
+function laneFacts(lane) {
+  return h("div", { class: "lane", dataset: { lane: lane.lane_id, gpu: lane.gpu_id, policy: lane.policy } },
+    h("h3", {}, "Salus lane"), h("p", { class: "lane-line" }, lane.line),
+    lane.throughput_it_s != null ? h("p", { class: "dim" }, `${fmtNum(lane.throughput_it_s)} it/s, last report ${fmtTime(lane.reported_at)}`) : null);
+}
+
+// A lane GPU (kind lane-gpu): its group and the lane jobs packed on it.
+function laneGpuFacts(g) {
+  return h("div", { class: "lane-gpu", dataset: { laneGpu: g.job_id } },
+    h("h3", {}, `Lane GPU: ${g.priority || "-"} GPU of ${g.vc} on ${(g.gpu_ids || []).join(", ") || "- (given back)"}`,
+      g.capacity_mib != null ? `, C ${fmtNum(g.capacity_mib, 0)} MiB` : "", `, ${String(g.policy || "-").toUpperCase()}`),
+    h("ul", { class: "plain" }, (g.lane_jobs || []).map((j) => h("li", { dataset: { jobId: j.job_id } }, h("span", { class: "mono" }, j.job_id), ` ${j.state}: ${j.line}`))));
 }
 
 // An online service's measured latency (the describe's `service`, from GET /api/v1/services' rows).

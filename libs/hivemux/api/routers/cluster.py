@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 
 from ...projection.explain import QUEUED_STATES, explain_gpu, last_sample, vc_queues
+from ...store.lanes import lane_gpus, lane_jobs, lane_line
 from ...store.read_models import ReadModelStore
 from ...store.tokens import Principal
 from ..auth import principal, require_vc
@@ -34,10 +35,19 @@ async def status(request: Request, who: Principal = Depends(principal)) -> dict[
     if scope is None:
         return summary
     mine = {r["job_id"] for r in await request.app.state.pool.fetch("SELECT job_id FROM jobs WHERE vc = ANY($1::text[])", list(scope))}
-    for key in ("offline_sharing", "offline_shared", "waiting", "online_services", "training_bound", "training_bound_now"):
+    for key in ("offline_sharing", "offline_shared", "waiting", "online_services", "training_bound", "training_bound_now", "lane_jobs", "lane_gpus"):
         summary[key] = [row for row in summary[key] if row["job_id"] in mine]
     summary["vcs"] = [v for v in summary["vcs"] if v["vc"] in scope]
     return summary
+
+
+@router.get("/lanes", summary="Salus lanes: the lane GPUs (VC, priority class, GPU, C, policy) and the lane jobs on them (lane, state, "
+            "iterations); a tenant: its VCs' only")
+async def lanes(request: Request, who: Principal = Depends(principal)) -> dict[str, Any]:
+    scope = who.scope()
+    vcs = None if scope is None else list(scope)
+    jobs = await lane_jobs(request.app.state.pool, vcs=vcs)
+    return {"lane_gpus": await lane_gpus(request.app.state.pool, vcs=vcs), "lane_jobs": [j | {"line": lane_line(j)} for j in jobs]}
 
 
 @router.get("/metrics", summary="Cluster gauges for charts: GPUs by health, mean utilization and SM activity, oversold GPUs, queues")

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from ... import commands
 from ...events import JobSubmission, outcome_id
 from ...projection.explain import QUEUED_STATES, explain_job
+from ...store.lanes import lane_detail
 from ...store.online import online_services
 from ...store.read_models import JobRow, ReadModelStore
 from ...store.tokens import Principal
@@ -71,11 +72,12 @@ async def list_jobs(
     return {"jobs": [job_json(j) for j in jobs], "next_after": jobs[-1].job_id if len(jobs) == limit else None}
 
 
-@router.get("/{job_id}", summary="One job: state, VC, kind, priority, placement or binding, times, last reason; an online one: its latency")
+@router.get("/{job_id}", summary="One job: state, VC, kind, priority, placement or binding, times, last reason; an online one: its latency; "
+            "a lane job: its lane and iterations; a lane GPU: its lane jobs")
 async def describe(request: Request, job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
     job = await _own_job(request, who, job_id)
     if job.kind != "online":
-        return job_json(job)
+        return job_json(job) | await lane_detail(request.app.state.pool, job)
     [service] = await online_services(request.app.state.pool, job_ids=[job_id], scope=who.scope()) or [None]
     return job_json(job) | {"service": service}
 
