@@ -37,6 +37,7 @@ from hivemux.events import (
     WorkloadSpec,
 )
 from hivemux.infra import Endpoints, InfraSettings, embedded_infra, free_port
+from hivemux.projection.explain import QUEUED_STATES
 from hivemux.store import connect, migrate
 from hivemux.store.lanes import lane_detail
 from hivemux.store.projector import rebuild, run_projector
@@ -88,7 +89,7 @@ def scenario(p: str) -> tuple[list[Event], dict[str, str]]:
         # lane GPU 1 (guaranteed) held from T0 on; lane GPU 2 (opportunistic) for an hour
         lane_gpu(g1, "bound", T0, Priority.GUARANTEED, 2),
         lane_gpu(g2, "bound", T0, Priority.OPPORTUNISTIC, 3),
-        lane_gpu(g2, "released", T0 + H, Priority.OPPORTUNISTIC, 3),
+        lane_gpu(g2, "preempted", T0 + H, Priority.OPPORTUNISTIC, 3),
         # a user's job named like a lane GPU: a binding without the lane group input
         CellBinding(**base, occurred_at=T0, job_id=user, vc=b, state="bound", pod=f"{user}/0", priority=Priority.GUARANTEED,  # type: ignore[arg-type]
                     node_ids=("n2",), gpu_ids=("n2/gpu-0",), reason="bound"),
@@ -130,6 +131,9 @@ async def test_lane_gpus_count_to_their_vc_and_stay_out_of_the_jobs_list(folded:
     gpus = {j.job_id: j for j in await store.jobs(kind="lane-gpu", vc=n["a"])}
     assert {j: (g.vc, g.priority, g.state, g.gpus) for j, g in gpus.items()} == {
         n["g1"]: (n["a"], "guaranteed", "bound", 1), n["g2"]: (n["a"], "opportunistic", "released", 1)}
+    assert gpus[n["g2"]].last_reason == "lane GPU preempted"  # released by a preemption: the reason says so
+    queued, _ = await store.queue(n["a"], QUEUED_STATES)
+    assert not {n["g1"], n["g2"]} & {j.job_id for j in queued}  # a preempted lane GPU does not queue
     [user] = await store.jobs(vc=n["b"])
     assert (user.job_id, user.kind, user.state) == (n["user"], "training", "running")  # a user's job, whatever its name
     [cells] = [r for r in await store.vc_cells() if r["vc"] == n["a"]]

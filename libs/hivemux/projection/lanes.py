@@ -14,7 +14,9 @@ lane group's priority class) for packing lane jobs. It has no submission and no 
   to ``jobs.vc``) accounts its GPU time to the VC: the VC holds that GPU for its lane jobs,
   whose own GPU time is not counted again (they have no binding of their own).
 - ``released`` / ``preempted`` of a ``lane-gpu:`` job -> `LaneGpuChanged` that only moves an
-  existing lane GPU row (kind ``lane-gpu``) to that state; a user's job is never touched.
+  existing lane GPU row (kind ``lane-gpu``) to state ``released`` (the binding's reason says
+  which: a preempted lane GPU is not a job waiting in its VC's queue, and ``preempted`` is one
+  of `explain.QUEUED_STATES`); a user's job is never touched.
 
 The jobs list leaves lane GPUs out unless asked for (``--kind lane-gpu``): a tenant lists its
 jobs, not the allocator's; the VC views, usage and the status's lane section show them.
@@ -93,7 +95,8 @@ def lane_gpu_binding(event: CellBinding) -> tuple[LaneGpuChanged, ...]:
     marks = event.state == "bound" and "lane_group" in event.inputs
     if not marks and not (event.state in ("released", "preempted") and event.job_id.startswith(LANE_GPU_PREFIX)):
         return ()
-    return (LaneGpuChanged(event.job_id, event.vc, event.priority.value, event.state, event.reason, event.occurred_at, marks),)
+    state = "bound" if event.state == "bound" else "released"  # a lane GPU never queues (see the module docstring)
+    return (LaneGpuChanged(event.job_id, event.vc, event.priority.value, state, event.reason, event.occurred_at, marks),)
 
 
 def lane_job_bound(event: JobLifecycleEvent) -> tuple[LaneJobBound, ...]:

@@ -28,7 +28,7 @@ def binding(job: str, state: str, inputs: dict[str, object] | None = None) -> Ce
     [
         ("lane-gpu:vc-a:1", "bound", GROUP, ("opportunistic", "bound", True)),
         ("lane-gpu:vc-a:1", "released", None, ("opportunistic", "released", False)),
-        ("lane-gpu:vc-a:1", "preempted", None, ("opportunistic", "preempted", False)),
+        ("lane-gpu:vc-a:1", "preempted", None, ("opportunistic", "released", False)),  # not a queued job's "preempted"
         ("lane-gpu:vc-a:1", "bound", None, None),  # a user's job named like a lane GPU: no lane group
         ("t1", "bound", None, None),
         ("t1", "released", None, None),
