@@ -94,3 +94,15 @@ def test_a_users_own_experiments_are_kept(start: str) -> None:
 
 def test_too_late_once_grpcio_is_imported() -> None:
     assert run("import grpc\n" + OPEN_JOB) == "None True"
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "0"), ("1", "1")], ids=["off-by-default", "users-kept"])
+def test_fork_support_is_off_where_the_gate_starts_unless_the_user_set_it(given: str | None, seen: str) -> None:
+    """gRPC's fork handlers abort a forked child before it execs (grpc_setup's docstring)."""
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    if given is not None:
+        env["GRPC_ENABLE_FORK_SUPPORT"] = given
+    code = WATCH_GRPC_IMPORT.replace("os.environ.get(\"GRPC_EXPERIMENTS\")", "os.environ.get(\"GRPC_ENABLE_FORK_SUPPORT\")")
+    out = subprocess.run([sys.executable, "-c", code + START_LANE_SERVER.format(transport="core") + "\nprint(seen)"],
+                         env=env, capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    assert out.stdout.strip() == f"['{seen}']"
