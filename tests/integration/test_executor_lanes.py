@@ -29,6 +29,7 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.executor.node import NodeConfig, ProcessNode
+from hivemux.executor.recovery import Ledger
 from support import fake_mps
 from support.admission import admit, reachable_by_workload_uids
 
@@ -169,3 +170,32 @@ async def test_lane_grants_the_gpu_cannot_honour_are_refused_with_the_reason(nod
     [not_admitted] = await node.on_command(exclusive)
     assert not_admitted.step == "not_admitted" and "sharing: exclusive" in not_admitted.detail
     assert not [e for e in await node.tick() if isinstance(e, JobLifecycleEvent)]
+
+
+async def test_a_restarted_agent_grants_a_readopted_lane_job_its_lane_again(node: ProcessNode) -> None:
+    """The agent dies (its in-process lane server with it; the workload, in a session of its own,
+    lives on): the restarted agent re-adopts the process, grants its lane again from the start
+    on the log, and the workload's adaptor reconnects and finishes the iterations left."""
+    start = lane_start("lane-r", 300, lane=2)
+    accepted, _ = await handle(node, start)
+    await until(node, lambda: node.workloads["lane-r"].iteration >= 10)
+    pid = node.workloads["lane-r"].proc.pid
+    old = node.lanes.pop(1)
+    await old.stop(0)  # the agent's death, as its lane server sees it: every session broken
+    node.table.jobs.clear()  # the dead agent signals nothing
+    again = ProcessNode(node.config, source="executor/test")
+    out = await again.start(Ledger().fold([(start, 0)], [accepted]))
+    try:
+        [readopted] = [e for e in out if isinstance(e, ExecutorReport)]
+        assert (readopted.state, readopted.step) == (ReportState.RUNNING, "readopted")
+        assert f"lane 2 (4000 MiB, new_lane) of {GPU}, policy pack, granted again" in readopted.detail
+        assert again.workloads["lane-r"].proc.pid == pid and again.lanes[1].holds() == ("lane-r",)
+        events = await until(again, lambda: "lane-r" in again.finished)
+        done = [r for r in reports(events, "lane-r") if r.state is ReportState.COMPLETED]
+        assert len(done) == 1 and done[0].iterations_done == 300
+        served = [r for r in again.lanes[1].completed_iterations() if r.job == "lane-r"]
+        assert served and all(r.lane_id == 2 for r in served)  # the new gate served it in its granted lane
+        log = (node.config.work_dir / ".node" / "lane-r" / "log").read_text()
+        assert "Traceback" not in log
+    finally:
+        await again.stop()

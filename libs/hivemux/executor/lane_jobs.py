@@ -45,6 +45,12 @@ def lane_args(command: ExecutorCommand | None) -> tuple[str, ...]:
     return args
 
 
+def lane_text(granted: Granted, gpu_id: str) -> str:
+    """A granted lane as the job's reports name it."""
+    note = f"; {granted.note}" if granted.note else ""
+    return f"lane {granted.lane_id} ({granted.lane_size_mib:g} MiB, {granted.step}) of {gpu_id}, policy {granted.policy}{note}"
+
+
 class LaneJobs:
     def __init__(self, *, daemons: GpuDaemons, workloads: NodeWorkloads, lanes_on: bool) -> None:
         self.daemons = daemons

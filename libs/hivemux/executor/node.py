@@ -87,7 +87,7 @@ from hivemux.executor.graceful_exit import GracefulExit
 from hivemux.executor.memory_guard import MemoryGuard
 from hivemux.events.base import clip_reason
 from hivemux.executor.launch import UnsafeName, gpu_index, workload_files
-from hivemux.executor.lane_jobs import LaneJobs
+from hivemux.executor.lane_jobs import LaneJobs, lane_text
 from hivemux.executor.launcher import Launcher
 from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
@@ -96,7 +96,7 @@ from hivemux.executor.remediation import Remediation
 from hivemux.executor.workload import NodeWorkloads, Reporter, Workload
 from hivemux.executor.workload_monitor import WorkloadMonitor
 from hivemux.executor.xcuda_feed import XcudaFeed
-from hivemux.salus.server import LaneServer
+from hivemux.salus.server import Granted, LaneServer
 from hivemux.telemetry.backend import GpuBackend
 from hivemux.workloads.progress import ProgressReader
 from hivemux.xcuda import ControlBlock, StateFile
@@ -197,6 +197,14 @@ class ProcessNode:
         runs = {r.job_id: r for r in ledger.runs(lambda n: n == node)}
         left = adoption.found(self.config.work_dir)
         out: list[Event] = []
+        # Lane jobs whose process outlived the agent get their lanes back first, all together, so
+        # the GPU's new lane server holds every grant before their adaptors reconnect (`lane_jobs`)
+        lanes: dict[str, Granted | str] = {}
+        for job_id, run in sorted(runs.items()):
+            found = left.get(job_id)
+            if run.command.lane is not None and found is not None and found.alive and found.command is not None \
+                    and found.command.event_id == run.command.event_id:
+                lanes[job_id] = await self.lane_jobs.grant(run.command)
         for job_id, run in sorted(runs.items()):
             command, found = run.command, left.pop(job_id, None)
             try:
@@ -205,7 +213,7 @@ class ProcessNode:
                 log.warning("node %s: run of %s on the log ignored: %s", node, job_id, error)
                 continue
             if found is not None and found.alive and found.command is not None and found.command.event_id == command.event_id:
-                out += await self._readopt(run.command, found)
+                out += await self._readopt(run.command, found, lanes.get(job_id))
                 continue
             if found is not None and found.alive:
                 left[job_id] = found  # another start's process: ended below
@@ -248,10 +256,22 @@ class ProcessNode:
         self.table.read_progress(w)  # the whole progress file: iteration, checkpoint, done
         return w
 
-    async def _readopt(self, command: ExecutorCommand, found: adoption.Found) -> list[Event]:
+    async def _readopt(self, command: ExecutorCommand, found: adoption.Found, lane: Granted | str | None = None) -> list[Event]:
         w = self._workload(command)
         w.launches = found.launches
         w.proc = adoption.Adopted(found.pid, found.start, finished=lambda: w.done)  # type: ignore[assignment]
+        if isinstance(lane, str):  # its lane cannot be granted again: it ends, and waits to be placed again
+            exit_ = await w.proc.terminate(self.config.grace_s)
+            w.close_files()
+            cause = derived_id("readopt-lane", command.event_id, found.pid, found.start)
+            reason = clip_reason(f"the executor of {self.config.node_id} restarted and could not grant {w.job_id} "
+                                 f"its lane again ({lane}); the job waits to be placed again")
+            now = self.at()
+            return [self.reporter.report(w, cause, ReportState.EVICTED, now, step="recovered",
+                                         detail=f"{reason}; {exit_.describe()}", exit_=exit_),
+                    self.reporter.lifecycle(w, cause, JobState.EVICTED, now, reason)]
+        if lane is not None:  # the grant the start carried, on the GPU's new lane server
+            w.lane = lane_text(lane, command.gpu_ids[0])
         if w.kind == "offline" and w.files.control.exists() and w.files.state.exists():
             try:
                 w.control, w.state = ControlBlock.open(w.files.control), StateFile.open(w.files.state)
@@ -267,8 +287,9 @@ class ProcessNode:
         w.observed_until = w.reported_at = self.clock()
         self.table.jobs[w.job_id] = w
         cause = derived_id("readopted", command.event_id, found.pid, found.start)
+        again = f"; {w.lane}, granted again (its adaptor reconnects)" if w.lane else ""
         return [self.reporter.report(w, cause, ReportState.RUNNING, self.at(), step="readopted",
-                                     detail=f"pid {found.pid} still running: re-adopted by the restarted executor")]
+                                     detail=f"pid {found.pid} still running: re-adopted by the restarted executor{again}")]
 
     def _gone(self, command: ExecutorCommand, last_reported: datetime) -> list[Event]:
         """A run whose process did not outlive the agent: completed if its progress said so,
@@ -407,8 +428,7 @@ class ProcessNode:
             granted = await self.lane_jobs.grant(command)
             if isinstance(granted, str):
                 return self._refused(command, "lane_refused", granted, ())
-            note = f"; {granted.note}" if granted.note else ""
-            lane = f"lane {granted.lane_id} ({granted.lane_size_mib:g} MiB, {granted.step}) of {command.gpu_ids[0]}, policy {granted.policy}{note}"
+            lane = lane_text(granted, command.gpu_ids[0])
         elif kind != "online" and (sharing := self.lane_jobs.lane_jobs_on(admitted.gpu_ids)):
             why = f"{', '.join(admitted.gpu_ids)} runs the lane jobs {', '.join(sharing)}: not to be had whole"
             return self._refused(command, "gpu_in_lanes", why, ())

@@ -25,7 +25,9 @@ so the same script runs on a whole GPU or under MPS sharing.
 Design note, the session as the adaptor sees it::
 
     connecting ─► registering ─(Queued)*─► admitted ─► requesting ⇄ running ─► closed
-                        └──(Refused)──► JobRefused raised
+                        └──(Refused)──► JobRefused raised          │
+        ▲                                                          │ the gate went away
+        └──────── (reconnect_s > 0: the iterations left) ◄─────────┘ (else GateUnavailable)
 
 One gRPC stream per job (see ``server.py`` for why a stream), driven from the job's own
 thread, so a training loop needs no event loop: ``_DirectStream`` starts gRPC batches on the
@@ -43,6 +45,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -265,6 +268,7 @@ class GatedJob:
         iterations: int | None = None,
         iteration_seconds: float | None = None,
         connect_timeout_s: float = 10.0,
+        reconnect_s: float = 0.0,
     ) -> None:
         self.name = name
         self.socket = socket
@@ -278,6 +282,9 @@ class GatedJob:
         if iteration_seconds is not None:
             self._register.iteration_seconds = iteration_seconds
         self._connect_timeout_s = connect_timeout_s
+        self._reconnect_s = reconnect_s
+        self._base = 0  # the job's iteration the current session's iteration 0 is (after a reconnect)
+        self.reconnects = 0
         self._channel: grpc.Channel | None = None
         self._stream: _DirectStream | _ThreadedStream | None = None
         self._running = False
@@ -295,12 +302,16 @@ class GatedJob:
 
     def open(self) -> None:
         """Connect, register and wait until the gate admits the job into a lane."""
+        self._open(self._connect_timeout_s)
+
+    def _open(self, timeout_s: float) -> None:
         _load_grpc()
         self._channel = grpc.insecure_channel(f"unix:{self.socket}", options=GRPC_OPTIONS)
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=self._connect_timeout_s)
+            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
         except grpc.FutureTimeoutError:
             self._channel.close()
+            self._channel = None
             raise GateUnavailable(f"the Salus gate at unix:{self.socket} does not answer") from None
         stream_kind = _DirectStream if _DirectStream.usable(self._channel) else _ThreadedStream
         self._stream = stream_kind(self._channel)
@@ -358,7 +369,14 @@ class GatedJob:
                 step = self._next_step
                 request = _DONE_AND_NEXT if self._running else _REQUEST
                 self._running = False
-                self._await_grant(step, self._exchange(request))
+                try:
+                    grant = self._exchange(request)
+                except GateUnavailable:
+                    if self._reconnect_s <= 0:
+                        raise
+                    self._reconnect(step)
+                    grant = self._exchange(_REQUEST)
+                self._await_grant(step, grant)
                 self._running = True
                 self._next_step += 1  # before the yield: a loop that breaks has still run it
                 yield step
@@ -368,11 +386,42 @@ class GatedJob:
                 self._running = False
                 self._send(_DONE)
 
+    def _reconnect(self, step: int) -> None:
+        """The gate went away mid-job (its executor died; a restarted one re-grants the job's
+        lane): connect again within ``reconnect_s`` and register the iterations left, the job's
+        ``step`` being the new session's iteration 0. The training loop's state is in this
+        process, so nothing is lost; a session that cannot be opened in time raises."""
+        self._drop_session()
+        deadline = time.monotonic() + self._reconnect_s
+        register = pb.Register()
+        register.CopyFrom(self._register)
+        if self.iteration_count is not None:
+            register.iterations = self.iteration_count - step
+        self._register, self._base = register, step
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise GateUnavailable(f"the Salus gate at unix:{self.socket} did not come back within "
+                                      f"{self._reconnect_s:g} s")  # fmt: skip
+            try:
+                self._open(min(2.0, remaining))  # a fresh channel each try: no reconnect backoff
+            except GateUnavailable:
+                time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+                continue
+            self.reconnects += 1
+            return
+
+    def _drop_session(self) -> None:
+        """Forget a broken session (nothing to release on a gate that is gone)."""
+        channel, self._channel, self._stream = self._channel, None, None
+        if channel is not None:
+            threading.Thread(target=channel.close, name=f"salus-close-{self.name}", daemon=True).start()
+
     def _await_grant(self, step: int, message: pb.GateMessage) -> None:
         if (kind := message.WhichOneof("kind")) != "grant":
             raise GateError(f"expected a grant for iteration {step}, the gate answered {kind!r}")
-        if message.grant.iteration != step:
-            raise GateError(f"the gate granted iteration {message.grant.iteration}, expected {step}")
+        if message.grant.iteration + self._base != step:
+            raise GateError(f"the gate granted iteration {message.grant.iteration + self._base}, expected {step}")
 
     # -- transport ----------------------------------------------------------------------------
 
@@ -447,11 +496,14 @@ def job(
     iteration_seconds: float | None = None,
     socket: str | None = None,
     connect_timeout_s: float = 10.0,
+    reconnect_s: float = 0.0,
 ) -> GatedJob | UngatedJob:
     """The adaptor for one job: gated if a socket is given or ``HIVEMUX_SALUS_SOCKET`` is set.
 
     ``iterations`` lets SRTF rank the job (and ends the loop after that many);
-    ``iteration_seconds`` is an estimate SRTF uses until the gate has measured an iteration.
+    ``iteration_seconds`` is an estimate SRTF uses until the gate has measured an iteration;
+    ``reconnect_s`` > 0: when the gate goes away mid-job (its executor restarted), connect again
+    for up to that long and go on with the iterations left (`GatedJob._reconnect`).
     """
     path = socket if socket is not None else os.environ.get(SOCKET_ENV, "")
     if not path:
@@ -459,4 +511,4 @@ def job(
     prefer_polling_thread_io()  # where the gate starts for this job, before grpcio is imported
     return GatedJob(name, persistent_mib=persistent_mib, ephemeral_mib=ephemeral_mib, socket=path,
                     iterations=iterations, iteration_seconds=iteration_seconds,
-                    connect_timeout_s=connect_timeout_s)  # fmt: skip
+                    connect_timeout_s=connect_timeout_s, reconnect_s=reconnect_s)  # fmt: skip

@@ -50,6 +50,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="Salus E to register (a lane grant's); default: estimated from the batch")
     p.add_argument("--iteration-seconds", type=float, default=None,
                    help="The iteration time SRTF ranks by until the gate has measured one (the profiled solo time)")
+    p.add_argument("--gate-reconnect-seconds", type=float, default=120.0,
+                   help="How long to wait for the gate to come back when it goes away mid-job (a restarted executor "
+                        "re-grants the job's lane); the loop goes on with the iterations left")
     return p.parse_args(argv)
 
 
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             ephemeral = args.ephemeral_mib
         name = os.environ.get("HIVEMUX_JOB_ID", f"train-{os.getpid()}")
         with salus.job(name, persistent_mib=persistent, ephemeral_mib=ephemeral, iterations=args.iterations - start,
-                       iteration_seconds=args.iteration_seconds) as gate:
+                       iteration_seconds=args.iteration_seconds, reconnect_s=args.gate_reconnect_seconds) as gate:
             yield from gate.iterations()
 
     for _ in steps():
