@@ -372,6 +372,7 @@ async def test_lane_jobs_show_their_lane_and_iterations_to_their_tenant(console:
     await expect(row).to_contain_text(gpu)
     await expect(row).to_contain_text("16384 MiB / PACK")
     await expect(row.locator(f'[data-job-id="{jobs[0]}"]')).to_contain_text("lane 1 PACK")
+    await expect(page.locator('#vcs section[data-vc="vc-a"] [data-lane-gpus]')).to_contain_text("of the used GPUs host Salus lanes", timeout=LIVE_S)
     await shot(page, "salus-lanes")
     await expect(page.locator(f'#jobs tr[data-job-id="{lane_gpu}"]')).to_have_count(0)
     await row.locator(f'[data-job-id="{jobs[0]}"]').click()  # the lane job's panel: its lane

@@ -137,7 +137,7 @@ async def test_lane_gpus_count_to_their_vc_and_stay_out_of_the_jobs_list(folded:
     [user] = await store.jobs(vc=n["b"])
     assert (user.job_id, user.kind, user.state) == (n["user"], "training", "running")  # a user's job, whatever its name
     [cells] = [r for r in await store.vc_cells() if r["vc"] == n["a"]]
-    assert (cells["guaranteed_used"], cells["opportunistic_used"], cells["waiting_jobs"]) == (1, 0, 0)
+    assert (cells["guaranteed_used"], cells["opportunistic_used"], cells["waiting_jobs"], cells["lane_gpus"]) == (1, 0, 0, 1)
     vcs = {r["state"]: r for r in await pool.fetch("SELECT * FROM vcs WHERE vc = $1", n["a"])}
     assert (vcs["bound"]["jobs"], vcs["bound"]["lane_gpus"], vcs["bound"]["guaranteed_gpus_used"]) == (2, 1, 1)  # h1, h3; lane GPU 1
     [usage] = [r for r in await vc_usage(pool, T0, T0 + 2 * H) if r["vc"] == n["a"]]
@@ -212,6 +212,7 @@ async def test_the_api_and_the_cli_show_lane_jobs_to_their_tenant(infra: Endpoin
         (("jobs", "describe", n["h1"]), f"lane:          lane 1 on n1/gpu-2 (PACK) of {n['g1']}, L_j 2000 MiB, iterations 60/100"),
         (("jobs", "describe", n["g1"]), f"lane GPU:      guaranteed GPU of {n['a']} for Salus lanes ({n['a']}/guaranteed) on n1/gpu-2, "
                                         "C 16000 MiB, PACK"),
+        (("vcs", "--vc", n["a"]), f"{n['a']}: guaranteed 0, used 1, opportunistic 0, free 0, bad 0; queue 0; 1 of the used GPUs host Salus lanes"),
         (("status",), f"  {n['h1']:<18} {n['a']:<6} on {'n1/gpu-2':<16} lane 1 {'PACK':<5} {'bound':<10} 60/100 iterations"),
     ):  # fmt: skip
         done = await asyncio.create_subprocess_exec(sys.executable, "-m", "hivemux.cli.main", *args, env=env,

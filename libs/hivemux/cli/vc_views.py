@@ -42,7 +42,7 @@ def vcs(ctx: click.Context, vc: str | None, as_json: bool) -> None:
         return
     for v in shown:
         click.echo(f"{v['vc']}: guaranteed {v['guaranteed']}, used {v['used']}, opportunistic {v['opportunistic']}, "
-                   f"free {v['free']}, bad {v['bad']}; queue {v['queue']}")  # fmt: skip
+                   f"free {v['free']}, bad {v['bad']}; queue {v['queue']}" + (f"; {v['lanes']} of the used GPUs host Salus lanes" if v.get("lanes") else ""))  # fmt: skip
         for kind, jobs in v["queues"].items():
             click.echo(f"  {kind} queue:")
             for n, q in enumerate(jobs, 1):

@@ -88,12 +88,14 @@ def rank_queues(jobs: Iterable[JobLike], since: Mapping[str, datetime] | None = 
 
 def vc_summary(cells: Sequence[Mapping[str, Any]], queued: Mapping[str, int]) -> list[dict[str, Any]]:
     """Per VC (rows of the ``vc_cells`` view): guaranteed GPUs, used (guaranteed), opportunistic
-    use, free, bad and how many jobs are in its queue (`QUEUED_STATES`), by VC name."""
+    use, free, bad, the GPUs of its lane GPUs among the used ones (``lanes``, Salus lanes: migration
+    0012) and how many jobs are in its queue (`QUEUED_STATES`), by VC name."""
     rows = {c["vc"]: {"vc": c["vc"], "guaranteed": c["guaranteed_gpus"], "used": c["guaranteed_used"],
-                      "opportunistic": c["opportunistic_used"], "free": c["guaranteed_free"], "bad": c["bad_gpus"], "queue": 0}
+                      "opportunistic": c["opportunistic_used"], "free": c["guaranteed_free"], "bad": c["bad_gpus"],
+                      "lanes": c.get("lane_gpus", 0), "queue": 0}
             for c in cells}  # fmt: skip
     for vc, n in queued.items():
-        rows.setdefault(vc, {"vc": vc, "guaranteed": 0, "used": 0, "opportunistic": 0, "free": 0, "bad": 0, "queue": 0})["queue"] = n
+        rows.setdefault(vc, {"vc": vc, "guaranteed": 0, "used": 0, "opportunistic": 0, "free": 0, "bad": 0, "lanes": 0, "queue": 0})["queue"] = n
     return [rows[vc] for vc in sorted(rows)]
 
 

@@ -164,7 +164,7 @@ def test_vc_queues_in_queue_order_per_kind_with_the_vc_cells() -> None:
               "waiting_jobs": 3, "bad_gpus": 2}]  # fmt: skip
     (a, b) = vc_queues(cells, queued, {"r": at(8)})
     assert {k: v for k, v in a.items() if k != "queues"} == {"vc": "vc-a", "guaranteed": 8, "used": 2, "opportunistic": 1, "free": 6,
-                                                            "bad": 2, "queue": 5}  # fmt: skip
+                                                            "bad": 2, "lanes": 0, "queue": 5}  # fmt: skip
     assert [q["job_id"] for q in a["queues"]["training"]] == ["c", "b", "r", "a"] and a["queues"]["training"][2]["since"] == at(8).isoformat()
     assert (b["vc"], b["guaranteed"], b["queue"]) == ("vc-b", 0, 1)
     assert vc_summary(cells, {"vc-a": 5})[0]["queue"] == 5

@@ -23,6 +23,7 @@ function card(vc, onJob) {
     h("div", { class: "cells" },
       num("guaranteed", vc.guaranteed), num("used", vc.used), num("opportunistic", vc.opportunistic), num("free", vc.free), num("bad", vc.bad)),
     bar,
+    vc.lanes ? h("p", { class: "dim small", dataset: { laneGpus: vc.lanes } }, `${vc.lanes} of the used GPUs host Salus lanes`) : null,
     queues.length
       ? queues.map(([kind, jobs]) => h("div", { class: "queue", dataset: { kind } },
           h("div", { class: "queue-title" }, `${kind} queue (${jobs.length})`),
