@@ -169,6 +169,7 @@ class LaneGpus:
             return []
         self.ended.add(job_id)
         self.suspended.discard(job_id)
+        self.refusals.pop(job_id, None)
         if self.specs.pop(job_id, None) is None or not self.live:
             return []
         return self._drain(self._convert(self.placer.finish(job_id)))
