@@ -37,7 +37,7 @@ from hivemux.executor.node import NodeConfig, ProcessNode
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 NODES = ("node-00", "node-01")
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
-# two serving nodes of one T4 each, both vc-a's: the process backend runs one replica of a service per node
+# two serving nodes of one T4 each, both vc-a's (the resize test spreads the replicas; the per-GPU test uses one node)
 CELLS = {
     "physicalCluster": {
         "cellTypes": {"T4-NODE": {"childCellType": "T4", "childCellNumber": 1, "isNodeLevel": True}},
@@ -137,23 +137,49 @@ async def test_scaling_up_and_down_leaves_the_serving_replicas_process_alone(nod
     assert after.node_id == first and 0 < after.p99_ms < 250.0
 
 
-async def test_a_second_replica_of_a_service_on_one_node_is_refused_not_dropped(nodes: dict[str, ProcessNode]) -> None:
-    """This backend keys a node's workloads by job: a second replica of a running service on the
-    same node is refused with the reason (a report the cell allocator's log can explain)."""
+async def test_two_replicas_of_a_service_on_one_node_run_and_each_stops_alone(nodes: dict[str, ProcessNode]) -> None:
+    """The process backend tracks an online service's replicas per GPU (`workload.replica_key`):
+    a second replica on another GPU of the same node runs beside the first, in its own process,
+    reports its own latency, and a stop naming its GPU ends it alone."""
     node = nodes["node-00"]
     submission = JobSubmission.model_validate({
         "occurred_at": T0, "source": "api/test", "job_id": "svc-b", "vc": "vc-a", "kind": "online", "replicas": 2, "gpu_type": "T4",
         "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 250.0, "request_rate": 20.0}})  # fmt: skip
     node.on_admission(submission)
-    out: list[Event] = []
-    for index in (0, 1):
-        gpu = f"node-00/gpu-{index}"
+    gpus = ("node-00/gpu-0", "node-00/gpu-1")
+    for index, gpu in enumerate(gpus):
         node.on_admission(CellBinding(occurred_at=T0, source="cell-allocator/test", job_id="svc-b", vc="vc-a", state="bound", priority=Priority.GUARANTEED,
                                       pod=f"svc-b/{index}", node_ids=("node-00",), gpu_ids=(gpu,), reason="test binding"))  # fmt: skip
         out = await node.on_command(ExecutorCommand(occurred_at=T0, source="cell-allocator/test", node_id="node-00",
                                                     action=CommandAction.START_ONLINE, job_id="svc-b", gpu_ids=(gpu,),
                                                     workload=submission.workload))  # fmt: skip
-    [refused] = out
-    assert isinstance(refused, ExecutorReport) and refused.state is ReportState.REFUSED and refused.step == "replica_on_same_node"
-    assert refused.gpu_ids == ("node-00/gpu-1",) and "already serves on node-00/gpu-0" in refused.detail
-    assert node.workloads["svc-b"].gpu_ids == ("node-00/gpu-0",)
+        [accepted] = [e for e in out if isinstance(e, ExecutorReport)]
+        assert (accepted.state, accepted.gpu_ids) == (ReportState.ACCEPTED, (gpu,))
+    replicas = {w.gpu: w for w in node.workloads.values() if w.job_id == "svc-b"}
+    assert set(replicas) == set(gpus) and sorted(w.key for w in replicas.values()) == ["svc-b", "svc-b:gpu-1"]
+    pids = {gpu: w.proc.pid for gpu, w in replicas.items()}
+    assert len(set(pids.values())) == 2 and all(alive(p) for p in pids.values())
+    seen: set[str] = set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 60
+    while seen != set(gpus):  # each replica serves and reports its own latency
+        assert loop.time() < deadline, f"latency reports only from {seen}"
+        seen |= {e.gpu_id for e in await node.tick() if isinstance(e, OnlineLatencyReport) and e.service == "svc-b"}
+        await asyncio.sleep(0.1)
+    # a repeated start of a running replica changes nothing
+    again = await node.on_command(ExecutorCommand(occurred_at=T0, source="cell-allocator/test", node_id="node-00",
+                                                  action=CommandAction.START_ONLINE, job_id="svc-b", gpu_ids=(gpus[1],),
+                                                  workload=submission.workload))  # fmt: skip
+    assert again == [] and node.workloads["svc-b:gpu-1"].proc.pid == pids[gpus[1]]
+    for stopped, serving in ((gpus[1], gpus[0]), (gpus[0], None)):
+        out = await node.on_command(ExecutorCommand(occurred_at=T0, source="cell-allocator/test", node_id="node-00",
+                                                    action=CommandAction.STOP, job_id="svc-b", gpu_ids=(stopped,),
+                                                    reason="resize: one replica fewer"))  # fmt: skip
+        reports = [e for e in out if isinstance(e, ExecutorReport)]
+        assert reports[-1].state is ReportState.STOPPED and {r.gpu_ids for r in reports} == {(stopped,)}
+        assert not [e for e in out if isinstance(e, JobLifecycleEvent)]  # a replica ended, not the service
+        assert not alive(pids[stopped])
+        left = [w.gpu for w in node.workloads.values() if w.job_id == "svc-b"]
+        assert left == ([serving] if serving else [])
+        if serving:
+            assert alive(pids[serving])

@@ -93,7 +93,7 @@ from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
 from hivemux.executor.recovery import Ledger
 from hivemux.executor.remediation import Remediation
-from hivemux.executor.workload import NodeWorkloads, Reporter, Workload
+from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, replica_key
 from hivemux.executor.workload_monitor import WorkloadMonitor
 from hivemux.executor.xcuda_feed import XcudaFeed
 from hivemux.salus.server import Granted, LaneServer
@@ -384,14 +384,20 @@ class ProcessNode:
             assert admitted is not None
             return await self._on_start(command, admitted)
         if action in (CommandAction.STOP, CommandAction.EVICT):
-            w = self.table.jobs.get(command.job_id)
-            replica = w is not None and w.kind == "online" and bool(command.gpu_ids)  # a resize's stop of one replica
-            if w is None or (replica and not set(command.gpu_ids) & set(w.gpu_ids)):
+            ws = self.table.replicas(command.job_id)
+            replica = bool(ws) and ws[0].kind == "online" and bool(command.gpu_ids)  # a resize's stop of one replica
+            if replica:  # only the replica on the GPU it names (`replica_key`)
+                ws = [w for w in ws if set(command.gpu_ids) & set(w.gpu_ids)]
+            if not ws:
                 return []  # finished, never here, a re-delivered stop, or a stop of another replica
-            out = await self.graceful.end(w, command.event_id, evicted=action is CommandAction.EVICT,
-                                          reason=command.reason, decided_at=command.occurred_at)
-            # one replica ended, not the service: no lifecycle event
-            return [e for e in out if not isinstance(e, JobLifecycleEvent)] if replica else out
+            out = []
+            for i, w in enumerate(ws):
+                ended = await self.graceful.end(w, command.event_id, evicted=action is CommandAction.EVICT,
+                                                reason=command.reason, decided_at=command.occurred_at)
+                # one replica ended, not the service: no lifecycle event (a whole stop: the last one's)
+                whole_end = not replica and i == len(ws) - 1
+                out += ended if whole_end else [e for e in ended if not isinstance(e, JobLifecycleEvent)]
+            return out
         if action is CommandAction.RESTART_MPS:
             return await self.remediation.restart_mps(command)
         if action is CommandAction.RESET_WORKLOAD:
@@ -410,15 +416,17 @@ class ProcessNode:
                 gpu_index(gpu_id)  # a bad id fails here, before anything starts
             except ValueError as error:
                 raise InvalidEvent(f"{command.action} of {command.job_id}: {error}") from error
+        key = command.job_id
+        running = self.table.jobs.get(command.job_id)
+        if kind == "online" and (replicas := self.table.replicas(command.job_id)):
+            # a service's replicas are tracked per GPU: another GPU here is another replica
+            running = next((w for w in replicas if set(w.gpu_ids) == set(admitted.gpu_ids)), None)
+            if running is None and command.job_id in self.table.jobs:
+                key = replica_key(command.job_id, admitted.gpu_ids[0])
         try:
-            files = workload_files(self.config.work_dir, command.job_id)
+            files = workload_files(self.config.work_dir, key)
         except UnsafeName as error:
             return self._refused(command, "unsafe_name", str(error), admitted.gpu_ids)
-        running = self.table.jobs.get(command.job_id)
-        if running is not None and running.kind == "online" and set(admitted.gpu_ids) != set(running.gpu_ids):
-            # workloads are keyed by job here: a second replica of a service on this node is refused, not dropped
-            why = f"{command.job_id} already serves on {','.join(running.gpu_ids)}: one replica per service and node on this backend"
-            return self._refused(command, "replica_on_same_node", why, admitted.gpu_ids)
         if running is not None:
             return await self._update(running, command, admitted)
         if command.job_id in self.table.finished:
@@ -433,8 +441,8 @@ class ProcessNode:
             why = f"{', '.join(admitted.gpu_ids)} runs the lane jobs {', '.join(sharing)}: not to be had whole"
             return self._refused(command, "gpu_in_lanes", why, ())
         w = Workload(command.job_id, kind, admitted.gpu_ids, files, command, admitted.sm_share, command.memory_quota_mib,
-                     total=admitted.workload.iterations, spec=admitted.workload, tenant=admitted.tenant, lane=lane)
-        self.table.jobs[w.job_id] = w
+                     total=admitted.workload.iterations, spec=admitted.workload, tenant=admitted.tenant, lane=lane, key=key)
+        self.table.jobs[w.key] = w
         report, lifecycle = self.reporter.report, self.reporter.lifecycle
         try:
             await self.launcher.launch(w)

@@ -69,6 +69,10 @@ class Workload:
     tenant: str | None = None
     owner: Owner | None = None  # the uid and gid it runs as (`users`)
     lane: str = ""  # a Salus lane job (issue 20): its lane, GPU and policy, for its reports' detail
+    key: str = ""  # its key in the node's table and its files' name: the job id, or a further replica's (`replica_key`)
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.job_id
 
     @property
     def gpu(self) -> str:
@@ -148,8 +152,9 @@ def lifecycle(w: Workload, *, node_id: str, source: str, cause: UUID, state: Job
 
 
 class NodeWorkloads:
-    """The node's workloads: jobs (offline and training) by id, online services by GPU id, and the
-    jobs that completed here (a start for one of them changes nothing)."""
+    """The node's workloads: jobs (offline, training, submitted online services) by key (the job
+    id; a service's further replica on another GPU: `replica_key`), configured online services by
+    GPU id, and the jobs that completed here (a start for one of them changes nothing)."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -167,9 +172,13 @@ class NodeWorkloads:
         """The online service on ``gpu_id``: a configured one, or a submitted one (a job)."""
         return self.online.get(gpu_id) or next((w for w in self.jobs.values() if w.kind == "online" and w.gpu == gpu_id), None)
 
+    def replicas(self, job_id: str) -> list[Workload]:
+        """The workloads of ``job_id`` here: one, or an online service's replicas (one per GPU)."""
+        return [w for w in self.jobs.values() if w.job_id == job_id]
+
     def forget(self, w: Workload) -> None:
         """``w`` has ended: it leaves the table and its xCUDA files are closed."""
-        del self.jobs[w.job_id]
+        del self.jobs[w.key]
         w.close_files()
         if self.on_forget is not None:
             self.on_forget(w)
@@ -178,6 +187,14 @@ class NodeWorkloads:
         """The live MPS clients of GPU ``gpu``: its offline jobs and its online service."""
         return [w for w in [*self.jobs.values(), *self.online.values()]
                 if w.kind in ("offline", "online") and gpu_index(w.gpu) == gpu and w.proc is not None and not w.done]
+
+
+def replica_key(job_id: str, gpu_id: str) -> str:
+    """The table key and file name of an online service's further replica on this node: the
+    first replica here is keyed by the job id (as every other workload), a second one, on
+    another GPU, by the job id and its GPU (``svc-a:gpu-1``), so each has its own process,
+    files and progress."""
+    return f"{job_id}:gpu-{gpu_index(gpu_id)}"
 
 
 @dataclass(frozen=True)
