@@ -222,9 +222,9 @@ async def test_vc_cells_from_the_newest_configuration_and_the_bound_pods(pg_dsn:
     try:
         assert await store.vc_cells() == [
             {"vc": "vc-a", "guaranteed_gpus": 8, "guaranteed_used": 2, "guaranteed_free": 6, "opportunistic_used": 0, "waiting_jobs": 0,
-             "bad_gpus": 0},
+             "bad_gpus": 0, "lane_gpus": 0},
             {"vc": "vc-b", "guaranteed_gpus": 4, "guaranteed_used": 0, "guaranteed_free": 4, "opportunistic_used": 2, "waiting_jobs": 1,
-             "bad_gpus": 0},
+             "bad_gpus": 0, "lane_gpus": 0},
         ]
         await store.apply([VcQuotasChanged(3, {"vc-a": 4}, T0)], {("t", 0): 8}, {("t", 0): 9})
         assert [(r["vc"], r["guaranteed_gpus"]) for r in await store.vc_cells()] == [("vc-a", 4), ("vc-b", 0)]
