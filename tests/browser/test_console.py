@@ -375,6 +375,7 @@ async def test_lane_jobs_show_their_lane_and_iterations_to_their_tenant(console:
     await expect(page.locator('#vcs section[data-vc="vc-a"] [data-lane-gpus]')).to_contain_text("of the used GPUs host Salus lanes", timeout=LIVE_S)
     await shot(page, "salus-lanes")
     await expect(page.locator(f'#jobs tr[data-job-id="{lane_gpu}"]')).to_have_count(0)
+    await expect(page.locator(f'#jobs tr[data-job-id="{jobs[1]}"]')).to_contain_text(f"{gpu} lane 2")
     await row.locator(f'[data-job-id="{jobs[0]}"]').click()  # the lane job's panel: its lane
     await expect(page.locator("#panel h2")).to_contain_text(jobs[0])
     await expect(page.locator("#panel .lane-line")).to_contain_text(f"lane 1 on {gpu} (PACK) of {lane_gpu}, L_j 2048 MiB, iterations 20/100",

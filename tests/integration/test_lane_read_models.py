@@ -126,8 +126,9 @@ async def folded(infra: Endpoints) -> AsyncIterator[tuple[Any, dict[str, str]]]:
 async def test_lane_gpus_count_to_their_vc_and_stay_out_of_the_jobs_list(folded: tuple[Any, dict[str, str]]) -> None:
     pool, n = folded
     store = ReadModelStore(pool)
-    listed = {j.job_id for j in await store.jobs(vc=n["a"])}
-    assert listed == {n["h1"], n["h2"], n["h3"]}
+    listed = {j.job_id: j for j in await store.jobs(vc=n["a"])}
+    assert set(listed) == {n["h1"], n["h2"], n["h3"]}
+    assert listed[n["h1"]].lane == {"lane_gpu": n["g1"], "node_id": "n1", "gpu_id": "n1/gpu-2", "lane_id": "1", "policy": "pack"}
     gpus = {j.job_id: j for j in await store.jobs(kind="lane-gpu", vc=n["a"])}
     assert {j: (g.vc, g.priority, g.state, g.gpus) for j, g in gpus.items()} == {
         n["g1"]: (n["a"], "guaranteed", "bound", 1), n["g2"]: (n["a"], "opportunistic", "released", 1)}
@@ -212,6 +213,7 @@ async def test_the_api_and_the_cli_show_lane_jobs_to_their_tenant(infra: Endpoin
         (("jobs", "describe", n["h1"]), f"lane:          lane 1 on n1/gpu-2 (PACK) of {n['g1']}, L_j 2000 MiB, iterations 60/100"),
         (("jobs", "describe", n["g1"]), f"lane GPU:      guaranteed GPU of {n['a']} for Salus lanes ({n['a']}/guaranteed) on n1/gpu-2, "
                                         "C 16000 MiB, PACK"),
+        (("jobs", "list", "--vc", n["a"]), "n1/gpu-2 lane 1"),
         (("vcs", "--vc", n["a"]), f"{n['a']}: guaranteed 0, used 1, opportunistic 0, free 0, bad 0; queue 0; 1 of the used GPUs host Salus lanes"),
         (("status",), f"  {n['h1']:<18} {n['a']:<6} on {'n1/gpu-2':<16} lane 1 {'PACK':<5} {'bound':<10} 60/100 iterations"),
     ):  # fmt: skip

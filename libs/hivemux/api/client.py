@@ -50,7 +50,7 @@ def _at(value: str | None) -> datetime | None:
 
 def job_row(d: dict[str, Any]) -> JobRow:
     """A job as the API sends it (`views.job_json`), back into the row the CLI prints."""
-    known = {f.name for f in fields(JobRow)}  # a describe's extras (service, lane, lane_gpu) are read apart
+    known = {f.name for f in fields(JobRow)}  # a describe's extras (service, lane_gpu) are read apart
     return JobRow(**{**{k: v for k, v in d.items() if k in known}, "submitted_at": _at(d["submitted_at"]), "updated_at": _at(d["updated_at"])})
 
 

@@ -17,6 +17,8 @@ from .read_model_io import run_on_read_models
 
 
 def _where(job: JobRow) -> str:
+    if job.lane:
+        return f"{job.lane['gpu_id']} lane {job.lane['lane_id']}"
     if job.placement:
         return f"{job.placement['gpu_id']} (SM {job.placement['sm_share']:g} %)"
     nodes = sorted({n for pod in job.binding.values() for n in pod.get("node_ids", [])})
@@ -79,6 +81,8 @@ def describe(job_id: str, as_json: bool) -> None:
         click.echo(json.dumps(_job_json(job) | ({"service": service} if service else {}) | lanes, indent=2, default=str))
         return
     for name, value in _job_json(job).items():
+        if name == "lane":
+            continue  # said below (`_lane_lines`)
         if name in ("placement", "binding"):
             value = json.dumps(value, sort_keys=True) if value else "-"
         click.echo(f"{name + ':':<14} {value if value not in (None, '') else '-'}")

@@ -69,6 +69,8 @@ class JobRow:
     submitted_at: datetime | None
     updated_at: datetime
     last_reason: str
+    # A lane job's latest lane (migration 0011, `store.lanes`): lane GPU, node, GPU, lane, policy.
+    lane: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,13 +85,18 @@ class JobEventRecord:
     offset: int
 
 
-_JOB_COLUMNS = "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason"
+_JOB_COLUMNS = (
+    "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason, "
+    "(SELECT jsonb_build_object('lane_gpu', l.lane_gpu, 'node_id', l.node_id, 'gpu_id', l.gpu_id, 'lane_id', l.lane_id, 'policy', l.policy) "
+    "FROM lane_jobs AS l WHERE l.job_id = jobs.job_id) AS lane"
+)
 
 
 def _job(row: asyncpg.Record | Mapping[str, Any]) -> JobRow:
     values = dict(row)
     values["placement"] = None if values["placement"] is None else json.loads(values["placement"])
     values["binding"] = json.loads(values["binding"])
+    values["lane"] = None if values.get("lane") is None else json.loads(values["lane"])
     return JobRow(**values)
 
 
