@@ -58,6 +58,7 @@ class ClusterStatus:
     latency: dict[str, dict[str, OnlineLatencyReport]] = field(default_factory=dict)  # service -> GPU -> latest report
     lanes: dict[str, dict[str, str]] = field(default_factory=dict)  # lane job -> its latest lane (the allocator's bound inputs)
     iterations: dict[str, tuple[int, int]] = field(default_factory=dict)  # job -> (done, total), the most any report said
+    lane_gpus: set[str] = field(default_factory=set)  # the allocator's lane GPUs (bound with a lane_group input): not users' jobs
     _seen: set[Any] = field(default_factory=set)
 
     def apply(self, event: Event) -> None:
@@ -85,6 +86,8 @@ class ClusterStatus:
             case Placement(action="evict"):
                 self.sharing_now.pop(event.job_id, None)
             case CellBinding(state="bound"):
+                if "lane_group" in event.inputs:
+                    self.lane_gpus.add(event.job_id)
                 self.bound_now.setdefault(event.job_id, {})[event.pod or event.job_id] = event.node_ids
                 self.gpus_now.setdefault(event.job_id, {})[event.pod or event.job_id] = event.gpu_ids
                 self.bound_ever.setdefault(event.job_id, set()).update(event.node_ids)
@@ -118,7 +121,7 @@ class ClusterStatus:
             self.gpus_now.pop(event.job_id, None)
 
     def summary(self) -> dict[str, Any]:
-        placed = {j for j in set(self.shared_ever) | set(self.bound_ever) | set(self.lanes) if not j.startswith("lane-gpu:")}  # not a lane GPU itself
+        placed = (set(self.shared_ever) | set(self.bound_ever) | set(self.lanes)) - self.lane_gpus
         return {
             "gpus_by_health": dict(sorted(Counter(self.gpu_state.values()).items())),
             "jobs": {
@@ -134,13 +137,15 @@ class ClusterStatus:
             ],
             "online_services": [self._service_row(j) for j in sorted(self.services)],
             "lane_jobs": [self._lane_row(j) for j in sorted(self.lanes, key=lambda j: (self.lanes[j].get("gpu_id", ""), self.lanes[j].get("lane_id", ""), j))],
-            "training_bound": [{"job_id": j, "node_ids": sorted(n)} for j, n in sorted(self.bound_ever.items()) if j not in self.services],
+            "training_bound": [
+                {"job_id": j, "node_ids": sorted(n)} for j, n in sorted(self.bound_ever.items()) if j not in self.services and j not in self.lane_gpus
+            ],
             # Judged at the end, not as events arrive: the topics are folded one after another, so a
             # job's end may be applied before its bindings (the read model's status does the same).
             "training_bound_now": [
                 {"job_id": j, "node_ids": sorted({n for nodes in pods.values() for n in nodes})}
                 for j, pods in sorted(self.bound_now.items())
-                if self.job_state.get(j) not in _NOT_BOUND and j not in self.services
+                if self.job_state.get(j) not in _NOT_BOUND and j not in self.services and j not in self.lane_gpus
             ],
         }
 

@@ -299,8 +299,10 @@ def test_lane_jobs_show_their_gpu_lane_policy_and_iterations() -> None:
                               state=ReportState.RUNNING, iterations_done=done, iterations_total=600)  # fmt: skip
 
     events: list[Event] = [submitted("l1", JobKind.TRAINING), submitted("l2", JobKind.TRAINING), bound("l2", 1), bound("l1", 0),
-                           report("l1", 120), report("l1", 80), report("l2", 95), binding("lane-gpu:vc-a:0", "bound")]  # fmt: skip
+                           report("l1", 120), report("l1", 80), report("l2", 95),
+                           binding("lane-gpu:vc-a:0", "bound").model_copy(update={"inputs": {"lane_group": "vc-a/guaranteed"}})]  # fmt: skip
     summary = fold_status(events).summary()
+    assert summary["training_bound"] == [] and summary["training_bound_now"] == []  # a lane GPU shows with its lane jobs
     assert [(r["job_id"], r["gpu_id"], r["lane_id"], r["iterations_done"]) for r in summary["lane_jobs"]] == [
         ("l1", "node-00/gpu-2", "0", 120), ("l2", "node-00/gpu-2", "1", 95)]
     assert summary["jobs"]["placed"] == 2  # the lane GPU itself is no job
