@@ -4,7 +4,7 @@ Folded from the start of each topic (one active instance per cell configuration,
 alongside it and take over when it dies, `bus.leadership`): cell
 configurations, the job log, this allocator's own bindings (crash recovery), job ends and job
 control (cancel, suspend, resume, priority changes), GPU health, the profiles of lane jobs that
-gave no P and E (issue 20), the executor's refusals of lane starts, and the clock ticks. Each handler is one call into the library, which returns the events
+gave no P and E (issue 20), the executor's refusals and evictions of lane runs, and the clock ticks. Each handler is one call into the library, which returns the events
 to publish. A ticker publishes a clock tick; consuming a tick runs the retry pass of waiting jobs
 when one is due, stamped with the tick's event time, never the local clock (`cells.allocator`),
 so the pass is on the log and replaying the topics reproduces it.
@@ -119,7 +119,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     service.fold(JOBS_COMMANDS, shell.on_command)
     service.fold(JOBS_PROFILED, lambda e, ctx: edge.on_profile(e, replaying=ctx.replaying))  # P and E of lane jobs without estimates
     service.fold(GPU_HEALTH, shell.on_health)
-    service.fold(EXECUTOR_REPORTS, lambda e, ctx: edge.on_report(e, replaying=ctx.replaying))  # refusals of lane starts only
+    service.fold(EXECUTOR_REPORTS, lambda e, ctx: edge.on_report(e, replaying=ctx.replaying))  # lane runs refused or evicted by the executor only
     service.fold(CLOCK_TICKS, shell.on_tick)
     service.every(settings.retry_interval_s, shell.tick)
     inspect: dict[str, grpc.aio.Server] = {}

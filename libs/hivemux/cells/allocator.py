@@ -121,10 +121,12 @@ class CellAllocator:
         self._saw(at)
         return self._allocation(self.lanes.refuse(refused), at, cause)
 
-    def lane_start_refused(self, job_id: str, node: str, gpu_id: str, reason: str, *, at: datetime, cause: str) -> Allocation:
-        """The executor refused a lane job's start in its lane (`LaneGpus.executor_refused`)."""
+    def lane_start_refused(self, job_id: str, node: str, gpu_id: str, reason: str, *, at: datetime, cause: str,
+                           evicted: bool = False) -> Allocation:  # fmt: skip
+        """The executor refused a lane job's start in its lane, or (``evicted``) ended its run
+        there on its own (`LaneGpus.executor_refused`, `LaneGpus.executor_evicted`)."""
         self._saw(at)
-        return self._allocation(self.lanes.executor_refused(job_id, node, gpu_id, reason), at, cause)
+        return self._allocation(self.lanes.executor_refused(job_id, node, gpu_id, reason, evicted=evicted), at, cause)
 
     def enqueue_lane(self, job: LaneJobSpec, *, at: datetime) -> None:
         """A lane job's submission replayed after a restart (`LaneGpus.go_live` places it)."""
@@ -231,12 +233,15 @@ class CellAllocator:
     def retry(self) -> Allocation:
         """Try the waiting jobs again, stamped with the latest event time consumed (see the
         module docstring: never the wall clock)."""
+        self.lanes.tidy()
         decisions = [*self.lanes.after(self.jobs.retry_waiting()), *self.lanes.retry()]
         return self._allocation(decisions, self.latest, self.latest.isoformat())
 
     # -- helpers ------------------------------------------------------------------------------
     def _saw(self, at: datetime) -> None:
+        """Each input starts here (`retry` too): the lane GPU requests the previous one retired go."""
         self.latest = max(self.latest, at)
+        self.lanes.tidy()
 
     def _allocation(self, decisions: list[Decision | LaneDecision], at: datetime, cause: str, change: NodeHealth | None = None) -> Allocation:
         placed = tuple(

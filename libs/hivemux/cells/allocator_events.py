@@ -27,8 +27,11 @@ job must stay resumable), so it is ignored. A ``JobPriorityChanged`` sets the jo
 priority (`JobAllocator.reprioritize`).
 
 Executor reports (`on_report`, issue 20): only a refusal of the start this allocator sent for a
-lane job's current lane is folded (`lane_events`); the job leaves its lane and waits, or is
-rejected after `LaneSettings.refusal_limit` refusals.
+lane job's current lane, or an eviction of the run that start began (the executor ended it on
+its own), is folded (`lane_events`); the job leaves its lane and waits, or is rejected after
+`LaneSettings.refusal_limit` refusals and evictions. A lane job's ``completed``, ``failed`` or
+``stopped`` reaches the allocator as the executor's lifecycle event (`on_lifecycle`, `end`), not
+as its report; its ``evicted`` lifecycle event is ignored (the report decides it).
 
 Resize (`cells.resize`): a ``resize`` `JobCommand` naming an online service's ``replicas`` is
 decided here: a `JobResized` (id `outcome_id(command_id)`) with the bindings of the replicas it
@@ -168,14 +171,17 @@ class AllocatorEvents:
         return [] if replaying else self.events(allocation)
 
     def on_report(self, report: ExecutorReport, *, replaying: bool) -> list[Event]:
-        """The executor refused the start of a lane job's current lane (`LaneEventMaker.refused_start`):
-        the job leaves its lane and waits, or is rejected after `LaneSettings.refusal_limit`
-        refusals. Every other report changes nothing here."""
+        """The executor refused the start of a lane job's current lane, or evicted the run it
+        began (`LaneEventMaker.refused_start`): the job leaves its lane and waits, or is rejected
+        after `LaneSettings.refusal_limit` refusals and evictions. Every other report changes
+        nothing here."""
         refused = self.lanes.refused_start(report)
         if refused is None:
             return []
         self.core.folding(replaying)
-        allocation = self.core.lane_start_refused(report.job_id, *refused, at=report.occurred_at, cause=str(report.event_id))
+        node, gpu, reason, evicted = refused
+        allocation = self.core.lane_start_refused(report.job_id, node, gpu, reason, at=report.occurred_at,
+                                                  cause=str(report.event_id), evicted=evicted)  # fmt: skip
         return [] if replaying else self.events(allocation)
 
     def on_binding(self, binding: CellBinding, *, replaying: bool) -> None:

@@ -16,7 +16,7 @@ VC's 1-GPU cells. This module is its vocabulary, pure like the rest of ``cells``
   type (``gpu_memory_mib`` by leaf cell type; a job naming no type is sized against the
   smallest type, so it fits whatever GPU it gets). A job with ``P + E > C`` is refused.
 - **Settings** (`LaneSettings`): the iteration policy per VC, ``C`` per GPU type, the policy's
-  fraction and the executor refusals a job may have before it is rejected (`LaneGpus.executor_refused`).
+  fraction and the executor refusals (and evictions) a job may have before it is rejected (`LaneGpus.executor_refused`).
 - **Decisions** about lane jobs (`LaneJobPlaced`, `LaneJobWaiting`, `LaneJobRefused`,
   `LaneJobLeft`, `LaneJobEvicted`, `LaneStartRefused`), which `cells.lane_events` publishes.
 
@@ -128,14 +128,16 @@ class LaneJobEvicted:
 
 @dataclass(frozen=True)
 class LaneStartRefused:
-    """The executor refused the job's lane start: it left its lane, and waits (``final``: rejected)."""
+    """The executor refused the job's lane start (``evicted``: ended its run in the lane on its
+    own, `LaneGpus.executor_evicted`): it left its lane, and waits (``final``: rejected)."""
 
     job_id: str
     node: str
     gpu_id: str
     reason: str
-    refusals: int  # of this job so far, this one included
+    refusals: int  # the executor's refusals and evictions of this job so far, this one included
     final: bool  # the limit is reached: the job is rejected with the reason
+    evicted: bool = False  # an eviction by the executor, not a refusal of the start
 
 
 LaneDecision = LaneJobPlaced | LaneJobWaiting | LaneJobRefused | LaneJobLeft | LaneJobEvicted | LaneStartRefused

@@ -15,16 +15,25 @@ decisions into what the cell allocator publishes:
 - `LaneJobEvicted` (its lane GPU preempted) -> an ``evict`` of that job alone and ``preempted``;
 - `LaneJobLeft` -> nothing here; a cancel or suspend adds a ``stop`` of that job alone on its
   node (`stops`), so its lane neighbours run on;
-- `LaneStartRefused` (the executor refused the lane start, `refused_start`) -> ``waiting`` with
-  the executor's reason and, in ``inputs``, the refusal count (what a restart folds back,
-  `LaneGpus.heard`), or ``rejected`` once the limit is reached.
+- `LaneStartRefused` (the executor refused the lane start, or evicted the run, `refused_start`)
+  -> ``waiting`` with the executor's reason and, in ``inputs``, the count of refusals and
+  evictions (what a restart folds back, `LaneGpus.heard`) and ``lane_setback`` (``refused`` or
+  ``evicted``), or ``rejected`` once the limit is reached.
 
 Executor refusals (`refused_start`): an `ExecutorReport` is folded only when it is ``refused``
 (not ``launch_failed``, which the executor fails itself), names the ``start_training`` this
 allocator sent for the job's current lane (``command_id``, the start's derived id) and comes
 from that start's node; any other report, forged or stale, changes nothing. The start of each
 lane job's current lane is remembered when it is sent and, after a restart, from this
-allocator's own ``bound`` lifecycle events (the start's id derives from theirs).
+allocator's own ``bound`` lifecycle events (the start's id derives from theirs); it is forgotten
+when the job leaves that lane (matched, evicted by this allocator, ended, suspended).
+
+Executor evictions (`refused_start` too): an ``evicted`` report naming that same start (the
+executor's reports carry the start they run, ``command_id``) from its node is the executor
+ending the run on its own (re-adoption after a restart that cannot grant the lane again, a run
+found gone or orphaned, the memory guard, an SLO or health eviction). An eviction this allocator
+asked for (its lane GPU preempted, `LaneJobEvicted`) is not: the start is forgotten when the
+``evict`` is sent, so its report matches nothing.
 
 Ids derive from the decision's cause (`events.derived_id`), as the allocator's others do.
 """
@@ -39,6 +48,7 @@ from hivemux.events import (
     CommandAction,
     Event,
     ExecutorCommand,
+    FINISHED_STATES,
     ExecutorReport,
     JobKind,
     JobLifecycleEvent,
@@ -66,6 +76,8 @@ from .lane_choice import (
     LaneStartRefused,
 )
 from .lane_gpus import LaneGpus
+
+LEFT_LANE = frozenset({JobState.WAITING, JobState.PREEMPTED})  # this allocator's steps that take a lane job out of its lane
 
 
 def candidate(job: JobSubmission, profile: Profile | None = None) -> LaneCandidate:
@@ -129,6 +141,7 @@ class LaneEventMaker:
             case LaneJobRefused(reason=reason):
                 return [self._lifecycle(d.job_id, JobState.REJECTED, at, cause, reason)]
             case LaneJobEvicted(reason=reason):
+                self.started.pop(d.job_id, None)  # its run's evicted report is ours, not the executor's own
                 key = derived_id("lane-evict", d.job_id, d.gpu_id, cause)
                 return [
                     ExecutorCommand(event_id=key, occurred_at=at, source=self.source, node_id=d.node, action=CommandAction.EVICT,
@@ -136,35 +149,50 @@ class LaneEventMaker:
                     self._lifecycle(d.job_id, JobState.PREEMPTED, at, str(key), reason, {"gpu_id": d.gpu_id}),
                 ]  # fmt: skip
             case LaneJobLeft():
+                self.started.pop(d.job_id, None)
                 return []
             case LaneStartRefused(refusals=n):
                 limit = self.lanes.settings.refusal_limit
-                facts = {"node_id": d.node, "gpu_id": d.gpu_id, "lane_refusals": n, "refusal_limit": limit, "executor_report": cause}
+                setback = "evicted" if d.evicted else "refused"
+                facts = {"node_id": d.node, "gpu_id": d.gpu_id, "lane_refusals": n, "refusal_limit": limit, "executor_report": cause,
+                         "lane_setback": setback}  # fmt: skip
+                key = derived_id(f"lane-{setback}", cause)
+                what = "refused or evicted its lane runs" if d.evicted else "refused its lane start"
+                count = f"eviction: {n} of at most {limit} refusals and evictions" if d.evicted else f"refusal {n} of at most {limit}"
                 if d.final:
-                    why = f"{d.reason}; the executor refused its lane start {n} time(s), the limit: it is rejected"
-                    return [self._lifecycle(d.job_id, JobState.REJECTED, at, derived_id("lane-refused", cause), why, facts)]
-                why = f"{d.reason}; it left its lane and waits for one again (refusal {n} of at most {limit})"
-                return [self._lifecycle(d.job_id, JobState.WAITING, at, derived_id("lane-refused", cause), why, facts)]
+                    why = f"{d.reason}; the executor {what} {n} time(s), the limit: it is rejected"
+                    return [self._lifecycle(d.job_id, JobState.REJECTED, at, key, why, facts)]
+                why = f"{d.reason}; it left its lane and waits for one again ({count})"
+                return [self._lifecycle(d.job_id, JobState.WAITING, at, key, why, facts)]
         return None
 
-    def refused_start(self, report: ExecutorReport) -> tuple[str, str, str] | None:
-        """(node, GPU, reason) when ``report`` refuses the start of the job's current lane (module
-        docstring); None for any other report."""
+    def refused_start(self, report: ExecutorReport) -> tuple[str, str, str, bool] | None:
+        """(node, GPU, reason, evicted) when ``report`` refuses the start of the job's current
+        lane or evicts the run it began (module docstring); None for any other report."""
         start = self.started.get(report.job_id)
-        if report.state is not ReportState.REFUSED or report.step == "launch_failed" or start is None:
+        refused = report.state is ReportState.REFUSED and report.step != "launch_failed"
+        if not (refused or report.state is ReportState.EVICTED) or start is None:
             return None
         command_id, node, gpu = start
         if report.command_id != command_id or report.node_id != node:
             return None
         del self.started[report.job_id]
-        return node, gpu, f"the executor on {node} refused its lane start on {gpu} ({report.step or 'refused'}): {report.detail or 'no reason given'}"
+        why = report.detail or "no reason given"
+        if refused:
+            return node, gpu, f"the executor on {node} refused its lane start on {gpu} ({report.step or 'refused'}): {why}", False
+        return node, gpu, f"the executor on {node} ended its run in its lane on {gpu} (evicted, {report.step or 'no step'}): {why}", True
 
     def heard(self, change: JobLifecycleEvent, mine: bool) -> None:
         """This allocator's ``bound`` lifecycle events folded before going live (after a restart):
         each lane job's latest start. Live, a start is remembered as it is sent (its own event,
         folded later, may be older than the job's latest start); a stale one is never matched,
         its command id differs or the job holds no lane there (`LaneGpus.executor_refused`)."""
-        if not mine or self.lanes.live or change.state is not JobState.BOUND:
+        if self.lanes.live:
+            return
+        if change.state in FINISHED_STATES or change.state is JobState.SUSPENDED or (mine and change.state in LEFT_LANE):
+            self.started.pop(change.job_id, None)  # it left that lane: its start's reports match nothing
+            return
+        if not mine or change.state is not JobState.BOUND:
             return
         if "lane_gpu" in change.inputs and "node_id" in change.inputs and "gpu_id" in change.inputs:
             self.started[change.job_id] = (str(derived_id("start", change.event_id)), change.inputs["node_id"], change.inputs["gpu_id"])

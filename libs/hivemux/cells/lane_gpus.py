@@ -46,6 +46,17 @@ over the job's life), it is rejected with the reason: a refusal that is determin
 executor's figures disagree with the allocator's for as long as that GPU runs what it runs)
 must not loop. A report about a job that holds no lane on that node and GPU changes nothing.
 
+Executor evictions (`executor_evicted`). The executor may also end a lane job's run on its own,
+without this allocator asking: a grant it cannot honour when a restarted agent re-adopts its jobs,
+a run it found gone or orphaned after a restart, the memory guard, an SLO or health eviction
+(its ``evicted`` report names the start it ran). Such a job is handled as a refusal is: it leaves
+its lane (its ``P`` and lane freed, its neighbours keep theirs; the lane GPU released when it
+empties and nobody waits for it), waits with the executor's reason for the next retry pass, and
+the eviction counts towards the same ``refusal_limit`` (a job whose run the executor keeps ending,
+e.g. its memory outgrows its grant, must not loop). A workload that fails (``failed``) is the
+job's end: the executor publishes a ``failed`` lifecycle event beside its report, which the
+allocator folds as it folds ``completed`` (`end`); the report itself is not folded again.
+
 Crash recovery (HiveD §4 "Fault tolerance", the log as the record). While the allocator folds
 the log nothing here is decided: the lane GPUs' bindings (their inputs carry the group,
 capacity and priority), the lane jobs' submissions and their lifecycle (the allocator's
@@ -131,7 +142,8 @@ class LaneGpus:
         self.capacities: dict[str, float] = {}  # lane GPU (internal job) -> C, as bound
         self.leaf_types: dict[str, str] = {}  # cell chain -> its GPU type (a walk of the physical cluster, once)
         self.refusals: dict[str, int] = {}  # lane job -> the executor's refusals of its lane starts so far
-        self.to_refold: dict[str, tuple[str, str, str]] = {}  # executor refusals folded, decided at the next retry pass
+        self.to_refold: dict[str, tuple[str, str, str, bool]] = {}  # executor refusals/evictions folded, decided at the next retry pass
+        self.retired: dict[str, GpuRequest] = {}  # requests withdrawn or released by this input: kept for its events (`tidy`)
         self.early_priorities: dict[str, int] = {}  # priority changes of jobs not known here yet (`reprioritize`)
 
     # -- views --------------------------------------------------------------------------------
@@ -143,7 +155,13 @@ class LaneGpus:
         return job_id.startswith(PREFIX)
 
     def request(self, job_id: str) -> GpuRequest | None:
-        return self.requests.get(job_id)
+        return self.requests.get(job_id) or self.retired.get(job_id)
+
+    def tidy(self) -> None:
+        """A new input: the requests withdrawn or released by the previous one (their events are
+        out, the `JobAllocator` decides nothing more about an ended job) are forgotten, so the
+        state stays bounded by what is outstanding."""
+        self.retired.clear()
 
     def binding_inputs(self, job_id: str) -> dict[str, float | int | str]:
         """What a lane GPU's binding records so that `recorded_gpu` rebuilds it."""
@@ -217,16 +235,21 @@ class LaneGpus:
         self.ended.add(refused.job_id)
         return [refused]
 
-    def executor_refused(self, job_id: str, node: str, gpu_id: str, reason: str) -> list[Decision | LaneDecision]:
-        """The executor refused the job's lane start on ``node``/``gpu_id`` (module docstring):
-        nothing unless the job holds a lane there now. Folded from the log, it is decided at the
-        next retry pass unless the log says it was decided already (`heard`)."""
+    def executor_refused(self, job_id: str, node: str, gpu_id: str, reason: str, *, evicted: bool = False) -> list[Decision | LaneDecision]:
+        """The executor refused the job's lane start on ``node``/``gpu_id`` (``evicted``: ended
+        its run there on its own; module docstring): nothing unless the job holds a lane there
+        now. Folded from the log, it is decided at the next retry pass unless the log says it was
+        decided already (`heard`)."""
         if not self.live:
             lane = self.recorded.lanes.get(job_id)
             if lane is not None and lane.gpu_id == gpu_id and job_id not in self.ended:
-                self.recorded.refused[job_id] = (node, gpu_id, reason)
+                self.recorded.refused[job_id] = (node, gpu_id, reason, evicted)
             return []
-        return self._drain(self._start_refused(job_id, node, gpu_id, reason))
+        return self._drain(self._start_refused(job_id, node, gpu_id, reason, evicted))
+
+    def executor_evicted(self, job_id: str, node: str, gpu_id: str, reason: str) -> list[Decision | LaneDecision]:
+        """The executor ended the job's run in its lane on its own (module docstring)."""
+        return self.executor_refused(job_id, node, gpu_id, reason, evicted=True)
 
     def retry(self) -> list[Decision | LaneDecision]:
         """The retry pass: refusals folded before going live, waiting lane jobs tried again,
@@ -238,8 +261,8 @@ class LaneGpus:
         self.to_refuse.clear()
         items += self._convert(self.placer.retry())
         self.untried.clear()
-        for job_id, (node, gpu_id, reason) in sorted(self.to_refold.items()):  # tried at the pass after this one
-            items += self._start_refused(job_id, node, gpu_id, reason)
+        for job_id, (node, gpu_id, reason, evicted) in sorted(self.to_refold.items()):  # tried at the pass after this one
+            items += self._start_refused(job_id, node, gpu_id, reason, evicted)
         self.to_refold.clear()
         for gpu in self.placer.gpus():
             if not self.placer.jobs_on(gpu.gpu_id):
@@ -272,7 +295,7 @@ class LaneGpus:
             key = (lane.lane_gpu, lane.lane_id)
             self.recorded.lane_sizes[key] = max(self.recorded.lane_sizes.get(key, 0.0), lane.lane_size_mib)
             self.recorded.next_lane[lane.lane_gpu] = max(self.recorded.next_lane.get(lane.lane_gpu, 0), lane.lane_id + 1)
-        elif state == "waiting" and mine and "lane_refusals" in inputs:  # an executor's refusal decided (`executor_refused`)
+        elif state == "waiting" and mine and "lane_refusals" in inputs:  # an executor's refusal or eviction decided
             self.recorded.lanes.pop(job_id, None)
             self.recorded.refused.pop(job_id, None)
             self.refusals[job_id] = int(str(inputs["lane_refusals"]))
@@ -326,9 +349,10 @@ class LaneGpus:
         except (IndexError, ValueError):
             pass
 
-    def _start_refused(self, job_id: str, node: str, gpu_id: str, reason: str) -> list:
+    def _start_refused(self, job_id: str, node: str, gpu_id: str, reason: str, evicted: bool = False) -> list:
         """The job leaves its lane (its P and lane are released, its neighbours stay); it waits,
-        tried at the next retry pass, or is rejected once `LaneSettings.refusal_limit` is reached."""
+        tried at the next retry pass, or is rejected once `LaneSettings.refusal_limit` is reached
+        (refusals and evictions by the executor count alike)."""
         lane_gpu = self.by_gpu.get(gpu_id)
         spec = self.specs.get(job_id)
         if spec is None or self.placer.gpu_of(job_id) != gpu_id or lane_gpu is None or self.bound[lane_gpu].node != node:
@@ -339,10 +363,18 @@ class LaneGpus:
         if final:
             del self.specs[job_id]
             self.ended.add(job_id)
+            self.refusals.pop(job_id, None)  # ended: its count is not needed any more
         else:
             self.placer.restore_waiting(LaneJob(job_id, spec.group, spec.persistent_mib, spec.ephemeral_mib))
             self.untried.add(job_id)  # tried at the next retry pass, not at once on the GPU that refused it
-        return [LaneStartRefused(job_id, node, gpu_id, reason, n, final), *out]
+        return [LaneStartRefused(job_id, node, gpu_id, reason, n, final, evicted), *out]
+
+    def _retire(self, lane_gpu: str) -> None:
+        """A request withdrawn, refused or released: kept in ``retired`` until the next input (`tidy`)."""
+        req = self.requests.pop(lane_gpu, None)
+        self.capacities.pop(lane_gpu, None)
+        if req is not None:
+            self.retired[lane_gpu] = req
 
     def _early(self, spec: LaneJobSpec) -> LaneJobSpec:
         priority = self.early_priorities.pop(spec.job_id, None)
@@ -384,6 +416,7 @@ class LaneGpus:
         gpu = self.bound.pop(lane_gpu, None)
         if gpu is not None:
             self.by_gpu.pop(gpu.gpu_id, None)
+        self._retire(lane_gpu)
         return list(self.jobs.end(lane_gpu))  # its cell goes back; HiveD's queue is retried
 
     def _drain(self, items: Iterable) -> list[Decision | LaneDecision]:
@@ -437,6 +470,7 @@ class LaneGpus:
                 return [LaneJobWaiting(job, f"waits for a lane GPU of {req.group}: {reason}") for job in self._waiting_in(req.group)]
             case JobRefused(reason=reason):
                 self.pending.pop(d.job_id, None)
+                self._retire(d.job_id)
                 refused: list = []
                 for job in self._waiting_in(req.group):
                     self.placer.finish(job)
@@ -462,6 +496,7 @@ class LaneGpus:
         for job_id, group in list(self.pending.items()):
             if group not in first:
                 del self.pending[job_id]
+                self._retire(job_id)  # withdrawn
                 out += self.jobs.end(job_id)
             elif self.requests[job_id].priority != top[group]:  # a waiting job's priority changed
                 self.requests[job_id] = dataclasses.replace(self.requests[job_id], priority=top[group])

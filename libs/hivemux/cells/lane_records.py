@@ -52,4 +52,4 @@ class Recorded:
     lanes: dict[str, RecordedLane] = field(default_factory=dict)  # lane job -> its last recorded lane
     lane_sizes: dict[tuple[str, int], float] = field(default_factory=dict)  # (lane GPU, lane id) -> largest size
     next_lane: dict[str, int] = field(default_factory=dict)  # lane GPU -> past its largest lane id
-    refused: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # executor refusals not decided yet: job -> (node, GPU, reason)
+    refused: dict[str, tuple[str, str, str, bool]] = field(default_factory=dict)  # executor refusals/evictions not decided: job -> (node, GPU, reason, evicted)
