@@ -142,8 +142,13 @@ async def test_the_policy_orders_jobs_sharing_a_lane(node: ProcessNode, policy: 
         return len(finished) == 2
 
     await until(node, both_done, timeout_s=120)
-    assert finished[0] == first
     records = node.lanes[1].completed_iterations()
+    # the order the gate served their last iterations in: the policy's. (Not the order the agent
+    # saw the processes exit: under FIFO, ``short``'s 10 iterations start when ``long``'s last
+    # ends and take about as long as ``long``'s checkpoint and interpreter exit, so that order
+    # was a race, seen lost in about 1 run of 4.)
+    last = {j: max(r.done_at for r in records if r.job == j) for j in ("long", "short")}
+    assert min(last, key=last.__getitem__) == first and {r.job for r in records} == {"long", "short"}
     assert {r.lane_id for r in records} == {0}
     ordered = sorted(records, key=lambda r: r.granted_at)
     assert all(a.done_at <= b.granted_at for a, b in zip(ordered, ordered[1:]))  # serialized in the lane
