@@ -9,40 +9,29 @@ ends it and the empty lane GPU's cell goes back."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 from support.buskit import eventually, read_all
-from test_cell_allocator_lane_refusals import infra, lifecycle_of, start_allocator, starts  # noqa: F401 (infra: the fixture)
+from support import lanekit
+from support.lanekit import lane_job, lifecycle_of, start_allocator, starts, stop
 
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.events import (
     CellBinding,
     ExecutorCommand,
     ExecutorReport,
-    JobKind,
     JobLifecycleEvent,
     JobState,
-    JobSubmission,
-    Priority,
     ReportState,
-    ResourceEstimates,
-    WorkloadSpec,
 )
 from hivemux.infra import Endpoints
 from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS
 
 pytestmark = pytest.mark.integration
-
-
-def lane_job(job_id: str, p: float) -> JobSubmission:
-    return JobSubmission(
-        occurred_at=datetime.now(UTC), source="cli", job_id=job_id, vc="vc-a", kind=JobKind.TRAINING, sharing="lanes",
-        priority=Priority.GUARANTEED, priority_value=10, workload=WorkloadSpec(model="resnet50", batch_size=16, iterations=1000),
-        estimates=ResourceEstimates(persistent_memory_mib=p, ephemeral_memory_mib=2048),
-    )  # fmt: skip
+infra = lanekit.infra  # a broker of each test's own
+LIMIT = {"HIVEMUX_ALLOCATOR_LANE_REFUSAL_LIMIT": "2"}
 
 
 def evicted(start: ExecutorCommand, node: str | None = None) -> ExecutorReport:
@@ -53,23 +42,17 @@ def evicted(start: ExecutorCommand, node: str | None = None) -> ExecutorReport:
     )  # fmt: skip
 
 
-async def stop(allocator: asyncio.subprocess.Process) -> None:
-    if allocator.returncode is None:
-        allocator.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(allocator.wait(), 30)
-
-
-async def test_an_evicted_lane_run_waits_runs_again_and_a_restart_keeps_the_count(infra: Endpoints) -> None:  # noqa: F811
+async def test_an_evicted_lane_run_waits_runs_again_and_a_restart_keeps_the_count(infra: Endpoints) -> None:
     await ensure_topics(infra.bootstrap_servers, ALL_TOPICS)
     tag = uuid.uuid4().hex[:6]
-    j1, j2 = lane_job(f"e1-{tag}", 1024), lane_job(f"e2-{tag}", 512)
-    allocator = await start_allocator(infra, f"evictions-{tag}")
+    j1, j2 = lane_job(f"e1-{tag}", p=1024), lane_job(f"e2-{tag}", p=512)
+    allocator = await start_allocator(infra, f"evictions-{tag}", LIMIT)
     try:
         async with Publisher(infra.bootstrap_servers, source="test") as publisher:
             await publisher.publish(j1)
-            (s1,) = await eventually(lambda: starts(infra, j1.job_id, 1), timeout_s=90)
+            (s1,) = (await eventually(lambda: starts(infra, j1.job_id), timeout_s=90))[j1.job_id]
             await publisher.publish(j2)
-            (first,) = await eventually(lambda: starts(infra, j2.job_id, 1), timeout_s=30)
+            (first,) = (await eventually(lambda: starts(infra, j2.job_id), timeout_s=30))[j2.job_id]
             assert first.gpu_ids == s1.gpu_ids  # lane neighbours
             other = "node-01" if first.node_id != "node-01" else "node-02"
             await publisher.publish(evicted(first, node=other))  # forged: the job is not on that node
@@ -80,13 +63,13 @@ async def test_an_evicted_lane_run_waits_runs_again_and_a_restart_keeps_the_coun
             waiting = await eventually(lambda: lifecycle_of(infra, j2.job_id, JobState.WAITING), timeout_s=30)
             (why,) = [w for w in waiting if "ended its run" in w.reason]
             assert "could not grant" in why.reason and why.inputs["lane_refusals"] == "1" and why.inputs["lane_setback"] == "evicted"
-            second = (await eventually(lambda: starts(infra, j2.job_id, 2), timeout_s=30))[1]  # the next retry pass
+            second = (await eventually(lambda: starts(infra, j2.job_id, count=2), timeout_s=30))[j2.job_id][1]  # the next retry pass
             assert second.event_id != first.event_id and second.lane is not None
             commands = [c for _, c in await read_all(infra.bootstrap_servers, EXECUTOR_COMMANDS) if getattr(c, "job_id", "") == j1.job_id]
             assert commands == [s1]  # j1 untouched
 
             await stop(allocator)
-            allocator = await start_allocator(infra, f"evictions-{tag}")  # folds the log: the count is 1
+            allocator = await start_allocator(infra, f"evictions-{tag}", LIMIT)  # folds the log: the count is 1
             await asyncio.sleep(3)
             await publisher.publish(evicted(second))
             (rejected,) = await eventually(lambda: lifecycle_of(infra, j2.job_id, JobState.REJECTED), timeout_s=60)

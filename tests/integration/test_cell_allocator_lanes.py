@@ -9,16 +9,14 @@ reason and run again, together on one GPU, when the gang ends."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import sys
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from importlib import resources
 
 import pytest
 from support.buskit import eventually, read_all
+from support import lanekit
+from support.lanekit import lane_job, lifecycle_of, start_allocator, starts, stop
 
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.events import (
@@ -30,29 +28,14 @@ from hivemux.events import (
     JobState,
     JobSubmission,
     Priority,
-    ResourceEstimates,
     WorkloadSpec,
 )
-from hivemux.infra import Endpoints, InfraSettings, embedded_infra
-from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE
+from hivemux.infra import Endpoints
+from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def infra() -> Iterator[Endpoints]:
-    """A broker of its own per test: the allocator folds every job ever submitted."""
-    with embedded_infra(InfraSettings(), want_postgres=False) as running:
-        yield running.endpoints
-
-
-def lane_job(job_id: str, vc: str = "vc-a", p: float = 1024, e: float = 2048, *, opportunistic: bool = False) -> JobSubmission:
-    return JobSubmission(
-        occurred_at=datetime.now(UTC), source="cli", job_id=job_id, vc=vc, kind=JobKind.TRAINING, sharing="lanes",
-        priority=Priority.OPPORTUNISTIC if opportunistic else Priority.GUARANTEED, priority_value=-1 if opportunistic else 10,
-        workload=WorkloadSpec(model="resnet50", batch_size=16, iterations=1000),
-        estimates=ResourceEstimates(persistent_memory_mib=p, ephemeral_memory_mib=e),
-    )  # fmt: skip
+infra = lanekit.infra  # a broker of each test's own
+POLICIES = {"HIVEMUX_ALLOCATOR_LANE_POLICIES": '{"vc-a": "fair", "vc-b": "srtf"}'}
 
 
 def gang(job_id: str) -> JobSubmission:
@@ -66,44 +49,9 @@ def done(job_id: str) -> JobLifecycleEvent:
     return JobLifecycleEvent(occurred_at=datetime.now(UTC), source="executor/test", job_id=job_id, state=JobState.COMPLETED)
 
 
-async def start_allocator(infra: Endpoints, group: str) -> asyncio.subprocess.Process:
-    config = resources.files("hivemux.cells") / "demo_cluster.yaml"  # vc-a: both 4-GPU nodes; vc-b: none
-    env = {
-        **os.environ,
-        "KAFKA_BOOTSTRAP_SERVERS": infra.bootstrap_servers,
-        "HIVEMUX_GROUP_PREFIX": group,
-        "HIVEMUX_ALLOCATOR_RETRY_INTERVAL_S": "0.5",
-        "HIVEMUX_ALLOCATOR_CONFIG": str(config),
-        "HIVEMUX_ALLOCATOR_LANE_POLICIES": '{"vc-a": "fair", "vc-b": "srtf"}',
-    }
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "hivemux.cli.main", "service", "cell-allocator", env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-
-
-async def starts(infra: Endpoints, *job_ids: str, count: int = 1) -> dict[str, list[ExecutorCommand]] | None:
-    found: dict[str, list[ExecutorCommand]] = {}
-    for _, c in await read_all(infra.bootstrap_servers, EXECUTOR_COMMANDS):
-        if isinstance(c, ExecutorCommand) and c.job_id in job_ids and c.action is CommandAction.START_TRAINING:
-            found.setdefault(c.job_id, []).append(c)
-    return found if all(len(found.get(j, [])) >= count for j in job_ids) else None
-
-
-async def lifecycle_of(infra: Endpoints, job_id: str, state: JobState) -> list[JobLifecycleEvent] | None:
-    got = [e for _, e in await read_all(infra.bootstrap_servers, JOBS_LIFECYCLE) if e.job_id == job_id and e.state is state]  # type: ignore[attr-defined]
-    return got or None  # type: ignore[return-value]
-
-
 async def lane_bindings(infra: Endpoints, state: str) -> list[CellBinding] | None:
     got = [b for _, b in await read_all(infra.bootstrap_servers, CELL_BINDINGS) if b.job_id.startswith("lane-gpu:") and b.state == state]  # type: ignore[attr-defined]
     return got or None  # type: ignore[return-value]
-
-
-async def stop(process: asyncio.subprocess.Process) -> None:
-    if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(process.wait(), 30)
 
 
 async def test_lane_jobs_share_a_gpu_survive_a_restart_and_give_the_cell_back(infra: Endpoints) -> None:
@@ -111,7 +59,7 @@ async def test_lane_jobs_share_a_gpu_survive_a_restart_and_give_the_cell_back(in
     tag = uuid.uuid4().hex[:6]
     j1, j2, j3, big = (lane_job(f"{n}-{tag}") for n in ("j1", "j2", "j3", "big"))
     big = lane_job(f"big-{tag}", p=10000, e=8000)
-    first = await start_allocator(infra, f"lanes-{tag}")
+    first = await start_allocator(infra, f"lanes-{tag}", POLICIES)
     try:
         async with Publisher(infra.bootstrap_servers, source="test") as publisher:
             await publisher.publish(j1, j2, big)
@@ -130,7 +78,7 @@ async def test_lane_jobs_share_a_gpu_survive_a_restart_and_give_the_cell_back(in
 
             first.send_signal(signal.SIGKILL)
             await first.wait()
-            first = await start_allocator(infra, f"lanes-{tag}")
+            first = await start_allocator(infra, f"lanes-{tag}", POLICIES)
             await publisher.publish(j3)
             (s3,) = (await eventually(lambda: starts(infra, j3.job_id), timeout_s=90))[j3.job_id]
             assert s3.gpu_ids == s1.gpu_ids and s3.lane is not None and s3.lane.lane_id == 2  # the recovered GPU's next lane
@@ -151,7 +99,7 @@ async def test_a_preempted_lane_gpu_evicts_its_jobs_which_wait_and_run_again(inf
     tag = uuid.uuid4().hex[:6]
     o1, o2 = lane_job(f"o1-{tag}", "vc-b", opportunistic=True), lane_job(f"o2-{tag}", "vc-b", opportunistic=True)
     big = gang(f"gang-{tag}")
-    allocator = await start_allocator(infra, f"lanes-{tag}")
+    allocator = await start_allocator(infra, f"lanes-{tag}", POLICIES)
     try:
         async with Publisher(infra.bootstrap_servers, source="test") as publisher:
             await publisher.publish(o1, o2)
