@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from urllib.parse import urlsplit
@@ -14,6 +15,12 @@ import asyncpg
 import pytest
 
 from hivemux.infra import Endpoints, InfraSettings, embedded_infra
+from hivemux.salus import grpc_setup
+
+# The suite loads grpcio (the Salus gate, the cells inspect server) and forks processes, as the
+# executor agent does: gRPC's fork handlers off here too, before grpcio loads, as the gate sets
+# them where it starts (a forked child could abort before its exec; `hivemux.salus.grpc_setup`).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", grpc_setup.FORK_SUPPORT)
 
 
 @pytest.fixture(scope="session")
