@@ -18,8 +18,11 @@ from hivemux.topics import CELL_BINDINGS, EXECUTOR_REPORTS, JOBS_LIFECYCLE, PLAC
 
 pytestmark = pytest.mark.e2e
 HIVEMUX = [sys.executable, "-m", "hivemux.cli.main"]
+# Online GPUs are those of submitted services (issue 19): ctl-offline shares ctl-online's GPU.
 JOBS = """
 jobs:
+  - {job_id: ctl-online, vc: vc-a, kind: online, replicas: 1, gpu_type: T4,
+     workload: {model: bert, batch_size: 8, slo_p99_ms: 50, request_rate: 120}}
   - {job_id: ctl-training, vc: vc-a, kind: training, pods: 2, gpus_per_pod: 4, priority: guaranteed,
      workload: {model: bert, batch_size: 32, iterations: 10000000}}
   - {job_id: ctl-offline, vc: vc-a, kind: offline, workload: {model: resnet50, batch_size: 16, iterations: 10000000}}

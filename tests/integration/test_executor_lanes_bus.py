@@ -8,18 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
 
 from hivemux.bus import Publisher
 from hivemux.events import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, LaneGrant, ReportState, WorkloadSpec
-from hivemux.infra import Endpoints
+from hivemux.infra import Endpoints, InfraSettings, embedded_infra
 from hivemux.services.executor.service import ExecutorSettings, build
 from hivemux.topics import EXECUTOR_COMMANDS, EXECUTOR_REPORTS
 from support.buskit import eventually, read_all
 
 pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def infra() -> Iterator[Endpoints]:
+    """A broker of its own: the malformed command it publishes must not reach the tests that read
+    every record of ``executor.commands`` on the session broker."""
+    with embedded_infra(InfraSettings(), want_postgres=False) as running:
+        yield running.endpoints
 
 
 def lane_start(node: str, gpu: str, job: str, iterations: int, *, lane: int, policy: str, p: float = 1000,

@@ -19,9 +19,15 @@ from hivemux.xcuda.layout import pack_into
 LAUNCH = {"cuLaunchKernel", "cuLaunchKernel_ptsz"}
 
 
+def _default_sigint() -> None:
+    # A suite started in the background by a shell without job control inherits SIGINT ignored,
+    # and an ignored signal stays ignored across exec: the shim rightly keeps that disposition.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(native, env, *cmds):
     p = subprocess.Popen([native.prog("probe"), "proc", *cmds], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     line = p.stdout.readline()
     while line and not line.startswith("looping"):
         line = p.stdout.readline()
