@@ -36,7 +36,12 @@ def start(native, env, *cmds):
 
 
 def finish(p, timeout=20):
-    stdout, stderr = p.communicate(timeout=timeout)
+    try:
+        stdout, stderr = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()  # a probe that did not exit must not spin on after the test (it loops forever)
+        p.communicate()
+        raise
     check_clean(p, stderr)
     return stdout
 
