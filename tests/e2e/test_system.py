@@ -3,7 +3,6 @@ own, jobs submitted the way users submit them, outcomes read back from the topic
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
