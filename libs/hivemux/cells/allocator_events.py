@@ -86,7 +86,7 @@ from .allocator import Allocation, CellAllocator
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 from .lane_events import LaneEventMaker, candidate, needs_profile
-from .lane_choice import LaneJobRefused, LaneJobWaiting, LaneSettings, choose
+from .lane_choice import LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
 from .resize import ReplicasRefused
 
 ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
@@ -133,14 +133,8 @@ class AllocatorEvents:
         lane = choose(candidate(job, self.profiles.get(job.job_id)), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
         if isinstance(lane, LaneJobWaiting):  # for its profile (`on_profile`)
             return [] if replaying else self.lanes.events(lane, job.occurred_at, str(job.event_id)) or []
-        if isinstance(lane, LaneJobRefused):  # a lane job without its memory figures, or too large
-            allocation = self.core.refuse_lane(lane, at=job.occurred_at, cause=str(job.event_id))
-            return [] if replaying else self.events(allocation)
-        if lane is not None and replaying:
-            self.core.enqueue_lane(lane, at=job.occurred_at)
-            return []
         if lane is not None:
-            return self.events(self.core.submit_lane(lane, at=job.occurred_at, cause=str(job.event_id)))
+            return self._to_lanes(lane, at=job.occurred_at, cause=str(job.event_id), replaying=replaying)
         if replaying:
             self.core.enqueue(training_job(job), at=job.occurred_at)
             return []
@@ -158,17 +152,20 @@ class AllocatorEvents:
             return []  # a redelivered profile, or decided already
         self.profiles[profile.job_id] = profile
         lane = choose(candidate(job, profile), self.core.lanes.settings)
-        at, cause = profile.occurred_at, str(profile.event_id)
+        if lane is None or isinstance(lane, LaneJobWaiting):
+            return []
+        return self._to_lanes(lane, at=profile.occurred_at, cause=str(profile.event_id), replaying=replaying)
+
+    def _to_lanes(self, lane: LaneJobSpec | LaneJobRefused, *, at: datetime, cause: str, replaying: bool) -> list[Event]:
+        """A job `choose` sent to lanes: refused (no memory figures, or too large for a GPU),
+        queued while the log is folded, or submitted to the lane GPUs."""
         if isinstance(lane, LaneJobRefused):
             allocation = self.core.refuse_lane(lane, at=at, cause=cause)
-        elif replaying and lane is not None and not isinstance(lane, LaneJobWaiting):
+            return [] if replaying else self.events(allocation)
+        if replaying:
             self.core.enqueue_lane(lane, at=at)
             return []
-        elif lane is not None and not isinstance(lane, LaneJobWaiting):
-            allocation = self.core.submit_lane(lane, at=at, cause=cause)
-        else:
-            return []
-        return [] if replaying else self.events(allocation)
+        return self.events(self.core.submit_lane(lane, at=at, cause=cause))
 
     def on_report(self, report: ExecutorReport, *, replaying: bool) -> list[Event]:
         """The executor refused the start of a lane job's current lane, or evicted the run it
@@ -210,9 +207,8 @@ class AllocatorEvents:
     def on_lifecycle(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
         job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
-        told = change.state is JobState.WAITING and change.source.split("/")[0] == self.source.split("/")[0]
-        self.core.heard(job_id, change.reason if told else None)  # what a restarted allocator told before
-        mine = change.source.split("/")[0] == self.source.split("/")[0]
+        mine = change.source.split("/")[0] == self.source.split("/")[0]  # published by this allocator (any instance)
+        self.core.heard(job_id, change.reason if change.state is JobState.WAITING and mine else None)  # what a restarted allocator told before
         self.core.lanes.heard(job_id, change.state.value, change.inputs, mine)  # a lane job's lane (folded before going live)
         self.lanes.heard(change, mine)  # a lane job's latest start (folded before going live)
         match change.state:

@@ -20,7 +20,7 @@ parse the camelCase YAML/JSON forms.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -171,6 +171,17 @@ class VirtualCellStatus:
 
 
 FREE_PRIORITY = -2  # the reference's freePriority: below opportunistic
+
+
+def leaf_statuses(cells: Iterable[PhysicalCellStatus | VirtualCellStatus]) -> Iterator[PhysicalCellStatus | VirtualCellStatus]:
+    """The leaf cells (GPUs) under ``cells``, walked without recursion (a pool's tree can be deep)."""
+    stack = list(cells)
+    while stack:
+        cell = stack.pop()
+        if cell.children:
+            stack.extend(cell.children)
+        else:
+            yield cell
 
 
 class CellScheduler(Protocol):

@@ -509,12 +509,4 @@ class JobAllocator:
 
 def _gpus_not_guaranteed(cells: tuple[api.PhysicalCellStatus, ...]) -> int:
     """Healthy leaf cells not held by guaranteed work: the opportunistic capacity."""
-    count = 0
-    stack = list(cells)
-    while stack:
-        cell = stack.pop()
-        if cell.children:
-            stack.extend(cell.children)
-        elif cell.healthy and cell.priority < 0:
-            count += 1
-    return count
+    return sum(1 for c in api.leaf_statuses(cells) if c.healthy and c.priority < 0)

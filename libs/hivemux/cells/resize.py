@@ -57,15 +57,7 @@ class ReplicasFit:
 
 def free_guaranteed_gpus(cells: Iterable[api.VirtualCellStatus], leaf_type: str = "") -> int:
     """The VC's healthy virtual leaf cells (of `leaf_type`, any when empty) no guaranteed group uses."""
-    count = 0
-    stack = list(cells)
-    while stack:
-        cell = stack.pop()
-        if cell.children:
-            stack.extend(cell.children)
-        elif cell.healthy and cell.state == "free" and (not leaf_type or cell.cell_type == leaf_type):
-            count += 1
-    return count
+    return sum(1 for c in api.leaf_statuses(cells) if c.healthy and c.state == "free" and (not leaf_type or c.cell_type == leaf_type))
 
 
 def decide(
