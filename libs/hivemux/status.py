@@ -86,7 +86,7 @@ class ClusterStatus:
             case Placement(action="evict"):
                 self.sharing_now.pop(event.job_id, None)
             case CellBinding(state="bound"):
-                if "lane_group" in event.inputs:
+                if event.holds_lane_gpu:
                     self.lane_gpus.add(event.job_id)
                 self.bound_now.setdefault(event.job_id, {})[event.pod or event.job_id] = event.node_ids
                 self.gpus_now.setdefault(event.job_id, {})[event.pod or event.job_id] = event.gpu_ids

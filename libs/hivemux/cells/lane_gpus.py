@@ -82,6 +82,7 @@ import dataclasses
 from collections import deque
 from collections.abc import Iterable, Mapping
 
+from hivemux.events.scheduling import LANE_GROUP_INPUT
 from hivemux.gpu_ids import gpu_ids
 from hivemux.lanes.placer import (
     GpuReleased,
@@ -166,7 +167,7 @@ class LaneGpus:
     def binding_inputs(self, job_id: str) -> dict[str, float | int | str]:
         """What a lane GPU's binding records so that `recorded_gpu` rebuilds it."""
         req = self.requests[job_id]
-        out: dict[str, float | int | str] = {"lane_group": req.group, "lane_priority": req.priority, "lane_gpu_type": req.gpu_type}
+        out: dict[str, float | int | str] = {LANE_GROUP_INPUT: req.group, "lane_priority": req.priority, "lane_gpu_type": req.gpu_type}
         if job_id in self.capacities:
             out["lane_capacity_mib"] = self.capacities[job_id]
             out["lane_policy"] = self.settings.policy(req.vc).value
@@ -280,7 +281,7 @@ class LaneGpus:
         self._number_past(job_id)
         if state == "bound" and node and gpu and "lane_capacity_mib" in inputs:
             vc = job_id[len(PREFIX):].rsplit(":", 1)[0]
-            req = GpuRequest(job_id, str(inputs["lane_group"]), vc, int(inputs["lane_priority"]), str(inputs.get("lane_gpu_type", "")))  # type: ignore[call-overload]
+            req = GpuRequest(job_id, str(inputs[LANE_GROUP_INPUT]), vc, int(inputs["lane_priority"]), str(inputs.get("lane_gpu_type", "")))  # type: ignore[call-overload]
             self.recorded.gpus[job_id] = (req, BoundGpu(node, gpu, float(inputs["lane_capacity_mib"])))  # type: ignore[arg-type]
         elif state in ("released", "preempted"):
             self.recorded.gpus.pop(job_id, None)

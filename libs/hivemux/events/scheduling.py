@@ -55,6 +55,12 @@ class PredictorModel(Event):
     )
 
 
+# The input key that marks a binding of a lane GPU (issue 20): the cell allocator's own 1-GPU cell
+# for Salus lanes, named by its group (VC/priority class), not a user's job. A user's job may be
+# named like one (``lane-gpu:...``); only the allocator writes this key.
+LANE_GROUP_INPUT = "lane_group"
+
+
 class CellBinding(Event):
     """A training job's pod bound to physical cells, released, preempted, or refused.
 
@@ -74,6 +80,11 @@ class CellBinding(Event):
     gpu_ids: tuple[Name, ...] = Field(default=(), max_length=MAX_GPUS)
     reason: Reason
     inputs: dict[Label, float | int | Text] = Field(default_factory=dict, max_length=MAX_ENTRIES)
+
+    @property
+    def holds_lane_gpu(self) -> bool:
+        """Whether this binding is of a lane GPU (`LANE_GROUP_INPUT`)."""
+        return LANE_GROUP_INPUT in self.inputs
 
 
 class CellConfig(Event):

@@ -150,7 +150,7 @@ class Admissions:
         gpu = command.gpu_ids[0]
         lane_gpus = sorted(
             owner for owner, pods in self.bound.items() if owner.startswith(LANE_GPU_PREFIX)
-            for b in pods.values() if b.vc == job.vc and node_id in b.node_ids and gpu in b.gpu_ids and "lane_group" in b.inputs
+            for b in pods.values() if b.vc == job.vc and node_id in b.node_ids and gpu in b.gpu_ids and b.holds_lane_gpu
         )  # fmt: skip
         if not lane_gpus:
             return Refusal(f"no lane GPU of VC {job.vc} is bound to {gpu} on {node_id} (cells.bindings): "

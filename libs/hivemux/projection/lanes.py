@@ -92,7 +92,7 @@ LaneChange = LaneGpuChanged | LaneJobBound | JobProgress
 
 
 def lane_gpu_binding(event: CellBinding) -> tuple[LaneGpuChanged, ...]:
-    marks = event.state == "bound" and "lane_group" in event.inputs
+    marks = event.state == "bound" and event.holds_lane_gpu
     if not marks and not (event.state in ("released", "preempted") and event.job_id.startswith(LANE_GPU_PREFIX)):
         return ()
     state = "bound" if event.state == "bound" else "released"  # a lane GPU never queues (see the module docstring)
