@@ -11,11 +11,10 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from importlib import resources
-from pathlib import Path
 
 import pytest
 from support.buskit import eventually, read_all
+from support.online_kit import CLUSTER, service_and_offline_job, serving
 
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.bus.authorization import as_writer
@@ -24,22 +23,16 @@ from hivemux.events import (
     CommandAction,
     ExecutorCommand,
     ExecutorReport,
-    GpuTelemetryBatch,
     JobAction,
     JobCommand,
-    JobKind,
     JobLifecycleEvent,
     JobState,
     JobSubmission,
     Placement,
-    PredictorModel,
-    Profile,
     ReportState,
     SysMonitorSnapshot,
-    WorkloadSpec,
 )
 from hivemux.infra import EmbeddedInfra, InfraSettings, embedded_infra
-from hivemux.prediction.analytic import default_analytic_model
 from hivemux.services.cell_allocator.service import AllocatorSettings
 from hivemux.services.cell_allocator.service import build as allocator
 from hivemux.services.executor.service import ExecutorSettings
@@ -57,23 +50,12 @@ from hivemux.topics import (
     CELL_BINDINGS,
     EXECUTOR_COMMANDS,
     EXECUTOR_REPORTS,
-    GPU_TELEMETRY,
     HEALTH_STATE,
     JOBS_LIFECYCLE,
     PLACEMENTS,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
-CLUSTER = Path(str(resources.files("hivemux.cells") / "demo_cluster_online.yaml"))
-
-
-async def serving(bootstrap: str, service: str) -> set[str]:
-    """The GPUs the newest telemetry shows serving ``service`` (once every GPU reported)."""
-    latest: dict[str, str | None] = {}
-    for _, batch in await read_all(bootstrap, GPU_TELEMETRY):
-        if isinstance(batch, GpuTelemetryBatch):
-            latest.update({s.gpu_id: s.online_workload for s in batch.samples})
-    return {g for g, name in latest.items() if name == service} if len(latest) == 16 else set()
 
 
 @pytest.fixture(scope="module")
@@ -95,21 +77,11 @@ async def test_an_online_submission_is_bound_served_and_shared_with_offline_work
     ]
     tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
     service, offline = f"svc-{tag}", f"off-{tag}"
-    now = datetime.now(UTC)
-    base = {"source": "test", "occurred_at": now}
     try:
         for s in services:
             await asyncio.wait_for(s.ready.wait(), 90)
         async with Publisher(bootstrap, source="test") as publisher:
-            await publisher.publish_all([as_writer(e) for e in (
-                PredictorModel(**base, gpu_type="T4", version=1, kind="analytic", parameters=default_analytic_model("T4").parameters()),
-                JobSubmission.model_validate({**base, "job_id": service, "vc": "vc-b", "kind": "online", "replicas": 2, "gpu_type": "T4",
-                                              "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 50, "request_rate": 100}}),
-                JobSubmission(**base, job_id=offline, vc="vc-a", kind=JobKind.OFFLINE,
-                              workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=10**6)),
-                Profile(**base, job_id=offline, signature="0123456789abcdef", gpu_type="T4", method="simulated", iteration_time_ms=120.0,
-                        gpu_util=60.0, sm_activity=50.0, sm_occupancy=30.0, memory_peak_mib=2000.0, persistent_memory_mib=500.0),
-            )])  # fmt: skip
+            await publisher.publish_all(service_and_offline_job(service, offline, iterations=10**6))
 
         async def bound() -> list[CellBinding]:
             found = [b for _, b in await read_all(bootstrap, CELL_BINDINGS) if isinstance(b, CellBinding) and b.job_id == service]

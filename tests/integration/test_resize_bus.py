@@ -12,19 +12,14 @@ import os
 import sys
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
-from importlib import resources
-from pathlib import Path
 
 import pytest
 from support.buskit import eventually, read_all
+from support.online_kit import CLUSTER, service_and_offline_job, serving
 
 from hivemux.bus import Publisher, ensure_topics
-from hivemux.bus.authorization import as_writer
-from hivemux.events import CellBinding, CommandAction, ExecutorCommand, GpuTelemetryBatch, JobKind, JobResized, JobSubmission, Placement, PredictorModel
-from hivemux.events import Profile, WorkloadSpec
+from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobResized, Placement
 from hivemux.infra import EmbeddedInfra, InfraSettings, embedded_infra
-from hivemux.prediction.analytic import default_analytic_model
 from hivemux.services.cell_allocator.service import AllocatorSettings
 from hivemux.services.cell_allocator.service import build as allocator
 from hivemux.services.executor.service import ExecutorSettings
@@ -39,25 +34,15 @@ from hivemux.services.projector.service import ProjectorSettings
 from hivemux.services.projector.service import build as projector
 from hivemux.services.telemetry_ingester.service import IngesterSettings
 from hivemux.services.telemetry_ingester.service import build as ingester
-from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_RESIZES, PLACEMENTS
+from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, JOBS_RESIZES, PLACEMENTS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-CLUSTER = Path(str(resources.files("hivemux.cells") / "demo_cluster_online.yaml"))
 
 
 @pytest.fixture(scope="module")
 def infra() -> Iterator[EmbeddedInfra]:
     with embedded_infra(InfraSettings()) as running:
         yield running
-
-
-async def serving(bootstrap: str, service: str) -> set[str]:
-    """The GPUs the newest telemetry shows serving ``service`` (once every GPU reported)."""
-    latest: dict[str, str | None] = {}
-    for _, batch in await read_all(bootstrap, GPU_TELEMETRY):
-        if isinstance(batch, GpuTelemetryBatch):
-            latest.update({s.gpu_id: s.online_workload for s in batch.samples})
-    return {g for g, name in latest.items() if name == service} if len(latest) == 16 else set()
 
 
 async def test_resize_an_online_service_and_an_offline_job(infra: EmbeddedInfra) -> None:
@@ -89,20 +74,11 @@ async def test_resize_an_online_service_and_an_offline_job(infra: EmbeddedInfra)
         gpus = await serving(bootstrap, service)
         return gpus if len(gpus) == n else set()
 
-    base = {"source": "test", "occurred_at": datetime.now(UTC)}
     try:
         for s in services:
             await asyncio.wait_for(s.ready.wait(), 90)
         async with Publisher(bootstrap, source="test") as publisher:
-            await publisher.publish_all([as_writer(e) for e in (
-                PredictorModel(**base, gpu_type="T4", version=1, kind="analytic", parameters=default_analytic_model("T4").parameters()),
-                JobSubmission.model_validate({**base, "job_id": service, "vc": "vc-b", "kind": "online", "replicas": 2, "gpu_type": "T4",
-                                              "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 50, "request_rate": 100}}),
-                JobSubmission(**base, job_id=offline, vc="vc-a", kind=JobKind.OFFLINE,
-                              workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=10**7)),
-                Profile(**base, job_id=offline, signature="0123456789abcdef", gpu_type="T4", method="simulated", iteration_time_ms=120.0,
-                        gpu_util=60.0, sm_activity=50.0, sm_occupancy=30.0, memory_peak_mib=2000.0, persistent_memory_mib=500.0),
-            )])  # fmt: skip
+            await publisher.publish_all(service_and_offline_job(service, offline, iterations=10**7))
         await eventually(lambda: replicas(2), timeout_s=90)
 
         # offline: the matcher places it beside the service; a lower SM share is applied by an adjust
