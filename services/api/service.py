@@ -13,6 +13,7 @@ from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.api.app import ApiConfig, create_app
+from hivemux.api.limits import AuthLimits, EdgeLimits
 from hivemux.bus import connection
 from hivemux.errors import ConfigurationError
 from hivemux.observability import configure_logging
@@ -29,6 +30,11 @@ class ApiSettings(ServiceSettings):
     stream_interval_s: float = Field(default=0.5, gt=0, le=60, description="Change-stream poll period")
     pool_size: int = Field(default=10, ge=1, le=200)
     check_archive: bool = Field(default=True, description="Submissions wait for `hivemux up`'s broker archive, when the database has one")
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3, description="Larger request bodies are a 413, unread")
+    auth_max_failures: int = Field(default=10, ge=1, description="Refused tokens from one client or for one token id that lock it ...")
+    auth_window_s: float = Field(default=60.0, gt=0, description="... within this window ...")
+    auth_lockout_s: float = Field(default=300.0, gt=0, description="... for this long (429 with Retry-After)")
+    auth_tracked: int = Field(default=10_000, ge=1, le=10_000_000, description="Clients and token ids remembered (each table)")
 
 
 def build(settings: ApiSettings) -> uvicorn.Server:
@@ -38,6 +44,8 @@ def build(settings: ApiSettings) -> uvicorn.Server:
         postgres_dsn=settings.postgres_dsn, kafka_bootstrap_servers=settings.kafka_bootstrap_servers,
         source=f"{NAME}:{settings.instance}", stream_interval_s=settings.stream_interval_s, pool_size=settings.pool_size,
         archive_dsn=settings.postgres_dsn if settings.check_archive else None,
+        limits=EdgeLimits(AuthLimits(settings.auth_max_failures, settings.auth_window_s, settings.auth_lockout_s, settings.auth_tracked),
+                          max_body_bytes=settings.max_body_bytes),
     ))  # fmt: skip
     port = settings.port if settings.port is not None else settings.metrics_port
     return uvicorn.Server(uvicorn.Config(app, host=settings.host or settings.metrics_host, port=port, log_config=None, access_log=False,

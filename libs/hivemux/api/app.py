@@ -3,8 +3,10 @@
 At start (lifespan) it opens a PostgreSQL pool (and migrates: the token table), starts a
 producer and the change feed's poller; at stop it closes them. ``/healthz`` answers 200 while
 the database answers (503 otherwise), ``/metrics`` is Prometheus', ``/openapi.json`` the
-OpenAPI document; everything under ``/api/v1`` needs a bearer token (`auth`). FastAPI's own
-documentation pages are off: they load their JavaScript from a CDN.
+OpenAPI document; everything under ``/api/v1`` needs a bearer token (`auth`). The edge limits
+(`limits.Edge`: control characters in parameters, authentication and its lockout, the body
+size) come before any route reads a body. FastAPI's own documentation pages are off: they load
+their JavaScript from a CDN.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from .. import __version__
 from ..bus import Publisher
 from ..errors import TransientError
 from ..store import connect, migrate
+from ..store.tokens import Principal, Refused, TokenStore
 from .changes import ChangeFeed
+from .limits import Edge, EdgeLimits
 from .routers import admin, cluster, console, jobs, services, stream, tokens
 
 REQUESTS = Counter("hivemux_api_requests_total", "API requests by status class", ["status"])
@@ -41,6 +45,7 @@ class ApiConfig:
     # `hivemux up`'s embedded broker archives into this database: submissions wait until archived
     # (`commands.submit`); None: do not check.
     archive_dsn: str | None = None
+    limits: EdgeLimits = EdgeLimits()  # failed-authentication lockout, body size
 
 
 def create_app(config: ApiConfig) -> FastAPI:
@@ -71,6 +76,13 @@ def create_app(config: ApiConfig) -> FastAPI:
         app.include_router(router)
     app.mount("/console/static", console.static_files(), name="console-static")  # the web console's modules and stylesheet
 
+    outages = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, KafkaError, TransientError)
+
+    async def authenticate(token: str) -> Principal | Refused:
+        return await TokenStore(app.state.pool).authenticate(token)
+
+    app.add_middleware(Edge, limits=config.limits, authenticate=authenticate, outages=outages)  # inside `count`: its refusals are counted
+
     @app.middleware("http")
     async def count(request, call_next):  # type: ignore[no-untyped-def]
         response = await call_next(request)
@@ -81,7 +93,7 @@ def create_app(config: ApiConfig) -> FastAPI:
         # the database or the broker away (a restart): the client may retry; nothing was half done
         return JSONResponse({"detail": f"temporarily unavailable: {type(error).__name__}: {error}"[:500]}, status_code=503)
 
-    for kind in (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, KafkaError, TransientError):
+    for kind in outages:
         app.add_exception_handler(kind, unavailable)
 
     @app.get("/healthz", include_in_schema=False)

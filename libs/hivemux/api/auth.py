@@ -1,10 +1,12 @@
 """Bearer-token authentication and the checks of what a principal may do.
 
-Every endpoint but ``/healthz``, ``/metrics`` and the OpenAPI document depends on `principal`:
-no or a malformed ``Authorization: Bearer`` header, an unknown or a revoked token is a 401 with
-the reason in ``detail``. `admin` adds the admin check (403). A tenant asking for another VC's
-job or VC gets a 403 naming its own VCs (`require_vc`). Browsers' EventSource cannot send
-headers: the change stream alone also takes the token as ``?access_token=``.
+Every route under ``/api/`` is authenticated by the edge middleware (`limits.Edge`), before the
+request's body is read: no or a malformed ``Authorization: Bearer`` header, an unknown, revoked
+or expired token is a 401 with the reason in ``detail``, and a client or token id with too many
+refused tokens a 429. `principal` gives the routes who it was. `admin` adds the admin check
+(403). A tenant asking for another VC's job or VC gets a 403 naming its own VCs
+(`require_vc`). Browsers' EventSource cannot send headers: the change stream alone also takes
+the token as ``?access_token=``.
 """
 
 from __future__ import annotations
@@ -12,26 +14,18 @@ from __future__ import annotations
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from ..store.tokens import Principal, TokenStore
+from ..store.tokens import Principal
+from .limits import MISSING
 
 _bearer = HTTPBearer(auto_error=False, description="A token from `hivemux tokens create` (hmx_<id>_<secret>)")
 
 
-def _unauthorized(reason: str) -> HTTPException:
-    return HTTPException(401, reason, headers={"WWW-Authenticate": "Bearer"})
-
-
-async def authenticate(request: Request, token: str | None) -> Principal:
-    if not token:
-        raise _unauthorized("missing bearer token: send 'Authorization: Bearer <token>' (hivemux tokens create)")
-    found = await TokenStore(request.app.state.pool).authenticate(token)
-    if found is None:
-        raise _unauthorized("unknown or revoked token")
-    return found
-
-
 async def principal(request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Principal:
-    return await authenticate(request, credentials.credentials if credentials else None)
+    """Who the edge authenticated (`credentials` only documents the scheme in the OpenAPI)."""
+    found = getattr(request.state, "principal", None)
+    if not isinstance(found, Principal):  # a route outside /api/ asked for a principal: nobody checked one
+        raise HTTPException(401, MISSING, headers={"WWW-Authenticate": "Bearer"})
+    return found
 
 
 async def admin(who: Principal = Depends(principal)) -> Principal:

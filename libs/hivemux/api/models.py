@@ -57,3 +57,4 @@ class TokenBody(Body):
     tenant: Name
     vcs: list[Name] = Field(default_factory=list, max_length=256)
     admin: bool = False
+    ttl_s: int | None = Field(default=None, ge=1, le=3650 * 86400, description="Refused this many seconds after creation; default never")

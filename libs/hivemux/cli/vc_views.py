@@ -52,11 +52,19 @@ def vcs(ctx: click.Context, vc: str | None, as_json: bool) -> None:
         click.echo("(no VCs)")
 
 
-def parse_since(text: str, now: datetime) -> datetime:
-    """An ISO time (UTC when it names no zone) or a duration back from ``now``: 90s, 30m, 6h, 7d."""
+def parse_duration(text: str) -> timedelta | None:
+    """A duration as the CLI takes it: 90s, 30m, 6h, 7d (None: not one)."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     if text and text[-1] in units and text[:-1].replace(".", "", 1).isdigit():
-        return now - timedelta(seconds=float(text[:-1]) * units[text[-1]])
+        return timedelta(seconds=float(text[:-1]) * units[text[-1]])
+    return None
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """An ISO time (UTC when it names no zone) or a duration back from ``now``: 90s, 30m, 6h, 7d."""
+    back = parse_duration(text)
+    if back is not None:
+        return now - back
     try:
         when = datetime.fromisoformat(text)
     except ValueError as error:

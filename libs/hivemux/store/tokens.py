@@ -8,7 +8,10 @@ hopeless, and a fast hash keeps every request's lookup one indexed read).
 
 A tenant token acts on the jobs of its VCs (`Principal.may_act_on`); an admin token on every
 VC, and it may drain GPUs and publish cell configurations. A revoked token is refused at once
-(every request looks its token up; nothing is cached).
+(every request looks its token up; nothing is cached), and so is a token past its expiry
+(``create(ttl=...)``, ``hivemux tokens create --ttl 12h``; the database's clock decides, as it
+stamps ``created_at``). `authenticate` tells an expired token apart (`Refused.reason` names when
+it expired: only the holder of the whole token learns it) from an unknown or revoked one.
 
 Example: `create(tenant="acme", vcs=["vc-a"])` returns ``("1f2e3d4c", "hmx_1f2e3d4c_…")``;
 `authenticate("hmx_1f2e3d4c_…")` gives ``Principal("acme", "1f2e3d4c", ("vc-a",), False)``
@@ -22,7 +25,7 @@ import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import asyncpg
@@ -31,6 +34,9 @@ from ..errors import ConfigurationError
 
 PREFIX = "hmx_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # a tenant or VC: fits events.base.Name with a token id after it
+_TOKEN_ID = re.compile(rf"^{PREFIX}([0-9a-f]{{8}})_")
+MAX_TTL = timedelta(days=3650)
+UNKNOWN = "unknown or revoked token"
 
 
 @dataclass(frozen=True)
@@ -63,10 +69,26 @@ class TokenRecord:
     admin: bool
     created_at: datetime
     revoked_at: datetime | None
+    expires_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"token_id": self.token_id, "tenant": self.tenant, "vcs": list(self.vcs), "admin": self.admin,
-                "created_at": self.created_at.isoformat(), "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None}  # fmt: skip
+                "created_at": self.created_at.isoformat(), "revoked_at": self.revoked_at.isoformat() if self.revoked_at else None,
+                "expires_at": self.expires_at.isoformat() if self.expires_at else None}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Why a token was not accepted (the API's 401 ``detail``)."""
+
+    reason: str
+
+
+def token_id_of(token: str) -> str | None:
+    """The id a token claims (``hmx_<id>_…``), None when it has not the shape of one: what
+    failed attempts against one token are counted by (`api.limits`)."""
+    found = _TOKEN_ID.match(token)
+    return found.group(1) if found else None
 
 
 def digest(token: str) -> bytes:
@@ -74,7 +96,7 @@ def digest(token: str) -> bytes:
 
 
 def _record(row: asyncpg.Record) -> TokenRecord:
-    return TokenRecord(row["token_id"], row["tenant"], tuple(row["vcs"]), row["admin"], row["created_at"], row["revoked_at"])
+    return TokenRecord(row["token_id"], row["tenant"], tuple(row["vcs"]), row["admin"], row["created_at"], row["revoked_at"], row["expires_at"])
 
 
 class TokenStore:
@@ -83,18 +105,24 @@ class TokenStore:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
 
-    async def create(self, *, tenant: str, vcs: Sequence[str] = (), admin: bool = False) -> tuple[TokenRecord, str]:
-        """A new token: its record and the token itself (shown once; only its hash is kept)."""
+    async def create(
+        self, *, tenant: str, vcs: Sequence[str] = (), admin: bool = False, ttl: timedelta | None = None
+    ) -> tuple[TokenRecord, str]:
+        """A new token: its record and the token itself (shown once; only its hash is kept); with
+        `ttl`, refused from ``created_at + ttl`` on."""
         for name in (tenant, *vcs):
             if not _NAME.match(name):
                 raise ConfigurationError(f"{name!r} is not a tenant or VC name (letters, digits, '.', '_', '-'; at most 100)")
         if not vcs and not admin:
             raise ConfigurationError("a tenant token needs at least one VC (--vc), or --admin")
+        if ttl is not None and not timedelta(seconds=1) <= ttl <= MAX_TTL:
+            raise ConfigurationError(f"a token's ttl is from 1 s to {MAX_TTL.days} days, not {ttl}")
         token_id = secrets.token_hex(4)
         token = f"{PREFIX}{token_id}_{secrets.token_urlsafe(32)}"
         row = await self._pool.fetchrow(
-            "INSERT INTO api_tokens (token_id, secret_sha256, tenant, vcs, admin) VALUES ($1, $2, $3, $4, $5) RETURNING *",
-            token_id, digest(token), tenant, sorted(set(vcs)), admin,
+            "INSERT INTO api_tokens (token_id, secret_sha256, tenant, vcs, admin, expires_at)"
+            " VALUES ($1, $2, $3, $4, $5, now() + $6::interval) RETURNING *",
+            token_id, digest(token), tenant, sorted(set(vcs)), admin, ttl,
         )  # fmt: skip
         return _record(row), token
 
@@ -108,11 +136,17 @@ class TokenStore:
         )
         return None if row is None else _record(row)
 
-    async def authenticate(self, token: str) -> Principal | None:
-        """The principal of a valid, unrevoked token; None otherwise."""
+    async def authenticate(self, token: str) -> Principal | Refused:
+        """The principal of a valid token: known, not revoked, not expired; why not otherwise."""
         if not token.startswith(PREFIX):
-            return None
+            return Refused(UNKNOWN)
         row = await self._pool.fetchrow(
-            "SELECT token_id, tenant, vcs, admin FROM api_tokens WHERE secret_sha256 = $1 AND revoked_at IS NULL", digest(token)
+            "SELECT token_id, tenant, vcs, admin, expires_at, expires_at <= now() AS expired FROM api_tokens"
+            " WHERE secret_sha256 = $1 AND revoked_at IS NULL",
+            digest(token),
         )
-        return None if row is None else Principal(row["tenant"], row["token_id"], tuple(row["vcs"]), row["admin"])
+        if row is None:
+            return Refused(UNKNOWN)
+        if row["expired"]:
+            return Refused(f"token {row['token_id']} expired at {row['expires_at'].isoformat(timespec='seconds')}: ask for a new one (hivemux tokens create)")
+        return Principal(row["tenant"], row["token_id"], tuple(row["vcs"]), row["admin"])

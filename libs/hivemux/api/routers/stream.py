@@ -1,7 +1,8 @@
 """``/api/v1/stream``: the change stream (server-sent events) a console keeps open; the format
 is in `hivemux.api.changes`. Every client of one process is fed by that process's one poller.
-The token is checked again every ``ApiConfig.token_recheck_s`` (15 s): once revoked, its stream
-sends ``event: revoked`` and ends (and a reconnect is a 401)."""
+The token is checked again every ``ApiConfig.token_recheck_s`` (15 s): once revoked or expired,
+its stream sends ``event: revoked`` with the reason and ends (and a reconnect is a 401). The edge
+(`limits.Edge`) authenticated the request, by header or ``?access_token=``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ import json
 from collections.abc import AsyncIterator
 
 import asyncpg
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import StreamingResponse
-from fastapi.security.utils import get_authorization_scheme_param
 
-from ...store.tokens import Principal, TokenStore
-from ..auth import authenticate
+from ...store.tokens import Principal, Refused, TokenStore
+from ..auth import principal
 
 router = APIRouter(prefix="/api/v1", tags=["stream"])
 KEEPALIVE_S = 15.0
@@ -23,11 +23,9 @@ KEEPALIVE_S = 15.0
 
 @router.get("/stream", summary="Server-sent events of read-model changes (jobs, GPUs, VCs); token by header or ?access_token=",
             response_class=StreamingResponse, responses={200: {"content": {"text/event-stream": {}}}})  # fmt: skip
-async def stream(request: Request, access_token: str | None = Query(None, description="For EventSource, which sends no headers")) -> StreamingResponse:
-    scheme, header_token = get_authorization_scheme_param(request.headers.get("Authorization"))
-    token = header_token if scheme.lower() == "bearer" and header_token else access_token
-    who = await authenticate(request, token)
-    return StreamingResponse(_events(request, who, token or ""), media_type="text/event-stream",
+async def stream(request: Request, who: Principal = Depends(principal),
+                 access_token: str | None = Query(None, description="For EventSource, which sends no headers")) -> StreamingResponse:  # fmt: skip
+    return StreamingResponse(_events(request, who, request.state.token), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # fmt: skip
 
 
@@ -44,8 +42,9 @@ async def _events(request: Request, who: Principal, token: str) -> AsyncIterator
         while True:
             if loop.time() - checked >= recheck_s:  # a token revoked while its stream is open: the stream ends
                 checked = loop.time()
-                if not await _still_valid(request, token):
-                    yield f"event: revoked\ndata: {json.dumps({'detail': 'unknown or revoked token'})}\n\n"
+                refused = await _refused(request, token)
+                if refused is not None:
+                    yield f"event: revoked\ndata: {json.dumps({'detail': refused.reason})}\n\n"
                     return
             try:
                 batch = await asyncio.wait_for(queue.get(), min(KEEPALIVE_S, recheck_s))
@@ -59,9 +58,11 @@ async def _events(request: Request, who: Principal, token: str) -> AsyncIterator
         feed.unsubscribe(queue)
 
 
-async def _still_valid(request: Request, token: str) -> bool:
-    """False once the token is revoked; True while the database cannot say (checked again later)."""
+async def _refused(request: Request, token: str) -> Refused | None:
+    """Why the token is no longer valid (revoked, expired); None while it is, or while the
+    database cannot say (checked again later)."""
     try:
-        return await TokenStore(request.app.state.pool).authenticate(token) is not None
+        found = await TokenStore(request.app.state.pool).authenticate(token)
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, asyncio.TimeoutError):
-        return True
+        return None
+    return found if isinstance(found, Refused) else None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
@@ -28,7 +29,9 @@ async def list_tokens(request: Request, who: Principal = Depends(admin)) -> dict
 @router.post("/admin/tokens", status_code=201, summary="Create a token; the answer holds the token, shown this once")
 async def create_token(request: Request, body: TokenBody, who: Principal = Depends(admin)) -> dict[str, Any]:
     try:
-        record, token = await TokenStore(request.app.state.pool).create(tenant=body.tenant, vcs=body.vcs, admin=body.admin)
+        record, token = await TokenStore(request.app.state.pool).create(
+            tenant=body.tenant, vcs=body.vcs, admin=body.admin, ttl=None if body.ttl_s is None else timedelta(seconds=body.ttl_s)
+        )
     except ConfigurationError as error:
         raise HTTPException(422, [{"type": "value_error", "loc": ["body", "vcs"], "msg": str(error)}]) from error
     return {**record.to_json(), "token": token}
