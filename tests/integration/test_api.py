@@ -1,7 +1,9 @@
 """The HTTP API (issue 17) served by a real uvicorn, on the embedded broker and PostgreSQL, with the
 projector and the job controller running in this process: every endpoint's success, 401, 403 and
 422 paths; tenant isolation (tenant A's job is invisible and untouchable to tenant B, in lists,
-reads, commands and the change stream); the principal in `jobs history`; the CLI through the API."""
+reads, commands and the change stream); the principal in `jobs history`; the CLI through the API;
+the edge's limits (issue 28): token expiry, 401 and 413 before a body is read, 422 for control
+characters, the lockout after refused tokens (the middleware itself: tests/unit/api/test_limits.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import os
 import sys
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,8 +26,10 @@ import pytest
 import uvicorn
 import yaml
 from support.buskit import eventually, read_all
+from support.raw_http import RawRequest
 
 from hivemux.api.app import ApiConfig, create_app
+from hivemux.api.limits import AuthLimits, EdgeLimits
 from hivemux.bus import Publisher, ensure_topics
 from hivemux.events import Fault, FaultKind, HealthState, HealthTransition
 from hivemux.infra import Endpoints, free_port
@@ -88,7 +92,9 @@ async def api(infra: Endpoints) -> AsyncIterator[Api]:
                 build_controller(JobControllerSettings(**common, unknown_job_wait_s=0.5))]  # fmt: skip
     tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
     port = free_port()
-    app = create_app(ApiConfig(postgres_dsn=dsn, kafka_bootstrap_servers=infra.bootstrap_servers, stream_interval_s=0.2))
+    # this module's tests send many refused tokens from 127.0.0.1: the lockout is tested on an instance of its own
+    unlimited = EdgeLimits(AuthLimits(max_failures=1_000_000))
+    app = create_app(ApiConfig(postgres_dsn=dsn, kafka_bootstrap_servers=infra.bootstrap_servers, stream_interval_s=0.2, limits=unlimited))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
     serving = asyncio.create_task(server.serve())
     try:
@@ -414,8 +420,13 @@ async def test_tokens_are_created_listed_and_revoked_from_the_command_line(api: 
     made = json.loads(out)
     assert code == 0 and made["vcs"] == ["vc-a", "vc-b"] and made["admin"] is False and made["token"].startswith("hmx_")
     assert (await api.call(made["token"], "GET", "/api/v1/whoami")).json()["principal"] == f"cli-tenant:{made['token_id']}"
+    code, out = await tokens("create", "--tenant", "cli-tenant", "--vc", "vc-a", "--ttl", "2h", "--json")  # refused from then on
+    brief = json.loads(out)
+    assert code == 0 and datetime.fromisoformat(brief["expires_at"]) - datetime.fromisoformat(brief["created_at"]) == timedelta(hours=2)
+    assert (await api.call(brief["token"], "GET", "/api/v1/whoami")).status_code == 200
     code, out = await tokens("list")
     assert code == 0 and made["token_id"] in out and made["token"] not in out
+    assert datetime.fromisoformat(brief["expires_at"]).isoformat(timespec="seconds") in out
     assert await tokens("revoke", made["token_id"]) == (0, f"revoked {made['token_id']} (cli-tenant)")
     assert (await api.call(made["token"], "GET", "/api/v1/whoami")).status_code == 401
     code, out = await tokens("create", "--tenant", "nobody")
@@ -427,3 +438,65 @@ async def test_tokens_are_created_listed_and_revoked_from_the_command_line(api: 
     finally:
         await conn.close()
     assert stored == hashlib.sha256(made["token"].encode()).digest()
+
+
+async def test_a_token_past_its_expiry_is_refused_with_when_it_expired(api: Api) -> None:
+    made = await api.call("admin", "POST", "/api/v1/admin/tokens", json={"tenant": "brief", "vcs": ["vc-a"], "ttl_s": 3600})
+    assert made.status_code == 201, made.text
+    token, expires = made.json()["token"], datetime.fromisoformat(made.json()["expires_at"])
+    assert expires - datetime.fromisoformat(made.json()["created_at"]) == timedelta(hours=1)
+    assert (await api.call(token, "GET", "/api/v1/whoami")).status_code == 200
+    conn = await asyncpg.connect(api.dsn)
+    try:  # an hour later, as the database's clock tells it
+        await conn.execute("UPDATE api_tokens SET expires_at = now() - interval '1 second' WHERE token_id = $1", made.json()["token_id"])
+    finally:
+        await conn.close()
+    for method, path in (("GET", "/api/v1/whoami"), ("GET", f"/api/v1/stream?access_token={token}"), ("POST", "/api/v1/jobs")):
+        body = {"json": job_body("never", "vc-a")} if method == "POST" else {}
+        refused = await api.call(token if "stream" not in path else None, method, path, **body)
+        assert refused.status_code == 401, (path, refused.text)
+        assert refused.json()["detail"].startswith(f"token {made.json()['token_id']} expired at "), refused.text
+    listed = (await api.call("admin", "GET", "/api/v1/admin/tokens")).json()["tokens"]
+    assert [t["expires_at"] for t in listed if t["token_id"] == made.json()["token_id"]] != [None]
+    bad = await api.call("admin", "POST", "/api/v1/admin/tokens", json={"tenant": "brief", "vcs": ["vc-a"], "ttl_s": 0})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "ttl_s"]
+
+
+async def test_the_edge_answers_before_a_body_is_read_and_names_control_characters(api: Api) -> None:
+    port = urlsplit(api.url).port or 80
+    head = {"Content-Type": "application/json", "Content-Length": str(50 * 1024 * 1024)}
+    for who, status, says in ((None, 401, b"missing bearer token"), ("hmx_00000000_forged", 401, b"unknown or revoked token"),
+                              ("admin", 413, b"over the limit")):  # fmt: skip
+        headers = head if who is None else {**head, "Authorization": f"Bearer {api.tokens.get(who, who)}"}
+        request = await RawRequest("127.0.0.1", port).start("POST", "/api/v1/jobs", headers)
+        try:  # headers sent, not one byte of the 50 MB body
+            answer = await request.answer(timeout_s=10)
+            assert (answer.status, says in answer.body) == (status, True), (who, answer)
+        finally:
+            await request.close()
+    for path in ("/api/v1/jobs?state=%00", "/api/v1/jobs?vc=vc-a%0D%0A", "/api/v1/jobs/a%00b", "/api/v1/cluster/gpus?node=n%1F0"):
+        response = await api.call("admin", "GET", path)
+        assert response.status_code == 422 and "control character" in response.json()["detail"][0]["msg"], (path, response.text)
+    assert (await api.call("admin", "GET", "/api/v1/jobs?state=running")).status_code == 200
+
+
+async def test_refused_tokens_lock_the_client_out_with_429_and_retry_after(api: Api) -> None:
+    port = free_port()
+    limits = EdgeLimits(AuthLimits(max_failures=3, window_s=60, lockout_s=90))
+    app = create_app(ApiConfig(postgres_dsn=api.dsn, kafka_bootstrap_servers=api.bootstrap, source="api:2", limits=limits))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
+    serving = asyncio.create_task(server.serve())
+    try:
+        await until(lambda: server.started, timeout_s=30)
+        strict = Api(f"http://127.0.0.1:{port}", api.bootstrap, api.tokens, api.names, api.prefix, api.dsn)
+        for n in range(3):
+            assert (await strict.call(f"hmx_{n:08x}_guess", "GET", "/api/v1/whoami")).status_code == 401
+        for who in ("hmx_00000009_guess", "a", "revoked"):  # the valid token too: a 200 would tell a hit from a guess
+            locked = await strict.call(who, "GET", "/api/v1/jobs")
+            assert locked.status_code == 429 and 89 <= int(locked.headers["Retry-After"]) <= 90, locked.text
+            assert "client 127.0.0.1 is locked out" in locked.json()["detail"]
+        assert (await strict.call(None, "GET", "/healthz")).status_code == 200
+        assert (await api.call("a", "GET", "/api/v1/whoami")).status_code == 200  # each instance counts its own
+    finally:
+        server.should_exit = True
+        await serving

@@ -175,7 +175,10 @@ class Edge:
             return
         limit = self.limits.max_body_bytes
         declared = _header(scope, b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        if declared is not None and not declared.isdigit():  # servers refuse these first; an ASGI app may be served otherwise
+            await _answer(send, 400, {"detail": f"Content-Length {declared[:40]!r} is not a number"}, "bad_length", {"Connection": "close"})
+            return
+        if declared is not None and int(declared) > limit:
             await _answer(send, 413, {"detail": f"request body of {declared} bytes over the limit of {limit}"}, "body_too_large",
                           {"Connection": "close"})  # fmt: skip
             return

@@ -67,3 +67,9 @@ def test_an_unreachable_broker_is_a_clear_error(tmp_path: Path) -> None:
     job.write_text("job_id: j\nvc: a\nkind: offline\nworkload: {model: resnet50, batch_size: 8, iterations: 5}\n")
     result = CliRunner().invoke(cli, ["jobs", "submit", str(job)], env={"KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:1"})
     assert result.exit_code == 1 and "cannot reach Kafka at 127.0.0.1:1" in result.output
+
+
+@pytest.mark.parametrize("ttl", ["forever", "12", "-1h", "1w"])
+def test_a_token_ttl_that_is_not_a_duration_is_refused_before_the_database(ttl: str) -> None:
+    result = CliRunner().invoke(cli, ["tokens", "create", "--tenant", "acme", "--vc", "vc-a", "--ttl", ttl])
+    assert result.exit_code == 2 and "--ttl" in result.output and "is not a duration like 90s" in result.output, result.output
