@@ -203,7 +203,7 @@ class Day:
         job = f"offline-{t:06d}"
         self.duration[job] = int(min(4 * 3600, rng.lognormvariate(math.log(1800), 0.7)))
         model = rng.choice(MODELS)
-        submission = JobSubmission(occurred_at=at, source="cli", job_id=job, vc="vc-offline", kind=JobKind.OFFLINE,
+        submission = JobSubmission(occurred_at=at, source="cli", job_id=job, vc="vc-c", kind=JobKind.OFFLINE,
                                    workload=WorkloadSpec(model=model, batch_size=32, iterations=50_000))  # fmt: skip
         profile = Profile(
             occurred_at=at + timedelta(seconds=1), source="profiler/0", job_id=job, signature=f"{model}-32-{t:06d}", gpu_type=GPU_TYPE,

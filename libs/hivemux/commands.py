@@ -31,6 +31,40 @@ class NotArchived(HivemuxError):
     """Submissions the embedded broker acknowledged but did not archive, after three tries."""
 
 
+class RecordRefused(HivemuxError):
+    """A record the broker refuses, or would: too large for its topic, or against the topic's
+    schema (`schemas.refusal`); the message names the record and the field."""
+
+
+def check_records(events: Sequence[Event]) -> None:
+    """Refuse, before anything is published, a record its topic cannot take (`RecordRefused`):
+    the broker would answer only "UnknownError -1" (schema) or a size error."""
+    from .bus.codec import encode_key, encode_value
+    from .schemas import refusal
+    from .topics import topic_for
+
+    for event in events:
+        topic = topic_for(event)
+        key, value = topic.key_of(event), encode_value(event)
+        if len(value) > topic.max_record_bytes:
+            raise RecordRefused(f"{topic.name} record {key}: {len(value)} bytes, more than the {topic.max_record_bytes} the topic takes")
+        why = refusal(topic, encode_key(key).decode(), value)
+        if why is not None:
+            raise RecordRefused(f"{topic.name} record {key} does not match the topic's schema: {why}")
+
+
+async def _published(publisher: Publisher, events: Sequence[Event]) -> list[Any]:
+    """`Publisher.publish_all`; the broker's bare refusal (-1: its schema registry) explained."""
+    from aiokafka.errors import UnknownError
+
+    try:
+        return list(await publisher.publish_all(list(events)))
+    except UnknownError as error:
+        check_records(events)  # names the field, if our schema refuses it too
+        raise RecordRefused(f"the broker refused a record ({error!r}) that the topics' schemas here take: "
+                            "its schemas/ may be of another hivemux version") from error
+
+
 def job_command(
     action: str, job_id: str, *, principal: str, source: str, reason: str = "", command_id: str | None = None,
     priority: int | None = None, at: datetime | None = None, replicas: int | None = None, sm_share: float | None = None,
@@ -69,8 +103,9 @@ def with_principal(jobs: Sequence[JobSubmission], principal: str | None) -> list
 
 async def publish(servers: str, events: Sequence[Event], *, source: str) -> list[Any]:
     """Publish `events`; their record metadata (partition, offset), in order."""
+    check_records(events)
     async with Publisher(servers, source=source) as publisher:
-        return list(await publisher.publish_all(list(events)))
+        return await _published(publisher, events)
 
 
 async def submit(
@@ -80,11 +115,12 @@ async def submit(
     """Publish job submissions; with a database (`hivemux up`'s embedded broker archives into it),
     until its archive holds every one, at most three times (`NotArchived`). Their metadata, in order."""
     if publisher is None:
+        check_records(jobs)
         async with Publisher(servers, source=source) as own:
             return await submit(servers, jobs, source=source, dsn=dsn, warn=warn, publisher=own)
     pending, first = list(jobs), None
     for _ in range(3):
-        metadata = list(await publisher.publish_all(pending))
+        metadata = await _published(publisher, pending)
         first = first or metadata
         if not dsn:
             return first

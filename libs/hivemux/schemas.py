@@ -67,3 +67,34 @@ def stale(directory: Path) -> list[str]:
     """Topics whose checked-in schema differs from the models (empty when up to date)."""
     return [t.name for t in ALL_TOPICS if not (directory / f"{t.name}.json").exists()
             or (directory / f"{t.name}.json").read_text() != render(t)]
+
+
+_VALIDATORS: dict[str, Any] = {}  # topic -> its compiled schema (jsonschema), made on first use
+
+
+def refusal(topic: Topic, key: str, value: bytes) -> str | None:
+    """Why the broker's schema registry refuses a record of ``topic``, naming the field and the
+    rule (``value.workload.command: [...] is too long``), or None when it takes it.
+
+    The broker answers a refused record with error -1 and nothing else (aiokafka's
+    ``UnknownError``); this is the same check done here, on the same schema (`topic_schema`: what
+    ``schemas/`` holds), so a producer can say what is wrong. Uses ``jsonschema`` when installed
+    (None without it: nothing can be named)."""
+    try:
+        import jsonschema
+    except ImportError:  # pragma: no cover - a test dependency; the CLI then says less
+        return None
+    validator = _VALIDATORS.get(topic.name)
+    if validator is None:
+        validator = _VALIDATORS[topic.name] = jsonschema.Draft202012Validator(topic_schema(topic))
+    try:
+        record = {"key": json.loads(key) if key else None, "value": json.loads(value)}
+    except ValueError as error:
+        return f"not JSON: {error}"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(record))
+    if error is None:
+        return None
+    where = ".".join(str(p) for p in error.absolute_path) or "<record>"
+    if len(error.message) <= 200:
+        return f"{where}: {error.message}"
+    return f"{where}: breaks {error.validator} {json.dumps(error.validator_value)[:100]}"  # the value itself is too long to quote

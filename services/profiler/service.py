@@ -62,6 +62,8 @@ class Profiler:
     async def on_submission(self, job: JobSubmission, _: RecordContext) -> list[Event]:
         if job.kind is not JobKind.OFFLINE and not needs_profile(job):  # offline jobs; lane jobs without P and E (issue 20)
             return []
+        if rejected := self.profiler.cannot_profile(job, source=self.source):
+            return rejected  # an unknown model: rejected with the reason
         assert self.store is not None
         record = await self.store.get(job.job_id)
         reused = False

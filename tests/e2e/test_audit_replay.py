@@ -55,7 +55,7 @@ def _jobs(tag: str) -> str:
 jobs:
   - {{job_id: audit-train-{tag}, vc: vc-b, kind: training, pods: 1, gpus_per_pod: 1, priority: opportunistic,
      priority_value: -1, workload: {{model: resnet50, batch_size: 32, iterations: 20}}}}
-  - {{job_id: audit-offline-{tag}, vc: vc-c, kind: offline, workload: {{model: resnet50, batch_size: 16, iterations: 100000}}}}
+  - {{job_id: audit-offline-{tag}, vc: vc-b, kind: offline, workload: {{model: resnet50, batch_size: 16, iterations: 100000}}}}
 """
 
 

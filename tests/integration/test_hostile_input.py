@@ -682,3 +682,47 @@ async def _scan_until(
         await consumer.stop()
     return found
 
+
+
+def test_absurd_but_schema_valid_input_is_refused_with_the_reason(cluster: Cluster) -> None:
+    """Issue 28 item 7, across the services: an offline job of an unknown VC and one of an unknown
+    model are rejected (cell allocator, profiler), a start with a 16 TiB memory quota is refused
+    by the executor (nothing runs), and a drain of node-99/gpu-99 is dead-lettered by the health
+    processor, each with the reason."""
+    before = len(cluster.tally.missing)
+    drain = DeviceControl(occurred_at=now(), source="cli", gpu_id="node-99/gpu-99", node_id="node-99", action="drain")
+    value = json.dumps(as_json(drain.model_copy(update={"source": writer_of("gpu.control", "node-99")}))).encode()
+    cluster.call(cluster.throw([Hostile("gpu.control", "unknown_gpu", encode_key(key_of("gpu.control", drain)), value, True)]), timeout=60)
+    assert len(cluster.tally.missing) == before, "\n".join(cluster.tally.missing[before:])
+    cluster.call(_absurd_jobs_are_rejected(cluster), timeout=120)
+    assert not cluster.dead(), cluster.dead()
+
+
+async def _absurd_jobs_are_rejected(cluster: Cluster) -> None:
+    n = uid()
+    workload = WorkloadSpec(model="resnet50", batch_size=32, iterations=100)
+    no_vc = JobSubmission(occurred_at=now(), source="cli", job_id=f"no-vc-{n}", vc="vc-nope", kind=JobKind.OFFLINE, workload=workload)
+    no_model = JobSubmission(occurred_at=now(), source="cli", job_id=f"no-model-{n}", vc="vc-a", kind=JobKind.OFFLINE,
+                             workload=workload.model_copy(update={"model": "gpt-17"}))  # fmt: skip
+    huge = ExecutorCommand(occurred_at=now(), source="matcher/test", node_id="node-00", action=CommandAction.START_OFFLINE,
+                           job_id=f"huge-{n}", gpu_ids=("node-00/gpu-0",), sm_share=20.0, memory_quota_mib=16 * 1024 * 1024.0,
+                           workload=workload)  # fmt: skip
+    async with Publisher(cluster.bootstrap, source="test") as publisher:
+        await publisher.publish_all([no_vc, no_model, huge])
+    from hivemux.topics import EXECUTOR_REPORTS, JOBS_LIFECYCLE
+
+    def rejected(job: str, by: str, why: str) -> Callable[[str, Any], bool]:
+        return lambda t, e: (t == JOBS_LIFECYCLE.name and e.job_id == job and e.state is JobState.REJECTED
+                             and e.source.startswith(by) and why in e.reason)  # fmt: skip
+
+    wanted: dict[str, Callable[[str, Any], bool]] = {
+        "allocator: unknown VC rejected": rejected(no_vc.job_id, "cell-allocator/", "VC vc-nope does not exist"),
+        "profiler: unknown model rejected": rejected(no_model.job_id, "profiler/", "model 'gpt-17' is not a model family"),
+        "executor: 16 TiB quota refused": lambda t, e: t == EXECUTOR_REPORTS.name and e.job_id == huge.job_id
+        and e.state is ReportState.REFUSED and e.step == "beyond_the_node" and "more than node-00/gpu-0 has" in e.detail,
+    }
+    seen: list[str] = []
+    found = await _scan_until(cluster.bootstrap, [EXECUTOR_REPORTS, JOBS_LIFECYCLE], wanted, timeout_s=60, seen=seen,
+                              about={no_vc.job_id, no_model.job_id, huge.job_id})  # fmt: skip
+    assert set(wanted) == found, f"found {sorted(found)}; seen: {seen}"
+    assert not [line for line in seen if huge.job_id in line and '"state":"refused"' not in line], seen  # the start ran nowhere

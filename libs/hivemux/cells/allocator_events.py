@@ -15,7 +15,8 @@ makes the one call, and turns the returned `Allocation` into events:
 - `JobWaiting` -> a ``waiting`` lifecycle event with the reason (decided only when the reason's
   substance changes; the ``waiting`` events of this service on ``jobs.lifecycle``, folded live
   or after a restart, say what each job was told: `JobAllocator.heard`);
-- `JobRefused` -> a ``rejected`` lifecycle event and a ``refused`` binding;
+- `JobRefused` -> a ``rejected`` lifecycle event and a ``refused`` binding (an offline job of a VC the
+  configuration lacks: a ``rejected`` lifecycle event, so the matcher drops it too);
 - a job whose every pod is bound -> a ``bound`` lifecycle event naming its placement.
 
 Job control (`hivemux.jobs.control`): a ``cancelled`` job ends like a completed one, a
@@ -127,8 +128,11 @@ class AllocatorEvents:
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
-        if job.kind not in CELL_KINDS:
-            return []
+        if job.kind not in CELL_KINDS:  # an offline job is the matcher's, in a VC this allocator knows (or it is rejected)
+            if replaying or self.core.scheduler.has_vc(job.vc):
+                return []
+            reason = f"VC {job.vc} does not exist in the cell configuration (version {self.core.config_version})"
+            return [self._lifecycle(job.job_id, JobState.REJECTED, job.occurred_at, str(job.event_id), reason)]
         self.submissions[job.job_id] = job
         lane = choose(candidate(job, self.profiles.get(job.job_id)), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
         if isinstance(lane, LaneJobWaiting):  # for its profile (`on_profile`)

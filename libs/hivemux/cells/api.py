@@ -204,3 +204,5 @@ class CellScheduler(Protocol):
     def physical_cluster(self) -> tuple[PhysicalCellStatus, ...]: ...  # top-level cells, with children
 
     def virtual_cluster(self, vc: str) -> tuple[VirtualCellStatus, ...]: ...  # the VC's preassigned cells, with children
+
+    def has_vc(self, vc: str) -> bool: ...  # whether the configuration has the VC (issue 28: an unknown VC's job is rejected)

@@ -513,6 +513,9 @@ class HivedScheduler:
     def physical_cluster(self) -> tuple[api.PhysicalCellStatus, ...]:
         return tuple(physical_status(t) for t in self.view.tops)
 
+    def has_vc(self, vc: str) -> bool:
+        return vc in self.view.vcs
+
     def virtual_cluster(self, vc: str) -> tuple[api.VirtualCellStatus, ...]:
         cells = self.view.vcs.get(vc)
         if cells is None:

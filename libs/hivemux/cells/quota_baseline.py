@@ -313,6 +313,9 @@ class QuotaScheduler:
             children=children,
         )
 
+    def has_vc(self, vc: str) -> bool:
+        return vc in self.quota
+
     def virtual_cluster(self, vc: str) -> tuple[api.VirtualCellStatus, ...]:
         """A quota has no virtual cells: an empty view (unknown VCs are a KeyError)."""
         if vc not in self.quota:

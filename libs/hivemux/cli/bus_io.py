@@ -15,9 +15,13 @@ T = TypeVar("T")
 
 
 def run_on_bus(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run a CLI's bus work; an unreachable broker is a clear error, not a traceback."""
+    """Run a CLI's bus work; an unreachable broker or a refused record is a clear error, not a traceback."""
+    from ..commands import RecordRefused
+
     try:
         return asyncio.run(coroutine)
+    except RecordRefused as error:  # the record and its field named (`commands.check_records`)
+        raise click.ClickException(str(error)) from error
     except KafkaConnectionError as error:
         servers = BusSettings().kafka_bootstrap_servers
         raise click.ClickException(

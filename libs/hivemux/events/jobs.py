@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from .base import MAX_ENTRIES, MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, Event, JobId, Label, Mebibytes, Name, Percent, Reason, Record, Text
 
@@ -23,6 +23,12 @@ class Priority(StrEnum):
     OPPORTUNISTIC = "opportunistic"
 
 
+# A command line's bytes (arguments with their NULs): Linux's one-argument limit
+# (MAX_ARG_STRLEN, 128 KiB) is the most any site's scripts rely on, and it keeps a submission
+# well under its topic's record limit (1 MiB) with room for the rest of the job.
+MAX_COMMAND_BYTES = 128 * 1024
+
+
 class WorkloadSpec(Record):
     """What to run: a model family from the catalog, its batch size and length."""
 
@@ -34,6 +40,14 @@ class WorkloadSpec(Record):
     )
     slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="Online services: the p99 latency SLO, ms")
     request_rate: float | None = Field(default=None, ge=0, le=1e9, description="Online services: the expected requests per second")
+
+    @field_validator("command")
+    @classmethod
+    def _command_fits(cls, command: tuple[str, ...]) -> tuple[str, ...]:
+        size = sum(len(arg.encode()) + 1 for arg in command)  # as argv: each argument and its NUL
+        if size > MAX_COMMAND_BYTES:
+            raise ValueError(f"{size} bytes, more than the {MAX_COMMAND_BYTES} a command line may take")
+        return command
 
 
 class ResourceEstimates(Record):
@@ -83,7 +97,18 @@ class JobSubmission(Event):
             data.setdefault("priority", Priority.GUARANTEED)
             if isinstance(data.get("workload"), dict):  # a service runs until stopped: no iteration count
                 data["workload"] = {"iterations": 1, **data["workload"]}
+        if isinstance(data, dict) and "priority_value" not in data and data.get("priority", Priority.OPPORTUNISTIC) in (Priority.OPPORTUNISTIC, "opportunistic"):
+            data = {**data, "priority_value": -1}  # HiveD's opportunistic priority (`_priority_matches`)
         return data
+
+    @field_validator("priority_value")
+    @classmethod
+    def _priority_matches(cls, value: int, info: ValidationInfo) -> int:
+        """An opportunistic job has HiveD's priority -1 (left out, it is filled in): any other value
+        would be silently ignored (the allocator schedules every opportunistic job at -1)."""
+        if info.data.get("priority") is Priority.OPPORTUNISTIC and value != -1:
+            raise ValueError(f"an opportunistic job has priority_value -1 (or none), not {value}; 0..1000 are for priority: guaranteed")
+        return value
 
     @model_validator(mode="after")
     def _offline_is_single_gpu(self) -> "JobSubmission":

@@ -42,7 +42,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Callable, Collection
+
 from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobKind, JobSubmission, Placement, WorkloadSpec
+from hivemux.gpu_ids import gpu_index
 
 # An online service's replica is admitted like a training pod: by its binding (cells.bindings).
 _KIND = {CommandAction.START_OFFLINE: JobKind.OFFLINE, CommandAction.START_TRAINING: JobKind.TRAINING,
@@ -156,3 +159,28 @@ class Admissions:
             return Refusal(f"no lane GPU of VC {job.vc} is bound to {gpu} on {node_id} (cells.bindings): "
                            f"job {job.job_id} has no lane there")
         return Admitted(job.job_id, job.vc, job.workload, (gpu,), None, f"lane GPU {lane_gpus[0]}")
+
+
+def beyond_the_node(command: ExecutorCommand, gpu_memory_mib: Callable[[str], float],
+                    known_gpus: Collection[str] | None = None, running_on: tuple[str, ...] = ()) -> Refusal | None:
+    """What no admission can make runnable, checked against what the node has (issue 28): a GPU
+    that is not one of the command's node (``node-00/gpu-1`` on ``node-00``; with ``known_gpus``,
+    the node's GPUs its telemetry named: one of them), or a memory quota above the memory of a
+    GPU it names (a quota is a limit: one no GPU has says the command is absurd, not generous).
+    Both backends refuse with the reason (``refused``, step ``beyond_the_node``); nothing starts.
+
+    ``gpu_memory_mib("node-00/gpu-1") == 15360.0`` (its telemetry, else the node's default):
+    a start with ``memory_quota_mib=16 * 2**20`` (16 TiB) there is refused. ``running_on``: the
+    GPUs of the running job an ``adjust`` (which names none) changes."""
+    node = command.node_id
+    foreign = [g for g in command.gpu_ids if gpu_index(g, node) is None or (known_gpus is not None and g not in known_gpus)]
+    if foreign:
+        known = "" if known_gpus is None else f" (its telemetry names {', '.join(sorted(known_gpus)[:16]) or 'none'})"
+        return Refusal(f"{', '.join(foreign[:16])}: not a GPU of {node}{known}")
+    quota = command.memory_quota_mib
+    if quota is not None:
+        over = [(g, gpu_memory_mib(g)) for g in command.gpu_ids or running_on if quota > gpu_memory_mib(g)]
+        if over:
+            gpu, memory = over[0]
+            return Refusal(f"memory quota {quota:g} MiB is more than {gpu} has ({memory:g} MiB)")
+    return None

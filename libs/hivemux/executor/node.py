@@ -78,7 +78,7 @@ from hivemux.events import (
     ReportState,
 )
 from hivemux.executor import adoption
-from hivemux.executor.admission import Admissions, Admitted, Refusal
+from hivemux.executor.admission import Admissions, Admitted, Refusal, beyond_the_node
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
@@ -366,10 +366,13 @@ class ProcessNode:
         if command.event_id in self._handled:
             return []
         admitted: Admitted | Refusal | None = None
-        if command.action in _STARTS:
+        beyond = self._beyond(command)
+        if command.action in _STARTS and beyond is None:
             admitted = await self._admit(command)
         async with self._lock:
-            if isinstance(admitted, Refusal):
+            if beyond is not None:
+                out = self._refused(command, "beyond_the_node", beyond.reason, ())
+            elif isinstance(admitted, Refusal):
                 out = self._refused(command, "not_admitted", admitted.reason, admitted.gpu_ids)
             else:
                 out = await self._dispatch(command, admitted)
@@ -377,6 +380,15 @@ class ProcessNode:
         if len(self._handled) > _HANDLED_MAX:
             self._handled.popitem(last=False)
         return out
+
+    def _beyond(self, command: ExecutorCommand) -> Refusal | None:
+        """A start or adjust this node cannot have (`admission.beyond_the_node`): another node's
+        GPU, or a memory quota above its GPU's memory."""
+        if command.action not in _STARTS and command.action is not CommandAction.ADJUST:
+            return None
+        running = self.table.jobs.get(command.job_id)
+        return beyond_the_node(command, lambda g: self.readings.memory_total_mib(g, self.config.gpu_memory_mib),
+                               running_on=running.gpu_ids if running is not None else ())  # fmt: skip
 
     async def _dispatch(self, command: ExecutorCommand, admitted: Admitted | None = None) -> list[Event]:
         action = command.action

@@ -63,6 +63,7 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.events.base import clip_reason
+from hivemux.executor.admission import Refusal, beyond_the_node
 from hivemux.executor.lane_gpu import LaneGpu, LaneJobSpec, LaneProgress, LaneStarted
 from hivemux.executor.recovery import Ledger
 from hivemux.simulated.catalog import solo_profile
@@ -72,6 +73,7 @@ from hivemux.simulated.online_latency import online_p99_ms, slo_p99_ms
 from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
 
 _STARTS = {CommandAction.START_OFFLINE: "offline", CommandAction.START_TRAINING: "training"}
+_CHECKED = frozenset({*_STARTS, CommandAction.START_ONLINE, CommandAction.ADJUST})  # against the fleet (`_beyond`)
 
 
 class SimulatedExecutor:
@@ -83,6 +85,8 @@ class SimulatedExecutor:
         self.nodes: dict[str, SimulatedNode] = {}
         self.commands: dict[tuple[str, str], ExecutorCommand] = {}  # (node, job) -> the command that started it
         self.gpu_types: dict[str, str] = {}
+        self.gpu_memory: dict[str, float] = {}  # gpu_id -> its memory (MiB), from its samples
+        self.node_gpus: dict[str, set[str]] = {}  # node -> the GPUs its samples named: the fleet it knows
         # The online service's own SM activity per GPU, measured while no offline job shares it.
         self.online_sm: dict[str, float] = {}
         # Online services per GPU (from the samples) and the end of each one's last latency window.
@@ -158,6 +162,8 @@ class SimulatedExecutor:
 
     def on_sample(self, sample: GpuTelemetrySample) -> None:
         self.gpu_types[sample.gpu_id] = sample.gpu_type
+        self.gpu_memory[sample.gpu_id] = sample.memory_total_mib
+        self.node_gpus.setdefault(sample.node_id, set()).add(sample.gpu_id)
         if sample.online_workload is not None and sample.online_workload not in self.submitted:  # a fixed fleet service
             self.online[sample.gpu_id] = (sample.node_id, sample.online_workload)
         if not sample.offline_workloads:
@@ -175,6 +181,9 @@ class SimulatedExecutor:
     # -- the node core, time passed in ----------------------------------------------------------
     def handle(self, command: ExecutorCommand, *, now: datetime) -> list[Event]:
         """Apply ``command``; ``now`` (the node's clock) is when a started workload begins."""
+        if command.action in _CHECKED and (beyond := self._beyond(command)) is not None:
+            report = self._report(command, ReportState.REFUSED, command.occurred_at, detail=clip_reason(beyond.reason))
+            return [report.model_copy(update={"gpu_ids": (), "step": "beyond_the_node"})]
         node = self.nodes.setdefault(command.node_id, SimulatedNode(command.node_id))
         if command.action is CommandAction.START_TRAINING and command.lane is not None:
             return self._start_lane(command, now)
@@ -201,6 +210,19 @@ class SimulatedExecutor:
                          detail=command.reason),
             self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason),
         ]
+
+    def _beyond(self, command: ExecutorCommand) -> Refusal | None:
+        """A start or adjust no node of the fleet can have (`admission.beyond_the_node`): a GPU
+        not of its node (of a node whose telemetry came: not one it named), or a memory quota
+        above the GPU's memory (its samples', else its type's)."""
+        def memory(gpu_id: str) -> float:
+            if gpu_id in self.gpu_memory:
+                return self.gpu_memory[gpu_id]
+            kind = GPU_TYPES.get(self.gpu_types.get(gpu_id, self.default_gpu_type))
+            return float(kind.memory_mib) if kind is not None else float("inf")
+
+        running = self.commands.get((command.node_id, command.job_id))
+        return beyond_the_node(command, memory, self.node_gpus.get(command.node_id), running.gpu_ids if running is not None else ())
 
     def _start(self, node: SimulatedNode, command: ExecutorCommand, now: datetime) -> list[Event]:
         assert command.workload is not None  # the model validator guarantees it for starts

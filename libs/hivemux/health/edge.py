@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from itertools import repeat
 from typing import cast
 
+from hivemux.errors import InvalidEvent
 from hivemux.events import (
     ClockTick,
     CommandAction,
@@ -160,6 +161,11 @@ class HealthEdge:
         return out
 
     def on_control(self, control: DeviceControl) -> list[Event]:
+        """An operator's drain or undrain. One of a GPU no telemetry (nor the ``health.state``
+        changelog) ever named is refused (issue 28): there is nothing there to drain, and a
+        SysMonitor made for it would stand for a GPU that does not exist."""
+        if control.gpu_id not in self.core.monitors:
+            raise InvalidEvent(f"gpu.control: {control.action} of {control.gpu_id}: no GPU of that id has reported telemetry")
         drain = Drain(control.gpu_id, control.node_id, control.occurred_at.timestamp(), control.action, control.reason)
         return self._gpu_events(self.core.on_drain(drain), control.event_id)
 

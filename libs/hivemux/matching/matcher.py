@@ -66,7 +66,8 @@ from .slo_cooldown import SloEviction
 _COMMAND = {"place": CommandAction.START_OFFLINE, "stop": CommandAction.STOP, "evict": CommandAction.EVICT}
 _LIFECYCLE = {"place": ("placed", JobState.PLACED), "stop": ("preempted", JobState.PREEMPTED), "evict": ("evicted", JobState.EVICTED)}
 _WAITS = "; the job waits for the next round"
-CONTROL = {JobState.CANCELLED: "cancel", JobState.SUSPENDED: "suspend", JobState.RESUMED: "resume"}
+# A rejected job (an unknown VC or model, issue 28) is finished like a cancelled one: off the queue, off its GPU.
+CONTROL = {JobState.CANCELLED: "cancel", JobState.REJECTED: "cancel", JobState.SUSPENDED: "suspend", JobState.RESUMED: "resume"}
 
 
 def decision_events(change: PlacementChange, source: str) -> list[Event]:

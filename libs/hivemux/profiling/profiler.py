@@ -29,7 +29,7 @@ from typing import Literal
 from uuid import UUID
 
 from hivemux.events import Event, JobLifecycleEvent, JobState, JobSubmission, Profile, WorkloadSpec, derived_id
-from hivemux.simulated.catalog import solo_profile, workload_signature
+from hivemux.simulated.catalog import FAMILIES, solo_profile, workload_signature
 from hivemux.store.profiles import ProfileRecord
 
 from .runner import Counters, TorchProfile, profile_torch
@@ -91,6 +91,18 @@ class WorkloadProfiler:
             event_id=profile_event_id(job),
             occurred_at=job.occurred_at,
         )
+
+    def cannot_profile(self, job: JobSubmission, *, source: str) -> list[Event]:
+        """A job no method here can profile: its model family is not in the catalog (the
+        simulated method looks it up there, the torch dry run builds one of its families). It
+        is ``rejected`` with the reason (event id derived from the submission: a redelivery or a
+        replay repeats it) instead of being left without a state; [] for a job it can profile."""
+        if job.workload.model in FAMILIES:
+            return []
+        reason = (f"cannot be profiled: model {job.workload.model!r} is not a model family the profiler knows "
+                  f"({', '.join(sorted(FAMILIES))})")
+        return [JobLifecycleEvent(event_id=derived_id("rejected", job.event_id), occurred_at=job.occurred_at, source=source,
+                                  job_id=job.job_id, state=JobState.REJECTED, reason=reason)]  # fmt: skip
 
     def measure(self, job: JobSubmission) -> ProfileRecord:
         """``job``'s solo profile by this profiler's method (blocking for ``torch``)."""

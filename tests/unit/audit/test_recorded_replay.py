@@ -88,7 +88,7 @@ def inputs_at(t: int) -> list[Event]:
         events.append(JobLifecycleEvent(occurred_at=at(t), source="executor/t0", job_id="train-10", state=JobState.COMPLETED))
     if t in (5, 6, 7):
         job = f"offline-{t}"
-        events.append(JobSubmission(occurred_at=at(t), source="cli", job_id=job, vc="vc-b", kind=JobKind.OFFLINE, workload=spec))
+        events.append(JobSubmission(occurred_at=at(t), source="cli", job_id=job, vc="vc-a", kind=JobKind.OFFLINE, workload=spec))
         events.append(Profile(occurred_at=at(t), source="profiler/test", job_id=job, signature=f"signature-{t:04d}", gpu_type="T4",
                               method="simulated", iteration_time_ms=50.0, gpu_util=40.0, sm_activity=20.0, sm_occupancy=10.0,
                               memory_peak_mib=2000.0, persistent_memory_mib=1500.0))  # fmt: skip
@@ -192,7 +192,7 @@ async def test_a_record_refused_at_admission_is_journaled_and_skipped_alike() ->
         if t == 12:  # dated a day ahead of every consumer's clock: it would move event time
             events.append(telemetry("o0", t).model_copy(update={"occurred_at": datetime.now(UTC) + timedelta(days=1)}))
         if t == 25:  # placed at the round of t=30: the matcher's journal then records the refusal
-            events.append(JobSubmission(occurred_at=at(t), source="cli", job_id="late", vc="vc-b", kind=JobKind.OFFLINE, workload=spec))
+            events.append(JobSubmission(occurred_at=at(t), source="cli", job_id="late", vc="vc-a", kind=JobKind.OFFLINE, workload=spec))
             events.append(Profile(occurred_at=at(t), source="profiler/test", job_id="late", signature="signature-late", gpu_type="T4",
                                   method="simulated", iteration_time_ms=50.0, gpu_util=40.0, sm_activity=20.0, sm_occupancy=10.0,
                                   memory_peak_mib=2000.0, persistent_memory_mib=1500.0))  # fmt: skip

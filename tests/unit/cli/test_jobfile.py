@@ -86,7 +86,7 @@ def test_json_file(tmp_path: Path, payload: object) -> None:
         ("jobs.yaml", "job_id: [unclosed\n", "not valid YAML"),
         ("jobs.json", "{\"job_id\": ", "not valid JSON"),
         ("jobs.yaml", OFFLINE.replace("kind: offline", "kind: batch"), "job off-1: kind: Input should be 'online', 'offline' or 'training'"),
-        ("jobs.yaml", OFFLINE + "pods: 2\n", "job off-1: Value error, offline jobs share one GPU: pods and gpus_per_pod must be 1"),
+        ("jobs.yaml", OFFLINE + "pods: 2\n", "job off-1: offline jobs share one GPU: pods and gpus_per_pod must be 1"),
         ("jobs.yaml", indented(OFFLINE) + indented(OFFLINE), "duplicate job ids off-1"),
         ("jobs.yaml", "", "no jobs in the file"),
         ("jobs.yaml", "# nothing but a comment\n", "no jobs in the file"),
@@ -162,3 +162,58 @@ def test_duplicates_in_a_large_file_are_each_named_once(tmp_path: Path) -> None:
     with pytest.raises(JobFileError) as error:
         parse_jobs(path, at=AT)
     assert str(error.value).endswith("duplicate job ids j-0, j-1")
+
+
+# -- issue 28 item 7: absurd input is a one-line error naming the field, never a traceback ------
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (OFFLINE + "priority_value: 1000\n", "job off-1: priority_value: an opportunistic job has priority_value -1 (or none), not 1000"),
+        (OFFLINE + "priority: opportunistic\npriority_value: 0\n", "not 0"),
+        (OFFLINE.replace("iterations: 100}", "iterations: 100, command: [" + ", ".join(["x" * 4000] * 260) + "]}"),
+         "workload.command: 1040260 bytes, more than the 131072 a command line may take"),
+        (OFFLINE.replace("iterations: 100}", "iterations: 100, command: [" + "y" * 1_000_000 + "]}"),
+         "workload.command.0: String should have at most 4096 characters"),
+        ("job_id: a\nvc: [" * 2000 + "x", "not valid YAML"),
+        ("key: 'unterminated\n  more: [\n", "not valid YAML"),
+    ],
+    ids=["opportunistic-priority-1000", "opportunistic-priority-0", "command-of-1MB-in-args", "command-argument-of-1MB",
+         "nested-deep", "broken-yaml"],
+)  # fmt: skip
+def test_absurd_job_files_give_one_line_naming_the_field(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(JobFileError) as error:
+        parse_jobs(write(tmp_path, text), at=AT)
+    message = str(error.value)
+    assert expected in message and "\n" not in message and len(message) < 2000, message
+
+
+def test_an_opportunistic_job_gets_priority_minus_one_and_keeps_it_on_the_log(tmp_path: Path) -> None:
+    from hivemux.bus.codec import decode_value, encode_value
+    from hivemux.topics import JOBS_SUBMITTED
+
+    [job] = parse_jobs(write(tmp_path, OFFLINE), at=AT)
+    assert (job.priority, job.priority_value) == (Priority.OPPORTUNISTIC, -1)
+    assert decode_value(JOBS_SUBMITTED, encode_value(job)).priority_value == -1
+    # a record written before the rule (no priority_value: the default left out) reads as -1
+    old = json.loads(encode_value(job))
+    del old["priority_value"]
+    assert decode_value(JOBS_SUBMITTED, json.dumps(old).encode()).priority_value == -1
+
+
+def test_binary_and_huge_files_are_one_line_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    binary = tmp_path / "jobs.yaml"
+    binary.write_bytes(b"\xff\xfe\x00garbage\x80")
+    with pytest.raises(JobFileError, match="not UTF-8 text"):
+        parse_jobs(binary, at=AT)
+    import hivemux.cli.jobfile as jobfile
+
+    monkeypatch.setattr(jobfile, "MAX_FILE_BYTES", 10)
+    with pytest.raises(JobFileError, match="more than the 10 a job file may hold"):
+        parse_jobs(write(tmp_path, OFFLINE), at=AT)
+
+
+def test_many_bad_jobs_are_named_in_a_bounded_line(tmp_path: Path) -> None:
+    text = "".join(indented(OFFLINE.replace("off-1", f"off-{i}") + "pods: 2\n") for i in range(50))
+    with pytest.raises(JobFileError) as error:
+        parse_jobs(write(tmp_path, text), at=AT)
+    assert "job off-9:" in str(error.value) and "job off-10:" not in str(error.value) and "and 40 more jobs" in str(error.value)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from hivemux.errors import InvalidEvent
 from hivemux.events import (
     CommandAction,
     DeviceControl,
@@ -207,6 +210,18 @@ def test_operator_drain_and_undrain() -> None:
     assert (u.from_state, u.to_state) == (HealthState.DISABLED, HealthState.INIT)
     [h] = of_type(c.on_batch(batch(sample(3))), HealthTransition)
     assert h.to_state is HealthState.HEALTHY
+
+
+def test_a_drain_of_a_gpu_no_telemetry_named_is_refused() -> None:
+    """Issue 28: a drain of node-99/gpu-99 made a SysMonitor (and a Disabled transition) for a GPU
+    that does not exist; it is refused with the reason (the runtime dead-letters it)."""
+    c = core()
+    c.on_batch(batch(sample(0)))
+    for gpu in ("node-99/gpu-99", "node-00/gpu-7"):
+        control = DeviceControl(occurred_at=at(1), source="cli", gpu_id=gpu, node_id=gpu.split("/")[0], action="drain")
+        with pytest.raises(InvalidEvent, match=f"gpu.control: drain of {gpu}: no GPU of that id has reported telemetry"):
+            c.on_control(control)
+        assert gpu not in c.core.monitors
 
 
 def test_only_owned_silent_gpus_are_disabled_and_takeovers_get_a_grace_period() -> None:

@@ -359,3 +359,15 @@ def test_decision_events_derive_their_ids_from_the_decision() -> None:
     assert (record.action, stop_command.action, preempted.state) == ("evict", CommandAction.STOP, JobState.PREEMPTED)
     assert preempted.event_id == derived_id("preempted", decision)
     assert len(record.reason) == 2000 and preempted.reason.endswith("; the job waits for the next round")
+
+
+def test_a_rejected_job_is_dropped_and_stopped_like_a_cancelled_one() -> None:
+    """Issue 28: the cell allocator rejects an offline job of an unknown VC; placed already, it stops."""
+    matcher = ready({"offline-a": profile("offline-a")})
+    assert [e.action for e in feed(matcher, FIRST_INTERVAL) if isinstance(e, Placement)] == ["place"]
+    rejected = JobLifecycleEvent(occurred_at=at(7), source="cell-allocator/0", job_id="offline-a", state=JobState.REJECTED,
+                                 reason="VC vc-x does not exist in the cell configuration (version 0)")  # fmt: skip
+    withdrawn, stop = matcher.on_lifecycle(rejected, live=True)
+    assert isinstance(withdrawn, Placement) and (withdrawn.action, withdrawn.job_id) == ("evict", "offline-a")
+    assert isinstance(stop, ExecutorCommand) and (stop.action, stop.job_id) == (CommandAction.STOP, "offline-a")
+    assert feed(matcher, [(12, 40.0), (18, 40.0)]) == []  # never placed again

@@ -48,7 +48,8 @@ def _invalid(error: ValidationError) -> RequestValidationError:
 
 @router.post("", status_code=202, summary="Submit a job (published to jobs.submitted with your principal)")
 async def submit(request: Request, body: JobRequest, who: Principal = Depends(principal)) -> dict[str, Any]:  # type: ignore[valid-type]
-    fields = body.model_dump()  # type: ignore[attr-defined]
+    # What the body left out gets the event's defaults (an opportunistic job's priority -1).
+    fields = body.model_dump(exclude_unset=True)  # type: ignore[attr-defined]
     require_vc(who, fields["vc"], f"VC {fields['vc']}")
     if await _store(request).job(fields["job_id"]) is not None:
         raise HTTPException(409, f"job {fields['job_id']} exists already; choose another job id")
