@@ -1,11 +1,8 @@
 """A batch of 100,000 outputs journaled and replayed (issue 28, "no batch size stops a
 service"): the journal splits it across records linked by `continues`, and the audit replay
 reads the run back as one batch and compares every decision; a run cut short by a stop is a
-loss at stop, a changed id in any part of it a divergence.
-
-The deciding service is the smallest one that fans out: consuming the tick `FAN_OUT` it decides
-a health transition for each of `count` GPUs (as the health processor's first sight of a fleet
-decides two events per GPU), with ids derived from the tick so a replay derives the same."""
+loss at stop, a changed id in any part of it a divergence. The deciding service is
+`support.fan_out`."""
 
 from __future__ import annotations
 
@@ -13,39 +10,19 @@ import asyncio
 from datetime import UTC, datetime
 
 import pytest
+from support.fan_out import NAME, TICKER, build
 
 from hivemux.audit import Auditor, MemoryLog
 from hivemux.audit.recording import Recorder
 from hivemux.audit.replay import MAX_KEPT
-from hivemux.bus import RecordContext, Service
-from hivemux.events import ClockTick, ConsumptionJournal, Event, HealthState, HealthTransition
+from hivemux.bus import Service
+from hivemux.events import ClockTick, ConsumptionJournal
 from hivemux.events.audit import MAX_EMITTED
 from hivemux.events.base import derived_id
-from hivemux.settings import ServiceSettings
-from hivemux.topics import AUDIT_JOURNAL, CLOCK_TICKS, GPU_HEALTH
+from hivemux.topics import AUDIT_JOURNAL, GPU_HEALTH
 
-NAME = "fan-out"
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 OUTPUTS = 100_000
-TICKER = "health-processor/test"  # a writer clock ticks are taken from (bus.authorization)
-
-
-def build(count: int) -> Service:
-    service = Service(NAME, ServiceSettings(instance="test"))
-
-    def on_tick(tick: ClockTick, _: RecordContext) -> list[Event]:
-        if tick.ticker != "fan-out":
-            return []
-        return [
-            HealthTransition(event_id=derived_id(NAME, tick.event_id, i), occurred_at=tick.occurred_at, source=service.source,
-                             gpu_id=f"n{i // 8}/gpu-{i % 8}", node_id=f"n{i // 8}", gpu_type="T4", from_state=HealthState.INIT,
-                             to_state=HealthState.HEALTHY, reason="first sample within every threshold")
-            for i in range(count)
-        ]  # fmt: skip
-
-    service.audit({"count": count}, decides=(GPU_HEALTH,), owns=(GPU_HEALTH,))
-    service.on(CLOCK_TICKS, on_tick)
-    return service
 
 
 def rebuild(configuration: dict) -> Service:
@@ -60,7 +37,7 @@ async def record(count: int) -> Recorder:
     await recorder.start(build(count))
     recorder.publish([ClockTick(occurred_at=T0, source=TICKER, ticker="before")])
     await recorder.settle()
-    recorder.publish([ClockTick(occurred_at=T0, source=TICKER, ticker="fan-out")])
+    recorder.publish([ClockTick(occurred_at=T0, source=TICKER, ticker=NAME)])
     await recorder.settle()
     return recorder
 
