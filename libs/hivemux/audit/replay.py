@@ -7,16 +7,19 @@ the journaled order through the runtime's own `handle_record` (same decoding, de
 dead-lettering), call its assignment hooks where a rebalance happened, and collect what it
 decides. Then every recomputed decision is compared with what the log holds:
 
-- each journal record lists the ids of the events its batch published: the recomputed ids must
-  be those, in that order;
+- each batch's journal records list the ids of the events it published: the recomputed ids must
+  be those, in that order (a batch too big for one record is a run of records linked by
+  `continues`, `events/audit.py`: replayed and compared as one);
 - each recomputed event must equal the recorded one with its id (field by field);
 - every record on a topic an audited service owns (placements, bindings, health transitions,
   model versions) must be a recomputed decision: one that is not was made by no service.
 
-A decision journaled by one of an incarnation's last records and absent from the log was lost
+A decision journaled by one of an incarnation's last batches and absent from the log was lost
 when that instance stopped before publishing (a SIGKILL between its journal and its outputs); it is
 reported as such, not as a divergence, unless a later redelivery published it (then it is
-compared like any other).
+compared like any other). So is every decision of a last batch whose run of records was cut
+short (its last record on the log still `continues`): the instance stopped while its journal
+was being acknowledged, before it published anything of that batch.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -36,13 +40,14 @@ from ..bus.codec import decode_value
 from ..bus.runtime import SeenEvents, Service, Topic, call_assignment_hooks, handle_record
 from ..errors import InvalidEvent
 from ..events import ConsumedRange, ConsumptionJournal, Event, PartitionsAssigned
+from ..events.audit import JournalEntry
 from ..topics import AUDIT_JOURNAL, by_name, topic_for
 from .log import Log, LoggedRecord
 
 Rebuild = Callable[[dict[str, Any]], Service]
 MAX_KEPT = 100  # divergences kept with their details (all are counted)
 # A process publishes one batch at a time per consumer loop (fold, group, pinned): that many of
-# an incarnation's last journal records can have been acknowledged without their decisions.
+# an incarnation's last batches can have been journaled without their decisions.
 IN_FLIGHT = 3
 
 
@@ -56,15 +61,38 @@ class Decision:
 
 @dataclass
 class Step:
-    """One journal record replayed: what it says was published and what the replay made."""
+    """One batch replayed (its journal record, or its run of records linked by `continues`):
+    what it says was published and what the replay made."""
 
     service: str
     source: str
     incarnation: UUID
     started: float  # when the incarnation opened its journal (orders divergences across services)
-    journal: ConsumptionJournal
+    parts: Sequence[ConsumptionJournal]
     recomputed: list[Decision]
-    final: bool  # among the incarnation's last records, one per consumer loop that may have been in flight
+    final: bool  # among the incarnation's last batches, one per consumer loop that may have been in flight
+
+    @property
+    def seq(self) -> int:
+        return self.parts[0].seq
+
+    @property
+    def cut_short(self) -> bool:
+        """The run's last record on the log still continues: the rest never was acknowledged."""
+        return self.parts[-1].continues
+
+    @property
+    def entries(self) -> list[JournalEntry]:
+        return [entry for part in self.parts for entry in part.entries]
+
+    @property
+    def emitted(self) -> list[UUID]:
+        return [event_id for part in self.parts for event_id in part.emitted]
+
+    @property
+    def where(self) -> str:
+        seqs = f"seq {self.seq}" if len(self.parts) == 1 else f"seqs {self.seq}..{self.parts[-1].seq}"
+        return f"{self.source} incarnation {self.incarnation} journal {seqs}"
 
 
 @dataclass(frozen=True)
@@ -88,13 +116,20 @@ class Tally:
 class AuditReport:
     decisions: int = 0  # recomputed and identical to the record
     tallies: dict[str, Tally] = field(default_factory=lambda: defaultdict(Tally))
-    lost_at_stop: list[str] = field(default_factory=list)
+    lost_at_stop: list[str] = field(default_factory=list)  # the first MAX_KEPT of them, described
+    lost: int = 0  # all of them (a batch cut short by a stop may have been 100,000 decisions)
     divergences: list[Divergence] = field(default_factory=list)
     divergent: int = 0  # all of them, kept or not
 
     @property
     def identical(self) -> bool:
         return self.divergent == 0
+
+    def stopped(self, describe: Callable[[], str]) -> None:
+        """A decision lost when its instance stopped before publishing it."""
+        self.lost += 1
+        if len(self.lost_at_stop) < MAX_KEPT:
+            self.lost_at_stop.append(describe())
 
     def diverged(self, divergence: Divergence) -> None:
         self.divergent += 1
@@ -114,7 +149,8 @@ class AuditReport:
             mine.incarnations += tally.incarnations
             mine.inputs += tally.inputs
             mine.decisions += tally.decisions
-        self.lost_at_stop += other.lost_at_stop
+        self.lost_at_stop = (self.lost_at_stop + other.lost_at_stop)[:MAX_KEPT]
+        self.lost += other.lost
         self.divergent += other.divergent
         self.divergences = sorted(self.divergences + other.divergences, key=lambda d: d.order)[:MAX_KEPT]
 
@@ -203,29 +239,31 @@ class Auditor:
         async def keep_dead_letter(*_: object) -> None:
             return None  # the runtime published it to the dead-letter topic; not a decision
 
-        for journal in records:
+        batches = _batches(records)
+        for number, parts in enumerate(batches):
             recomputed: list[Decision] = []
-            for entry in journal.entries:
-                if isinstance(entry, PartitionsAssigned):
-                    await call_assignment_hooks(service, entry.topic, frozenset(entry.partitions))
-                    continue
-                if not isinstance(entry, ConsumedRange):
-                    continue  # refused before any handler saw it: the service skipped it too
-                topic, handler, dedupe = _subscription(service, entry)
-                inputs = await self.log.read(entry.topic, entry.partition, entry.first, entry.last)
-                if len(inputs) != entry.last - entry.first + 1:
-                    position = f"{entry.topic}[{entry.partition}]@{entry.first}..{entry.last}"
-                    found = f"{len(inputs)} of {entry.last - entry.first + 1} records on the log"
-                    self.report.diverged(Divergence("input missing", f"{where} seq {journal.seq}", position, found, order=(started, journal.seq, 0)))
-                    return steps  # the state from here on is unknown
-                tally.inputs += len(inputs)
-                memory = seen[entry.loop]
-                for record in inputs:
-                    outputs = await handle_record(name, topic, handler, dedupe, record, memory, keep_dead_letter, replaying=entry.replaying)  # type: ignore[arg-type]
-                    if outputs:
-                        recomputed += [Decision(event, record) for event in outputs]
-            final = journal.seq >= len(records) - IN_FLIGHT
-            steps.append(Step(name, journal.source, incarnation, started, journal, recomputed, final))
+            for journal in parts:
+                for entry in journal.entries:
+                    if isinstance(entry, PartitionsAssigned):
+                        await call_assignment_hooks(service, entry.topic, frozenset(entry.partitions))
+                        continue
+                    if not isinstance(entry, ConsumedRange):
+                        continue  # refused before any handler saw it: the service skipped it too
+                    topic, handler, dedupe = _subscription(service, entry)
+                    inputs = await self.log.read(entry.topic, entry.partition, entry.first, entry.last)
+                    if len(inputs) != entry.last - entry.first + 1:
+                        position = f"{entry.topic}[{entry.partition}]@{entry.first}..{entry.last}"
+                        found = f"{len(inputs)} of {entry.last - entry.first + 1} records on the log"
+                        self.report.diverged(Divergence("input missing", f"{where} seq {journal.seq}", position, found, order=(started, journal.seq, 0)))
+                        return steps  # the state from here on is unknown
+                    tally.inputs += len(inputs)
+                    memory = seen[entry.loop]
+                    for record in inputs:
+                        outputs = await handle_record(name, topic, handler, dedupe, record, memory, keep_dead_letter, replaying=entry.replaying)  # type: ignore[arg-type]
+                        if outputs:
+                            recomputed += [Decision(event, record) for event in outputs]
+            final = number >= len(batches) - IN_FLIGHT
+            steps.append(Step(name, parts[0].source, incarnation, started, parts, recomputed, final))
         return steps
 
     # -- comparing ------------------------------------------------------------------------
@@ -250,16 +288,20 @@ class Auditor:
         self._unaccounted(recorded, verified | since)
 
     def _compare_step(self, step: Step, recorded: Mapping[UUID, list[tuple[LoggedRecord, dict[str, Any]]]], verified: set[UUID]) -> None:
-        where = f"{step.source} incarnation {step.incarnation} journal seq {step.journal.seq}"
-        emitted = list(step.journal.emitted)
+        where = step.where
+        emitted = step.emitted
         for index in range(max(len(emitted), len(step.recomputed))):
-            order = (step.started, step.journal.seq, index)
+            order = (step.started, step.seq, index)
             decision = step.recomputed[index] if index < len(step.recomputed) else None
             expected = emitted[index] if index < len(emitted) else None
             if decision is not None and not self._in_window(decision.event):
                 continue
-            inputs = _inputs(step, decision)
             copies = recorded.get(expected, []) if expected is not None else []
+            if step.cut_short and not copies and (decision is None or expected in (None, decision.event.event_id)):
+                # Its ids (or its entries) past the cut were never acknowledged, nor anything published.
+                self.report.stopped(partial(_lost, where, decision, expected))
+                continue
+            inputs = _inputs(step, decision)
             if decision is None or expected != decision.event.event_id:
                 shown = _show(copies[0][1]) if copies else (f"event {expected} (not on the log)" if expected else None)
                 kind = "different" if decision is not None and expected is not None else ("not recomputed" if decision is None else "not recorded")
@@ -267,7 +309,7 @@ class Auditor:
                 continue
             if not copies:
                 if step.final:
-                    self.report.lost_at_stop.append(f"{where}: {_show_event(decision)}")
+                    self.report.stopped(partial(_lost, where, decision, expected))
                 else:
                     self.report.diverged(Divergence("not on the log", f"{where}, decision {index + 1}", None, _show_event(decision), inputs, order))
                 continue
@@ -316,6 +358,18 @@ def _subscription(service: Service, entry: ConsumedRange) -> tuple[Topic, Any, b
     return pin.topic, pin.handler, pin.dedupe
 
 
+def _batches(records: Sequence[ConsumptionJournal]) -> list[list[ConsumptionJournal]]:
+    """An incarnation's journal records (seqs 0, 1, ...) as batches: each record with the ones
+    it `continues` into. The opening (seq 0) is a batch of its own, with nothing in it."""
+    batches: list[list[ConsumptionJournal]] = []
+    for journal in records:
+        if batches and batches[-1][-1].continues:
+            batches[-1].append(journal)
+        else:
+            batches.append([journal])
+    return batches
+
+
 def _seqs(records: Iterable[ConsumptionJournal]) -> str:
     return "journal seqs " + ",".join(str(r.seq) for r in records)
 
@@ -341,19 +395,24 @@ def _show_event(decision: Decision | None) -> str | None:
     return f"{topic_for(decision.event).name}:\n" + _show(decision.event.model_dump(mode="json"))
 
 
+def _lost(where: str, decision: Decision | None, expected: UUID | None) -> str:
+    return f"{where}: {_show_event(decision) if decision is not None else f'event {expected}'}"
+
+
 def _inputs(step: Step, decision: Decision | None) -> tuple[str, ...]:
     """The batch's journaled positions, and the record whose handling made the decision."""
     lines = []
     if decision is not None:
         cause = decision.cause
         lines.append(f"made on consuming {cause.topic}[{cause.partition}]@{cause.offset}: {(cause.value or b'')[:400].decode(errors='replace')}")
-    for entry in step.journal.entries[-20:]:
+    entries = step.entries
+    for entry in entries[-20:]:
         if isinstance(entry, ConsumedRange):
             lines.append(f"consumed {entry.topic}[{entry.partition}]@{entry.first}..{entry.last} ({entry.loop}{', catching up' if entry.replaying else ''})")
         elif isinstance(entry, PartitionsAssigned):
             lines.append(f"assigned {entry.topic} partitions {list(entry.partitions)}")
         else:
             lines.append(f"refused {entry.topic}[{entry.partition}]@{entry.offset} (dated too far ahead)")
-    if len(step.journal.entries) > 20:
-        lines.insert(1 if decision is not None else 0, f"... {len(step.journal.entries) - 20} earlier entries of this journal record")
+    if len(entries) > 20:
+        lines.insert(1 if decision is not None else 0, f"... {len(entries) - 20} earlier entries of this batch's journal")
     return tuple(lines)

@@ -2,7 +2,9 @@
 
 The runtime tells the journal every record it handles and every partition assignment, in the
 order they happen, and calls `seal` after each batch with the events the batch produced: a
-batch that produced something (or a full journal) becomes a record to publish before them.
+batch that produced something (or a full journal) becomes a record to publish before them, or
+as many records as its entries and emitted ids take (`events/audit.py`: each within
+`RECORD_BYTES`, linked by `continues`), so no batch size stops a service (issue 28).
 Consecutive records of one partition coalesce into one range, so a journal costs a few
 entries per poll, not one per record.
 """
@@ -16,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from ..events import ConsumedRange, ConsumptionJournal, Event, PartitionsAssigned, RecordRefused
-from ..events.audit import MAX_EMITTED, MAX_JOURNAL_ENTRIES
+from ..events.audit import MAX_EMITTED, MAX_JOURNAL_ENTRIES, RECORD_BYTES
 
 Loop = Literal["fold", "group", "pinned"]
+ID_BYTES = len('"00000000-0000-0000-0000-000000000000",')  # an emitted id in a record's JSON
 
 
 @dataclass
@@ -66,25 +69,37 @@ class Journal:
         return len(self._entries) >= MAX_JOURNAL_ENTRIES
 
     def seal(self, outputs: Sequence[Event], *, force: bool = False) -> list[ConsumptionJournal]:
-        """The records to publish before `outputs` (none if nothing needs recording yet)."""
+        """The records to publish before `outputs` (none if nothing needs recording yet): the
+        entries, then the ids of `outputs`, packed in order into records of at most
+        `MAX_JOURNAL_ENTRIES` entries, `MAX_EMITTED` ids and `RECORD_BYTES` of both; each
+        record but the last `continues`."""
         if not outputs and not self.full and not (force and self._entries):
             return []
-        if len(outputs) > MAX_EMITTED:
-            raise ValueError(f"{len(outputs)} events from one batch: more than a journal record lists ({MAX_EMITTED})")
-        records = []
-        # Entries beyond one record's bound go first, in records of their own (they emitted nothing).
-        while len(self._entries) > MAX_JOURNAL_ENTRIES:
-            head, self._entries = self._entries[:MAX_JOURNAL_ENTRIES], self._entries[MAX_JOURNAL_ENTRIES:]
-            records.append(self._record(entries=head))
-        records.append(self._record(entries=self._entries, emitted=outputs))
+        entries = [_entry(e) for e in self._entries]
         self._entries = []
-        return records
+        emitted = [event.event_id for event in outputs]
+        records: list[ConsumptionJournal] = []
+        e = i = 0
+        while True:
+            first_entry, first_id, size = e, i, 0
+            while e < len(entries) and e - first_entry < MAX_JOURNAL_ENTRIES:
+                cost = len(entries[e].model_dump_json(exclude_defaults=True)) + 1
+                if e > first_entry and size + cost > RECORD_BYTES:
+                    break
+                size, e = size + cost, e + 1
+            if e == len(entries):  # the ids follow the entries, in what room is left
+                i += min(len(emitted) - i, MAX_EMITTED, max(0, RECORD_BYTES - size) // ID_BYTES)
+            continues = e < len(entries) or i < len(emitted)
+            records.append(self._record(entries=entries[first_entry:e], emitted=emitted[first_id:i], continues=continues))
+            if not continues:
+                return records
 
     def _record(
         self,
         *,
-        entries: Sequence[_Range | PartitionsAssigned | RecordRefused] = (),
-        emitted: Sequence[Event] = (),
+        entries: Sequence[ConsumedRange | PartitionsAssigned | RecordRefused] = (),
+        emitted: Sequence[uuid.UUID] = (),
+        continues: bool = False,
         configuration: dict[str, Any] | None = None,
     ) -> ConsumptionJournal:
         record = ConsumptionJournal(
@@ -95,8 +110,9 @@ class Journal:
             incarnation=self.incarnation,
             seq=self._seq,
             configuration=configuration,
-            entries=tuple(_entry(e) for e in entries),
-            emitted=tuple(event.event_id for event in emitted),
+            entries=tuple(entries),
+            emitted=tuple(emitted),
+            continues=continues,
         )
         self._seq += 1
         return record

@@ -161,6 +161,8 @@ def _print(report: AuditReport) -> None:
         click.echo(f"{name:<18} {tally.incarnations} runs, {tally.inputs} inputs replayed, {tally.decisions} decisions identical")
     for lost in report.lost_at_stop:
         click.echo(f"lost when its instance stopped before publishing: {lost}")
+    if report.lost > len(report.lost_at_stop):
+        click.echo(f"... {report.lost - len(report.lost_at_stop)} more decisions lost when their instance stopped before publishing")
     first = report.first
     if first is None:
         click.echo(f"identical: {report.decisions} decisions")
@@ -186,5 +188,6 @@ def _as_dict(report: AuditReport) -> dict[str, Any]:
         "divergent": report.divergent,
         "services": {name: vars(tally) for name, tally in report.tallies.items()},
         "lost_at_stop": report.lost_at_stop,
+        "lost_at_stop_count": report.lost,
         "divergences": [vars(d) | {"order": list(d.order), "inputs": list(d.inputs)} for d in report.divergences],
     }

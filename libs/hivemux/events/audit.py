@@ -13,6 +13,14 @@ produced nothing is journaled lazily, with the next record that emits something 
 entries reach a bound), so an idle service does not write a record per poll. A journal record
 is acknowledged before the events it lists are published: a decision on the log always has its
 journal.
+
+No batch is too big for the journal (issue 28): what one batch must record (its entries, then
+the ids of what it emitted) is split across as many records as it takes, each within
+`RECORD_BYTES`, with consecutive seqs; every record but the batch's last says `continues`, and
+the replay reads the run as one batch. Example: a batch of 3 entries that emitted 45,000 events
+is seqs 7 (3 entries, 20,000 ids, continues), 8 (20,000 ids, continues), 9 (5,000 ids). A run
+whose last record still `continues` at the end of an incarnation was cut short by a stop before
+the service published anything of that batch (its journal is acknowledged first).
 """
 
 from __future__ import annotations
@@ -24,9 +32,14 @@ from pydantic import Field
 
 from .base import Event, Name, Record
 
-# Entries per journal record: bounds its size well inside a broker's 1 MiB message limit.
+# What one journal record may list (a decoder's bounds; records written before issue 28 used
+# them as the writer's too). A writer fills a record up to `RECORD_BYTES` of entries and ids
+# and goes on in the next (module docstring), so none of them bounds a batch.
 MAX_JOURNAL_ENTRIES = 2000
 MAX_EMITTED = 20_000
+# Bytes of entries and ids in one record: with the envelope, well inside the producer's 1 MiB
+# request (aiokafka's `max_request_size`) and `Topic.max_record_bytes`.
+RECORD_BYTES = 900 * 1024
 
 
 class ConsumedRange(Record):
@@ -71,3 +84,4 @@ class ConsumptionJournal(Event):
     configuration: dict[str, Any] | None = Field(default=None, description="What decisions depend on besides the log (seq 0)")
     entries: tuple[JournalEntry, ...] = Field(default=(), max_length=MAX_JOURNAL_ENTRIES)
     emitted: tuple[uuid.UUID, ...] = Field(default=(), max_length=MAX_EMITTED, description="Ids of the events these entries led to, in order")
+    continues: bool = Field(default=False, description="The batch goes on in the record of the next seq (one batch split across records)")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
-
+from hivemux.bus.codec import decode_value, encode_value
 from hivemux.bus.journal import Journal
-from hivemux.events import ClockTick, ConsumedRange, PartitionsAssigned
+from hivemux.events import ClockTick, ConsumedRange, PartitionsAssigned, RecordRefused
 from hivemux.events.audit import MAX_EMITTED, MAX_JOURNAL_ENTRIES
+from hivemux.topics import AUDIT_JOURNAL
 
 T0 = datetime(2026, 11, 20, tzinfo=UTC)
 
@@ -88,7 +88,7 @@ def test_a_batch_is_sealed_only_with_outputs_when_full_or_when_forced() -> None:
     assert seqs == sorted(seqs)
 
 
-def test_entries_beyond_the_bound_go_first_in_records_of_their_own() -> None:
+def test_entries_beyond_the_bound_go_first_in_records_that_continue() -> None:
     j = journal()
     count = 2 * MAX_JOURNAL_ENTRIES + 5
     for partition in range(count):
@@ -96,13 +96,44 @@ def test_entries_beyond_the_bound_go_first_in_records_of_their_own() -> None:
     out = [tick()]
     records = j.seal(out)
     assert [len(r.entries) for r in records] == [MAX_JOURNAL_ENTRIES, MAX_JOURNAL_ENTRIES, 5]
-    assert [r.emitted for r in records] == [(), (), (out[0].event_id,)]  # the outputs with the last entries
+    assert [r.emitted for r in records] == [(), (), (out[0].event_id,)]  # the outputs after the last entries
+    assert [r.continues for r in records] == [True, True, False]  # one batch: replayed as one
     assert [r.seq for r in records] == [0, 1, 2]
     assert [e.partition for r in records for e in r.entries] == list(range(count))  # nothing lost or reordered
 
 
-def test_more_outputs_than_a_record_lists_is_refused() -> None:
+def test_a_batch_of_100000_outputs_is_split_across_records_that_each_fit_the_broker() -> None:
+    # Issue 28: the health processor's first sight of 20,000 GPUs emits 40,000 events from one
+    # batch; the journal refused more than MAX_EMITTED and that stopped the service.
+    j = journal()
+    long_topic = "t" * 200  # the longest name a topic may have
+    entries: list = []
+    for partition in range(3 * MAX_JOURNAL_ENTRIES):  # ranges, refusals and assignments, all of the longest
+        j.consumed("group", False, long_topic, partition, 2**62)
+        j.rejected(long_topic, partition, 2**62 + 1)
+        entries += [
+            ConsumedRange(kind="records", loop="group", replaying=False, topic=long_topic, partition=partition, first=2**62, last=2**62),
+            RecordRefused(kind="refused", topic=long_topic, partition=partition, offset=2**62 + 1),
+        ]
+    j.assigned(long_topic, frozenset(range(1000)))
+    entries.append(PartitionsAssigned(kind="assigned", topic=long_topic, partitions=tuple(range(1000))))
+    out = [tick() for _ in range(100_000)]
+    records = j.seal(out)
+    assert [r.continues for r in records] == [True] * (len(records) - 1) + [False]
+    assert [r.seq for r in records] == list(range(len(records)))
+    assert [e for r in records for e in r.entries] == entries
+    assert [i for r in records for i in r.emitted] == [e.event_id for e in out]
+    for record in records:
+        raw = encode_value(record)
+        assert len(raw) <= AUDIT_JOURNAL.max_record_bytes and len(raw) < 1024 * 1024, (record.seq, len(raw))
+        assert decode_value(AUDIT_JOURNAL, raw) == record  # within the bounds every consumer decodes with
+    assert len(records) < 25  # packed, not a record per entry: 12,001 entries and 100,000 ids
+
+
+def test_a_batch_that_fits_is_one_record_that_does_not_continue() -> None:
     j = journal()
     j.consumed("fold", False, "clock.ticks", 0, 0)
-    with pytest.raises(ValueError, match="more than a journal record lists"):
-        j.seal([tick()] * (MAX_EMITTED + 1))
+    out = [tick() for _ in range(MAX_EMITTED)]
+    (record,) = j.seal(out)
+    assert not record.continues and len(record.emitted) == MAX_EMITTED
+    assert b"continues" not in encode_value(record)  # a record as before issue 28
