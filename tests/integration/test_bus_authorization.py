@@ -170,6 +170,82 @@ def eight_gpu_job(job_id: str) -> JobSubmission:
                          priority=Priority.GUARANTEED, priority_value=10, workload=WORKLOAD)  # fmt: skip
 
 
+async def test_forgeries_naming_the_right_writer_are_refused_unless_signed_by_it(
+    own_infra: Endpoints, prefix: str, cluster: list[Service]
+) -> None:
+    """Issue 28 defect 4: each forgery that once worked with a plain client naming the right
+    writer in ``source`` (no signature, or another service's key) is dead-lettered with the
+    reason and changes nothing; the same kind of record properly signed is obeyed. (First in the
+    module: vc-a's cells must be free; it leaves them free, its victim cancelled.)"""
+    bootstrap = own_infra.bootstrap_servers
+    victim = f"victim-{uuid.uuid4().hex[:6]}"
+    await forge(bootstrap, eight_gpu_job(victim))
+
+    async def bound() -> bool:
+        return JobState.BOUND in await states(bootstrap, victim)
+
+    await eventually(bound, timeout_s=45)
+    gpus = tuple(f"node-02/gpu-{i}" for i in range(4))
+    unsigned = "unsigned record (no hivemux-signer/hivemux-sig header)"
+    matcher_key = signing.Signer({"matcher": signing.generate(["matcher"])["matcher"]})  # a key the keyring does not hold
+    suite = signing.process_signer()
+    as_matcher = signing.Signer({"matcher": suite.keys["matcher"].private})  # the real matcher's key, claiming another's name
+    workload = WorkloadSpec(model="bert", batch_size=8, iterations=10)
+    start_job = f"forged-start-{uuid.uuid4().hex[:6]}"
+    shell_job = f"forged-shell-{uuid.uuid4().hex[:6]}"
+    probes: list[tuple[str, Event, tuple[str, ...], Any, str]] = [
+        ("executor start", ExecutorCommand(occurred_at=now(), source="cell-allocator/0", node_id="node-01", action=CommandAction.START_TRAINING,
+                                           job_id=start_job, gpu_ids=("node-01/gpu-0",), workload=workload), ("executor",), None, unsigned),
+        ("executor start, the matcher's key", ExecutorCommand(occurred_at=now(), source="cell-allocator/0", node_id="node-01",
+                                                              action=CommandAction.START_TRAINING, job_id=start_job, gpu_ids=("node-01/gpu-0",),
+                                                              workload=workload), ("executor",), as_matcher,
+         "signed by 'matcher', which may not write as 'cell-allocator/0'"),
+        ("stop", ExecutorCommand(occurred_at=now(), source="matcher/0", node_id="node-02", action=CommandAction.STOP, job_id=victim,
+                                 gpu_ids=gpus, reason="forged"), ("executor",), None, unsigned),
+        ("preemption", ExecutorCommand(occurred_at=now(), source="cell-allocator/0", node_id="node-02", action=CommandAction.EVICT, job_id=victim,
+                                       gpu_ids=gpus, reason="forged"), ("executor",), matcher_key, "which the keyring does not hold"),
+        ("completed", JobLifecycleEvent(occurred_at=now(), source="executor/node-02", job_id=victim, state=JobState.COMPLETED, reason="forged"),
+         ("cell-allocator", "matcher"), None, unsigned),
+        ("completed report", ExecutorReport(occurred_at=now(), source="executor/node-02", node_id="node-02", job_id=victim, command_id="forged",
+                                            state=ReportState.COMPLETED, gpu_ids=gpus), ("matcher", "health-processor"), None, unsigned),
+        ("cross-tenant cancel", JobCommand(occurred_at=now(), source="api/0", command_id=uuid.uuid4().hex, principal="tenant-b:token-9",
+                                           job_id=victim, action=JobAction.CANCEL), ("job-controller",), None, unsigned),
+        ("drain", DeviceControl(occurred_at=now(), source="cli", gpu_id="node-02/gpu-0", node_id="node-02", action="drain"),
+         ("health-processor",), None, unsigned),
+        ("shell submission", JobSubmission(occurred_at=now(), source="cli", job_id=shell_job, vc="vc-a", kind=JobKind.TRAINING,
+                                           gpus_per_pod=1, workload=WorkloadSpec(model="bert", batch_size=8, iterations=10, command=("sh", "-c", "touch /tmp/pwned"))),
+         ("job-controller", "cell-allocator"), None, unsigned),
+        ("configuration at +1000", CellConfig(occurred_at=now(), source="cli", version=int(now().timestamp()) + 1000, config=load_config(None)),
+         ("cell-allocator",), None, unsigned),
+        ("configuration, the matcher's key", CellConfig(occurred_at=now(), source="cli", version=int(now().timestamp()) + 1000,
+                                                        config=load_config(None)), ("cell-allocator",), as_matcher,
+         "signed by 'matcher', which may not write as 'cli'"),
+    ]  # fmt: skip
+    for what, event, groups, signer, reason in probes:
+        got = await refused(bootstrap, prefix, event, *groups, signer=signer)
+        for group in groups:
+            assert got[group].stage == "admit" and reason in got[group].reason, (what, group, got[group].reason)
+
+    # Nothing changed: the victim still holds its cells, the forged jobs never ran or got a state,
+    # the GPU was not drained.
+    forged = {e.event_id for _, e, *_ in probes}
+    told = [e for _, e in await read_all(bootstrap, JOBS_LIFECYCLE) if e.event_id not in forged]  # the services' records
+    assert not {JobState.COMPLETED, JobState.CANCELLED} & {e.state for e in told if e.job_id == victim}  # type: ignore[attr-defined]
+    assert not [e for e in told if e.job_id == shell_job]  # type: ignore[attr-defined]
+    assert not [r for _, r in await read_all(bootstrap, EXECUTOR_REPORTS) if r.job_id in (start_job, shell_job)]  # type: ignore[union-attr]
+    assert not [h for _, h in await read_all(bootstrap, GPU_HEALTH) if h.cause == "drained"]  # type: ignore[union-attr]
+
+    # The same cancel, signed by the API's key, is obeyed.
+    legit = JobCommand(occurred_at=now(), source="api/0", command_id=uuid.uuid4().hex, principal="tenant-a:token-1", job_id=victim,
+                       action=JobAction.CANCEL)  # fmt: skip
+    await forge(bootstrap, legit)
+
+    async def cancelled() -> bool:
+        return JobState.CANCELLED in await states(bootstrap, victim)
+
+    await eventually(cancelled, timeout_s=45)
+
+
 async def test_forged_commands_reports_and_drains_are_refused_and_the_legitimate_flow_works(
     own_infra: Endpoints, prefix: str, cluster: list[Service]
 ) -> None:
@@ -272,79 +348,6 @@ async def test_versions_that_jump_are_refused_and_the_next_version_is_taken(
     await asyncio.sleep(2.0)  # the matcher folds the model within its poll
     assert not await letters(bootstrap, topic_for(v2), prefix, v2)
     assert not await letters(bootstrap, topic_for(v1), prefix, v1)
-
-
-async def test_forgeries_naming_the_right_writer_are_refused_unless_signed_by_it(
-    own_infra: Endpoints, prefix: str, cluster: list[Service]
-) -> None:
-    """Issue 28 defect 4: each forgery that once worked with a plain client naming the right
-    writer in ``source`` (no signature, or another service's key) is dead-lettered with the
-    reason and changes nothing; the same kind of record properly signed is obeyed."""
-    bootstrap = own_infra.bootstrap_servers
-    victim = f"victim-{uuid.uuid4().hex[:6]}"
-    await forge(bootstrap, eight_gpu_job(victim))
-
-    async def bound() -> bool:
-        return JobState.BOUND in await states(bootstrap, victim)
-
-    await eventually(bound, timeout_s=45)
-    gpus = tuple(f"node-02/gpu-{i}" for i in range(4))
-    unsigned = "unsigned record (no hivemux-signer/hivemux-sig header)"
-    matcher_key = signing.Signer({"matcher": signing.generate(["matcher"])["matcher"]})  # a key the keyring does not hold
-    suite = signing.process_signer()
-    as_matcher = signing.Signer({"matcher": suite.keys["matcher"].private})  # the real matcher's key, claiming another's name
-    workload = WorkloadSpec(model="bert", batch_size=8, iterations=10)
-    start_job = f"forged-start-{uuid.uuid4().hex[:6]}"
-    shell_job = f"forged-shell-{uuid.uuid4().hex[:6]}"
-    probes: list[tuple[str, Event, tuple[str, ...], Any, str]] = [
-        ("executor start", ExecutorCommand(occurred_at=now(), source="cell-allocator/0", node_id="node-01", action=CommandAction.START_TRAINING,
-                                           job_id=start_job, gpu_ids=("node-01/gpu-0",), workload=workload), ("executor",), None, unsigned),
-        ("executor start, the matcher's key", ExecutorCommand(occurred_at=now(), source="cell-allocator/0", node_id="node-01",
-                                                              action=CommandAction.START_TRAINING, job_id=start_job, gpu_ids=("node-01/gpu-0",),
-                                                              workload=workload), ("executor",), as_matcher,
-         "signed by 'matcher', which may not write as 'cell-allocator/0'"),
-        ("stop", ExecutorCommand(occurred_at=now(), source="matcher/0", node_id="node-02", action=CommandAction.STOP, job_id=victim,
-                                 gpu_ids=gpus, reason="forged"), ("executor",), None, unsigned),
-        ("preemption", ExecutorCommand(occurred_at=now(), source="cell-allocator/0", node_id="node-02", action=CommandAction.EVICT, job_id=victim,
-                                       gpu_ids=gpus, reason="forged"), ("executor",), matcher_key, "which the keyring does not hold"),
-        ("completed", JobLifecycleEvent(occurred_at=now(), source="executor/node-02", job_id=victim, state=JobState.COMPLETED, reason="forged"),
-         ("cell-allocator", "matcher"), None, unsigned),
-        ("completed report", ExecutorReport(occurred_at=now(), source="executor/node-02", node_id="node-02", job_id=victim, command_id="forged",
-                                            state=ReportState.COMPLETED, gpu_ids=gpus), ("matcher", "health-processor"), None, unsigned),
-        ("cross-tenant cancel", JobCommand(occurred_at=now(), source="api/0", command_id=uuid.uuid4().hex, principal="tenant-b:token-9",
-                                           job_id=victim, action=JobAction.CANCEL), ("job-controller",), None, unsigned),
-        ("drain", DeviceControl(occurred_at=now(), source="cli", gpu_id="node-02/gpu-0", node_id="node-02", action="drain"),
-         ("health-processor",), None, unsigned),
-        ("shell submission", JobSubmission(occurred_at=now(), source="cli", job_id=shell_job, vc="vc-a", kind=JobKind.TRAINING,
-                                           gpus_per_pod=1, workload=WorkloadSpec(model="bert", command=("sh", "-c", "touch /tmp/pwned"))),
-         ("job-controller", "cell-allocator"), None, unsigned),
-        ("configuration at +1000", CellConfig(occurred_at=now(), source="cli", version=int(now().timestamp()) + 1000, config=load_config(None)),
-         ("cell-allocator",), None, unsigned),
-        ("configuration, the matcher's key", CellConfig(occurred_at=now(), source="cli", version=int(now().timestamp()) + 1000,
-                                                        config=load_config(None)), ("cell-allocator",), as_matcher,
-         "signed by 'matcher', which may not write as 'cli'"),
-    ]  # fmt: skip
-    for what, event, groups, signer, reason in probes:
-        got = await refused(bootstrap, prefix, event, *groups, signer=signer)
-        for group in groups:
-            assert got[group].stage == "admit" and reason in got[group].reason, (what, group, got[group].reason)
-
-    # Nothing changed: the victim still holds its cells, the forged jobs never ran or got a state,
-    # the GPU was not drained.
-    assert not {JobState.COMPLETED, JobState.CANCELLED} & set(await states(bootstrap, victim))
-    assert not await states(bootstrap, shell_job)
-    assert not [r for _, r in await read_all(bootstrap, EXECUTOR_REPORTS) if r.job_id in (start_job, shell_job)]  # type: ignore[union-attr]
-    assert not [h for _, h in await read_all(bootstrap, GPU_HEALTH) if h.cause == "drained"]  # type: ignore[union-attr]
-
-    # The same cancel, signed by the API's key, is obeyed.
-    legit = JobCommand(occurred_at=now(), source="api/0", command_id=uuid.uuid4().hex, principal="tenant-a:token-1", job_id=victim,
-                       action=JobAction.CANCEL)  # fmt: skip
-    await forge(bootstrap, legit)
-
-    async def cancelled() -> bool:
-        return JobState.CANCELLED in await states(bootstrap, victim)
-
-    await eventually(cancelled, timeout_s=45)
 
 
 def test_the_embedded_broker_listens_on_loopback_only(broker: EmbeddedInfra) -> None:
