@@ -144,3 +144,15 @@ def test_written_keys_are_private_and_kept(tmp_path: Path) -> None:
     (topic, key, value, _), = records(1)
     headers = signer.sign([(topic, key, value, "matcher/0")])[0]
     assert signing.load_keyring(again["keyring"]).prove(topic, key, value, headers) == ("matcher", None)
+
+
+def test_what_a_verified_batch_mate_proved_does_not_admit_a_changed_record() -> None:
+    batch = records(5)
+    headers = SIGNER.sign(batch)
+    ring = keyring()
+    topic, key, value, _ = batch[0]
+    assert ring.prove(topic, key, value, headers[0]) == ("cell-allocator", None)  # the root is now proven and remembered
+    topic, key, value, _ = batch[1]
+    assert "bad signature" in (ring.prove(topic, key, value + b"!", headers[1])[1] or "")
+    assert "bad signature" in (ring.prove(topic, key, value, headers[2])[1] or "")  # another record's path
+    assert ring.prove(topic, key, value, headers[1]) == ("cell-allocator", None)
