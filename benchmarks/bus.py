@@ -1,8 +1,9 @@
 """Bus benchmark: typed produce → consume round trips through the embedded broker.
 
 Figures:
-- throughput: records/s for N typed events published (batched) and consumed + validated by a
-  group-less consumer, end to end; the same with raw bytes (no pydantic) for the ratio;
+- throughput: records/s for N typed events published (batched, signed: `bus.signing`) and
+  consumed, their signatures verified and validated by a consumer, end to end, as a service
+  admits them; the same with raw bytes (no pydantic, no signature) for the ratio;
 - latency: one event at a time, publish → consumer decode, median and p99 in milliseconds.
 
 Fixed inputs built before timing; median of repeats. Run: `python benchmarks/bus.py`
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from hivemux.bus import Publisher, ensure_topics
+from hivemux.bus import Publisher, ensure_topics, signing
 from hivemux.bus.codec import decode_value, encode_key, encode_value
 from hivemux.events import JobLifecycleEvent, JobState
 from hivemux.infra import InfraSettings, embedded_infra
@@ -38,7 +39,7 @@ def make_topic(partitions: int) -> Topic:
 
 def make_events(n: int) -> list[JobLifecycleEvent]:
     return [
-        JobLifecycleEvent(occurred_at=AT, source="bench", job_id=f"job-{i % 512}", state=JobState.RUNNING, reason="progress report")
+        JobLifecycleEvent(occurred_at=AT, source="job-controller/bench", job_id=f"job-{i % 512}", state=JobState.RUNNING, reason="progress report")
         for i in range(n)
     ]
 
@@ -56,6 +57,7 @@ async def throughput_typed(bootstrap: str, events: list[JobLifecycleEvent], part
     topic = make_topic(partitions)
     await ensure_topics(bootstrap, [topic])
     consumer = await _consumer(bootstrap, topic)
+    keyring = signing.process_keyring()
     async with Publisher(bootstrap, source="bench", linger_ms=5) as publisher:
         start = time.perf_counter()
         received = 0
@@ -66,6 +68,8 @@ async def throughput_typed(bootstrap: str, events: list[JobLifecycleEvent], part
                 batch = await consumer.getmany(timeout_ms=500, max_records=5000)
                 for records in batch.values():
                     for record in records:
+                        signer, refusal = keyring.prove(topic.name, record.key, record.value, record.headers)
+                        assert refusal is None, refusal
                         decode_value(topic, record.value)
                         received += 1
 

@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import asyncpg
@@ -21,6 +23,14 @@ from hivemux.salus import grpc_setup
 # executor agent does: gRPC's fork handlers off here too, before grpcio loads, as the gate sets
 # them where it starts (a forked child could abort before its exec; `hivemux.salus.grpc_setup`).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", grpc_setup.FORK_SUPPORT)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's signing keys (support/keys.py): every record a test publishes is signed as
+    the principal its source names, and every service the tests start verifies it."""
+    from support import keys
+
+    keys.install(Path(tempfile.mkdtemp(prefix="hivemux-keys-")))
 
 
 @pytest.fixture(scope="session")

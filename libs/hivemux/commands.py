@@ -4,7 +4,9 @@ send the same events.
 
 - `job_command`: cancel, suspend, resume, set_priority, resize of one job (`JobCommand`);
 - `device_control`: drain or undrain one GPU (`DeviceControl`);
-- `cell_config`: a HiveD cell configuration, validated before it is published (`CellConfig`);
+- `cell_config`: a HiveD cell configuration, validated before it is published (`CellConfig`),
+  and `config_in_force`: which version the cell allocator holds after folding the log by its
+  own rule (what `hivemux cells configure` checks after publishing);
 - `submit`: job submissions, published and, with `hivemux up`'s embedded broker, confirmed
   archived (`store.archive`), published again (same events, same ids) while they are not.
 
@@ -95,6 +97,51 @@ def cell_config(raw: dict[str, Any], *, version: int | None, principal: str | No
     does); ConfigurationError if HiveD's parser refuses it, ValidationError if the event does."""
     parse_config(raw)
     return CellConfig(occurred_at=at or datetime.now(UTC), source=source, version=version or int(time.time()), config=raw, principal=principal)
+
+
+async def config_in_force(servers: str) -> tuple[CellConfig | None, dict[str, str]]:
+    """The cell configuration in force once the cell allocator has folded ``cells.config`` as it
+    is now, and why each record it refuses is refused (by event id): the records it admits
+    (`bus.admission`: signed by their writer, who may write the topic), each newer version
+    taken unless `events.versions` refuses it, as `cells.allocator.CellAllocator.reconfigure`
+    does; an older or equal version changes nothing. (The event-time bound, which the allocator
+    applies against its clock when it consumes, is not checked here.)"""
+    from aiokafka import ConsumerRecord
+
+    from .bus import connection, signing
+    from .bus.admission import Admission
+    from .bus.codec import decode_value
+    from .bus.replay import assign_from_beginning, drain
+    from .events.versions import version_jump
+    from .topics import CELL_CONFIG
+
+    admission = Admission(signing.process_keyring())
+    in_force: CellConfig | None = None
+    refused: dict[str, str] = {}
+
+    async def fold(record: ConsumerRecord) -> None:
+        nonlocal in_force
+        signer, why = admission.prove(CELL_CONFIG.name, record)
+        try:
+            change = decode_value(CELL_CONFIG, record.value)
+        except HivemuxError:
+            return
+        why = why or admission.refusal(CELL_CONFIG.name, change, signer)
+        if why is None and change.version > (in_force.version if in_force else 0):  # type: ignore[attr-defined]
+            why = version_jump(in_force.version if in_force else 0, change.version, at=change.occurred_at)  # type: ignore[attr-defined]
+            if why is None:
+                in_force = change  # type: ignore[assignment]
+        if why is not None:
+            refused[str(change.event_id)] = why
+
+    consumer = connection.consumer(bootstrap_servers=servers, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await assign_from_beginning(consumer, [CELL_CONFIG.name])
+        await drain(consumer, fold)
+    finally:
+        await consumer.stop()
+    return in_force, refused
 
 
 def with_principal(jobs: Sequence[JobSubmission], principal: str | None) -> list[JobSubmission]:

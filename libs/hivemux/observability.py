@@ -12,7 +12,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .bus import connection
+from .bus import connection, signing
 from .bus.runtime import Service
 from .settings import ServiceSettings
 
@@ -68,8 +68,10 @@ async def serve_endpoints(service: Service, host: str, port: int) -> tuple[web.A
 def serve(build: Callable[[S], Service], settings: S) -> None:
     """A service process's `main`: logging, endpoints, then the service until stopped."""
     configure_logging(settings.log_level)
-    connection.configure(settings)  # every Kafka client of the process: the bus's TLS and SASL options
-    asyncio.run(run_with_endpoints(build(settings)))
+    connection.configure(settings)  # every Kafka client of the process: the bus's TLS and SASL options, its keys
+    service = build(settings)
+    signing.require_keys(service.name)
+    asyncio.run(run_with_endpoints(service))
 
 
 async def run_with_endpoints(service: Service) -> None:

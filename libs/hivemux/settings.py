@@ -56,6 +56,10 @@ class BusSettings(BaseSettings):
     kafka_ssl_cafile: str | None = Field(default=None, validation_alias=AliasChoices("KAFKA_SSL_CAFILE", "HIVEMUX_KAFKA_SSL_CAFILE"))
     kafka_ssl_certfile: str | None = Field(default=None, validation_alias=AliasChoices("KAFKA_SSL_CERTFILE", "HIVEMUX_KAFKA_SSL_CERTFILE"))
     kafka_ssl_keyfile: str | None = Field(default=None, validation_alias=AliasChoices("KAFKA_SSL_KEYFILE", "HIVEMUX_KAFKA_SSL_KEYFILE"))
+    # Who wrote a record is proven by its signature (`bus.signing`): this process's private key
+    # file and the keyring of public keys it verifies with (`hivemux up` writes both).
+    signing_key: str | None = Field(default=None, validation_alias="HIVEMUX_SIGNING_KEY")
+    keyring: str | None = Field(default=None, validation_alias="HIVEMUX_KEYRING")
 
     @model_validator(mode="after")
     def _sasl_needs_a_user(self) -> BusSettings:
@@ -106,4 +110,6 @@ _NOT_RECORDED = {
     "kafka_ssl_cafile",
     "kafka_ssl_certfile",
     "kafka_ssl_keyfile",
+    "signing_key",
+    "keyring",
 }

@@ -14,7 +14,7 @@ from pydantic_settings import SettingsConfigDict
 
 from hivemux.api.app import ApiConfig, create_app
 from hivemux.api.limits import AuthLimits, EdgeLimits
-from hivemux.bus import connection
+from hivemux.bus import connection, signing
 from hivemux.errors import ConfigurationError
 from hivemux.observability import configure_logging
 from hivemux.settings import ServiceSettings
@@ -55,5 +55,6 @@ def build(settings: ApiSettings) -> uvicorn.Server:
 def main() -> None:
     settings = ApiSettings()
     configure_logging(settings.log_level)
-    connection.configure(settings)  # the bus's TLS and SASL options for its producer, as `observability.serve` does
+    connection.configure(settings)  # the bus's TLS and SASL options for its producer, its keys, as `observability.serve` does
+    signing.require_keys("api")
     build(settings).run()

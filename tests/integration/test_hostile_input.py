@@ -36,6 +36,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+from support.keys import signed_headers
 
 from hivemux.bus import Publisher, Service
 from hivemux.bus.authorization import PER_NODE, WRITERS
@@ -437,9 +438,9 @@ class Cluster:
         """Produce `records`, then wait until every bad one is dead-lettered by each consumer."""
         expected: list[tuple[Hostile, set[tuple[str, str, int, int]]]] = []
         for h in records:
-            for key, value in h.before:
-                await self.producer.send_and_wait(h.topic, value, key=key)
-            meta = await self.producer.send_and_wait(h.topic, h.value, key=h.key)
+            for key, value in h.before:  # signed as a writer of the topic: hostile content, not a forged writer
+                await self.producer.send_and_wait(h.topic, value, key=key, headers=signed_headers(h.topic, key, value))
+            meta = await self.producer.send_and_wait(h.topic, h.value, key=h.key, headers=signed_headers(h.topic, h.key, h.value))
             where = {(s.group_id, h.topic, meta.partition, meta.offset) for s in self.consumers_of(h.topic)}
             expected.append((h, where if h.bad else set()))
         deadline = self.loop.time() + wait_s

@@ -14,6 +14,8 @@ from hivemux.bus.replay import assign_from_beginning, drain
 from hivemux.events import Event, JobLifecycleEvent, JobState
 from hivemux.topics import Topic
 
+from .keys import signed_headers
+
 AT = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
@@ -26,11 +28,12 @@ def lifecycle(job_id: str, state: JobState = JobState.RUNNING, **fields: object)
     return JobLifecycleEvent(occurred_at=AT, source="test", job_id=job_id, state=state, **fields)
 
 
-async def produce_raw(bootstrap: str, topic: str, key: bytes | None, value: bytes) -> None:
+async def produce_raw(bootstrap: str, topic: str, key: bytes | None, value: bytes, *, signed: bool = True) -> None:
+    """A record as given, signed as the source its JSON claims (`keys.signed_headers`) unless not `signed`."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     try:
-        await producer.send_and_wait(topic, value, key=key)
+        await producer.send_and_wait(topic, value, key=key, headers=signed_headers(topic, key, value) if signed else None)
     finally:
         await producer.stop()
 

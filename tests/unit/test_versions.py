@@ -30,6 +30,9 @@ RULE = [
     ("numbered by its time", 0, NOW_S, T0, None),
     ("a second after its time", 7, NOW_S + 1, T0, None),
     ("the schema's largest", 0, 10**10, T0, f"or its event time in seconds ({NOW_S})"),
+    ("a minute ahead of its time", NOW_S, NOW_S + 60, T0, None),
+    ("ahead of its writer's clock", NOW_S, NOW_S + 1000, T0, "is numbered 1000 s ahead of its own event time"),
+    ("small numbers, dated", 3, 4, T0, None),
     ("2^63-1", 5, 2**63 - 1, None, "it would win over every later legitimate version"),
 ]
 

@@ -41,6 +41,7 @@ class LoggedRecord(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: Sequence[tuple[str, bytes]] | None = None  # a recording's signature (`audit.recording`); a replay needs none
 
 
 class Log(Protocol):
@@ -57,10 +58,10 @@ class MemoryLog:
     def __init__(self) -> None:
         self._partitions: dict[tuple[str, int], list[LoggedRecord]] = defaultdict(list)
 
-    def add(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> LoggedRecord:
+    def add(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] | None = None) -> LoggedRecord:
         """Append at the partition's next offset (a broker's view of a produce)."""
         records = self._partitions[topic, partition]
-        record = LoggedRecord(topic, partition, len(records), key, value)
+        record = LoggedRecord(topic, partition, len(records), key, value, headers)
         records.append(record)
         return record
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..bus import signing
 from ..bus.codec import encode_key, encode_value, partition_for_key
 from ..bus.journal import Loop
 from ..bus.runtime import SeenEvents, Service, call_assignment_hooks, handle_record
@@ -63,16 +64,20 @@ class Recorder:
 
     # -- producing --------------------------------------------------------------------------
     def publish(self, events: Iterable[Event], *, topic: Topic | None = None) -> None:
+        """Appended as the `Publisher` sends them: signed with the process's keys (`bus.signing`)."""
+        records = []
         for event in events:
             to = topic or topic_for(event)
             key = to.key_of(event)
             partition = self._partitions.get((to.name, key))
             if partition is None:
                 partition = self._partitions[to.name, key] = partition_for_key(key, range(to.partitions))
-            self._append(to.name, partition, encode_key(key), encode_value(event))
-
-    def _append(self, topic: str, partition: int, key: bytes | None, value: bytes | None) -> None:
-        self.appended.append(self.log.add(topic, partition, key, value))
+            records.append((to.name, partition, encode_key(key), encode_value(event), event.source))
+        if not records:
+            return
+        signed = signing.process_signer().sign([(name, key, value, source) for name, _, key, value, source in records])
+        for (name, partition, key, value, _), headers in zip(records, signed, strict=True):
+            self.appended.append(self.log.add(name, partition, key, value, headers))
 
     # -- running services ----------------------------------------------------------------------
     async def start(self, service: Service) -> None:

@@ -25,6 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.helpers import create_ssl_context
 
 from ..settings import BusSettings
+from . import signing
 
 _security: dict[str, Any] = {}  # the process's options (`configure`); empty: PLAINTEXT
 
@@ -50,7 +51,9 @@ def security_options(settings: BusSettings) -> dict[str, Any]:
 
 
 def configure(settings: BusSettings) -> None:
-    """Use `settings`' security for every client this process makes from now on."""
+    """Use `settings`' security for every client this process makes from now on, and its keys
+    for every record it signs or verifies (`bus.signing`)."""
+    signing.configure(settings.signing_key, settings.keyring)
     _security.clear()
     _security.update(security_options(settings))
 

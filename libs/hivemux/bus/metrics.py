@@ -9,3 +9,4 @@ DEAD_LETTERS = Counter("hivemux_dead_letters_total", "Records sent to a dead-let
 HANDLER_ERRORS = Counter("hivemux_handler_errors_total", "Handlers or tickers that raised", ["service", "topic"])
 DEAD_LETTER_FAILURES = Counter("hivemux_dead_letter_failures_total", "Records that could not even be dead-lettered", ["service", "topic"])
 OUTAGES = Counter("hivemux_outages_total", "Broker or database outages the service waited out", ["service"])
+UNPROVEN = Counter("hivemux_unproven_records_total", "Records refused at admission: unsigned, or a signature that does not hold", ["service", "topic"])

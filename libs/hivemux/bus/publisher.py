@@ -1,5 +1,6 @@
 """Typed publishing: the topic follows from the event's type and the key from the topic's key
-field, so a caller cannot send a model to the wrong topic or partition."""
+field, so a caller cannot send a model to the wrong topic or partition; every record is signed
+(`bus.signing`: the process's key, or the one given, for the principal its source names)."""
 
 from __future__ import annotations
 
@@ -9,15 +10,16 @@ from datetime import UTC, datetime
 
 from aiokafka.structs import RecordMetadata
 
-from . import connection
+from . import connection, signing
 from ..events import Event, dead_letter_of
 from ..topics import Topic, topic_for
 from .codec import encode_key, encode_value
 
 
 class Publisher:
-    def __init__(self, bootstrap_servers: str, *, source: str, linger_ms: int = 5) -> None:
+    def __init__(self, bootstrap_servers: str, *, source: str, linger_ms: int = 5, signer: signing.Signer | None = None) -> None:
         self.source = source
+        self.signer = signer if signer is not None else signing.process_signer()
         # acks=all and no idempotence: the embedded broker refuses idempotent producers, and
         # delivery is at-least-once anyway (handlers dedupe by event_id).
         self._producer = connection.producer(
@@ -61,17 +63,22 @@ class Publisher:
     async def publish_all(self, events: Iterable[Event], *, topic: Topic | None = None) -> list[RecordMetadata]:
         """Send every event (to `topic` when given, else to each event's own topic) and wait
         for all acknowledgements; sends are pipelined, not one round trip each."""
-        futures = [await self._send(topic or topic_for(event), event) for event in events]
-        return list(await asyncio.gather(*futures)) if futures else []
+        records = []
+        for event in events:
+            to = topic or topic_for(event)
+            records.append((to.name, encode_key(to.key_of(event)), encode_value(event), event.source))
+        if not records:
+            return []
+        headers = self.signer.sign(records)
+        send = self._producer.send
+        futures = [await send(name, value, key=key, headers=signed) for (name, key, value, _), signed in zip(records, headers, strict=True)]
+        return list(await asyncio.gather(*futures))
 
     async def publish_to(self, topic: Topic, event: Event) -> RecordMetadata:
         """Send to an explicit topic (dead letters: one model, many topics)."""
         if not isinstance(event, topic.model):
             raise TypeError(f"{topic.name} carries {topic.model.__name__}, not {type(event).__name__}")
-        return await (await self._send(topic, event))
-
-    async def _send(self, topic: Topic, event: Event) -> "asyncio.Future[RecordMetadata]":
-        return await self._producer.send(topic.name, encode_value(event), key=encode_key(topic.key_of(event)))
+        return (await self.publish_all([event], topic=topic))[0]
 
     async def dead_letter(
         self,

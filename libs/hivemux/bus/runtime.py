@@ -52,7 +52,6 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 from uuid import UUID
 
@@ -66,8 +65,9 @@ from ..events import ClockTick, Event
 from ..settings import ServiceSettings
 from ..topics import ALL_TOPICS, Topic
 from . import metrics
+from . import signing
 from .admin import ensure_topics
-from .authorization import Authorization
+from .admission import Admission
 from .codec import decode_key, decode_value, partition_for_key
 from .journal import Journal, Loop
 from .leadership import Leadership
@@ -168,7 +168,7 @@ class Service:
     _fold_seen: SeenEvents = field(default_factory=SeenEvents)
     journal: Journal | None = None
     outage: str | None = None  # what the service is waiting for, while a dependency is down
-    _admit: Callable[[str, Event], str | None] | None = None
+    _admit: Admission | None = None
     decides: tuple[Topic, ...] = ()
     owns: tuple[Topic, ...] = ()
     _handling: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -488,19 +488,14 @@ class Service:
                 self.journal.consumed(loop, replaying, record.topic, record.partition, record.offset)
         return outputs or []
 
-    def admission(self) -> Callable[[str, Event], str | None]:
-        """The checks of this service's records before any handler sees them: who may write the
-        topic (`bus.authorization`, cached per topic and source) and the event time
+    def admission(self) -> Admission:
+        """The checks of this service's records before any handler sees them (`bus.admission`):
+        the writer's signature with the process's keyring (`bus.signing`), that it may claim
+        the record's source and write the topic (`bus.authorization`), and the event time
         (`hivemux.event_time`, against the local clock); refusals are journaled, so a replay
         skips the same records."""
         if self._admit is None:  # built once: it is asked for on every record
-            bounds = self.settings.event_time_bounds
-            writers = Authorization().refusal
-
-            def admit(topic: str, event: Event) -> str | None:
-                return writers(topic, event) or bounds.refusal(event.occurred_at, datetime.now(UTC))
-
-            self._admit = admit
+            self._admit = Admission(signing.process_keyring(), event_time=self.settings.event_time_bounds)
         return self._admit
 
     async def _dead_letter(
@@ -547,7 +542,7 @@ async def handle_record(
     dead_letter: DeadLetterSink,
     *,
     replaying: bool,
-    admit: Callable[[str, Event], str | None] | None = None,
+    admit: Admission | None = None,
 ) -> list[Event] | None:
     """Decode, check, dedupe and handle one record; what it returns is what to publish, None if
     `admit` refused the record (dead-lettered, no handler saw it). The runtime and the audit
@@ -555,6 +550,13 @@ async def handle_record(
     key = _decode_key(record.key)
     context = RecordContext(record.topic, record.partition, record.offset, key, replaying)
     _consumed(name, record.topic).inc()
+    signer = None
+    if admit is not None:  # the writer is proven before anything else is read of the record
+        signer, unproven = admit.prove(topic.name, record)
+        if unproven is not None:
+            metrics.UNPROVEN.labels(name, record.topic).inc()
+            await dead_letter(topic, record, key, f"{topic.name}: {unproven}", "Unproven", "admit")
+            return None
     try:
         event = decode_value(topic, record.value)
     except InvalidEvent as error:
@@ -565,7 +567,7 @@ async def handle_record(
         reason = f"{topic.name}: key {key!r} does not match the event's {topic.key_field} {expected!r}"
         await dead_letter(topic, record, key, reason, "WrongKey", "decode")
         return []
-    refusal = admit(topic.name, event) if admit is not None else None
+    refusal = admit.refusal(topic.name, event, signer) if admit is not None else None
     if refusal is not None:
         await dead_letter(topic, record, key, f"{topic.name}: {refusal}", "Refused", "admit")
         return None

@@ -134,8 +134,18 @@ def cells_configure(file: Path, version: int | None) -> None:
         change = commands.cell_config(raw, version=version, principal=_principal(None), source="cli")
     except (yaml.YAMLError, ConfigurationError, AttributeError, TypeError, ValidationError) as error:
         raise click.ClickException(f"{file}: {error}") from error
-    _run_on_bus(commands.publish(BusSettings().kafka_bootstrap_servers, [change], source="cli"))
-    click.echo(f"published cell configuration version {change.version} from {file}")
+    servers = BusSettings().kafka_bootstrap_servers
+    _run_on_bus(commands.publish(servers, [change], source="cli"))
+    # Published is not accepted: fold the log by the allocator's rule and say which version holds.
+    in_force, refused = _run_on_bus(commands.config_in_force(servers))
+    if str(change.event_id) in refused:
+        raise click.ClickException(f"published cell configuration version {change.version}, but the cell allocator refuses it: "
+                                   f"{refused[str(change.event_id)]}")  # fmt: skip
+    if in_force is None or in_force.event_id != change.event_id:
+        newer = "none" if in_force is None else f"version {in_force.version} (from {in_force.source}, {in_force.occurred_at:%Y-%m-%d %H:%M:%S})"
+        raise click.ClickException(f"published cell configuration version {change.version}, but it is not the newest: the cell "
+                                   f"allocator keeps {newer}; configure again with a higher --version")  # fmt: skip
+    click.echo(f"published cell configuration version {change.version} from {file}; it is the version in force")
 
 
 @cells_group.command("replay")

@@ -8,6 +8,11 @@ deciders (cell allocator, matcher) run twice, instances 0 and 1: one decides, th
 by and takes over when it dies (`bus.leadership`); on the embedded broker the leadership
 session is 3 s, so a SIGKILLed active is replaced within seconds.
 
+Every record is signed by its writer's key (`bus.signing`): `up` makes a key per service and the
+CLI's in ``<workdir>/keys`` once (each file readable by its owner only), hands each service its
+own by path (``HIVEMUX_SIGNING_KEY``) with the public keyring (``HIVEMUX_KEYRING``), and prints
+the CLI's two lines for an operator to export, as it prints the broker's address.
+
 While it runs, `up` is a process manager (cli/supervisor.py): a service or embedded server that
 dies is started again with backoff, on the same port (the database on its data, the broker
 refilled from its archive: cli/history.py), each exit printed and counted in `<workdir>/supervisor.json`
@@ -34,7 +39,7 @@ from typing import Any
 import click
 
 from .. import commands
-from ..bus import Publisher, ensure_topics
+from ..bus import Publisher, ensure_topics, signing
 from ..bus.replay import read_topics
 from ..infra import EmbeddedInfra, InfraSettings, die_with_parent, embedded_infra, free_port
 from ..status import STATUS_TOPICS, fold_status, render_summary
@@ -172,9 +177,28 @@ def _spawn_service(name: str, env: dict[str, str], log_path: Path) -> subprocess
         )
 
 
-def start_services(options: UpOptions, env: dict[str, str]) -> list[Child]:
+def service_keys(workdir: Path, env: dict[str, str], services: tuple[str, ...]) -> dict[str, str]:
+    """Each service's private key file by service name, and ``keyring`` (`bus.signing`): made
+    once in ``<workdir>/keys`` (0700; each key 0600, read by its service alone) and kept, so the
+    history restored into the broker still verifies; or, when the environment already names a
+    key file and a keyring (a test suite's), that file for all, if it holds every service's key."""
+    given, keyring = env.get("HIVEMUX_SIGNING_KEY"), env.get("HIVEMUX_KEYRING")
+    if given and keyring:
+        held = set(signing.load_private(Path(given)))
+        missing = sorted(set(services) - held)
+        if missing:
+            raise click.ClickException(f"HIVEMUX_SIGNING_KEY={given} holds no key for {', '.join(missing)}: unset it and "
+                                       f"HIVEMUX_KEYRING, and `hivemux up` makes a key per service in {workdir / 'keys'}")  # fmt: skip
+        return {**{name: given for name in services}, "keyring": keyring, signing.CLI_SIGNER: given}
+    written = signing.write_keys(workdir.resolve() / "keys")
+    return {name: str(path) for name, path in written.items()}
+
+
+def start_services(options: UpOptions, env: dict[str, str], keys: dict[str, str] | None = None) -> list[Child]:
+    """Each service's process; `keys` (`service_keys`) gives each its own key file and the keyring."""
     logs = options.workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    keys = keys if keys is not None else service_keys(options.workdir, env, options.services)
     children = []
     for name in options.services:
         for instance in range(2 if name in options.standbys else 1):
@@ -183,7 +207,8 @@ def start_services(options: UpOptions, env: dict[str, str]) -> list[Child]:
             port = int(env["HIVEMUX_API_PORT"]) if name == "api" and instance == 0 and env.get("HIVEMUX_API_PORT") else free_port()
             log_path = logs / f"{unit}.log"
             log_path.write_bytes(b"")
-            child_env = {**env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": str(instance)}
+            child_env = {**env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": str(instance),
+                         "HIVEMUX_SIGNING_KEY": keys[name], "HIVEMUX_KEYRING": keys["keyring"]}  # fmt: skip
             children.append(Child(unit, _spawn_service(name, child_env, log_path), port, log_path, child_env, name))
     return children
 
@@ -386,9 +411,13 @@ def run_up(options: UpOptions) -> dict[str, Any]:
         env = {**DEMO_ENV, **(EMBEDDED_ENV if "tansu" in infra.servers else {}), **os.environ, **options.extra_env}
         env["KAFKA_BOOTSTRAP_SERVERS"] = endpoints.bootstrap_servers
         env["HIVEMUX_POSTGRES_DSN"] = endpoints.postgres_dsn
+        keys = service_keys(options.workdir, env, options.services)
+        signing.configure(keys[signing.CLI_SIGNER], keys["keyring"])  # this process writes as the CLI
+        print(f"HIVEMUX_SIGNING_KEY={keys[signing.CLI_SIGNER]}", flush=True)
+        print(f"HIVEMUX_KEYRING={keys['keyring']}", flush=True)
         if not resumed:  # the configuration in force goes on the log, as `hivemux cells configure` puts it
             asyncio.run(publish_cell_config(endpoints.bootstrap_servers, env.get("HIVEMUX_ALLOCATOR_CONFIG")))
-        children = start_services(options, env)
+        children = start_services(options, env, keys)
         try:
             wait_ready(children, options.ready_timeout_s)
             print(f"{len(children)} services ready; logs in {options.workdir / 'logs'}", flush=True)

@@ -11,6 +11,12 @@ which cannot run ahead of the consumer's clock by more than the event-time bound
 (`hivemux.event_time`). Anything further is refused with the reason (the record goes to the
 dead-letter topic) and the latest version stays as it was.
 
+A record with an event time may moreover not be numbered ahead of its writer's clock: a version
+past its own event time in seconds by more than `AHEAD_OF_CLOCK_S` is refused (issue 28: three
+configurations numbered "now + 1000", each within the step, made the operator's next
+``hivemux cells configure``, numbered now, older than the one in force for ever after).
+Versions numbered 1, 2, 3 are far below any writer's clock and are not concerned.
+
 The rule depends only on the records consumed (the latest version folded, the record's own
 event time), so a replay decides the same.
 
@@ -27,17 +33,22 @@ from datetime import datetime
 from ..errors import InvalidEvent
 
 MAX_VERSION_STEP = 1000  # versions a producer may skip (refused trainings, retries) before it is a jump
+AHEAD_OF_CLOCK_S = 60  # how far a version may be numbered past its own event time in seconds
 
 
 def version_jump(latest: int, version: int, *, at: datetime | None = None, step: int = MAX_VERSION_STEP) -> str | None:
     """Why `version` may not follow `latest`, or None. With `at`, a version within `step` of the
     event time in whole seconds is also plausible (time-numbered versions)."""
     dated = int(at.timestamp()) if at is not None else 0
-    if version <= max(latest, dated) + step:
-        return None
-    also = f" or its event time in seconds ({dated})" if at is not None else ""
-    return (f"version {version} jumps past the latest {latest} by more than {step}{also}: it would win over every "
-            "later legitimate version")
+    if version > max(latest, dated) + step:
+        also = f" or its event time in seconds ({dated})" if at is not None else ""
+        return (f"version {version} jumps past the latest {latest} by more than {step}{also}: it would win over every "
+                "later legitimate version")
+    if at is not None and version > dated + AHEAD_OF_CLOCK_S:
+        return (f"version {version} is numbered {version - dated} s ahead of its own event time ({dated}): a version may "
+                f"not run ahead of its writer's clock (by more than {AHEAD_OF_CLOCK_S} s), or the next one numbered by the "
+                "clock would be ignored")
+    return None
 
 
 class LatestVersions:

@@ -10,10 +10,10 @@ projector or makes it fold the same batch forever after each restart.
 A record that does not decode is skipped with a counter and a log line and its offset is
 consumed like any other: the topic's dead-letter belongs to its producer, and a projector that
 stopped on it would stop every read model. So is a record the services' runtime refuses too
-(`bus.runtime`): one whose key is not its event's, whose writer may not write its topic
-(`bus.authorization`), or whose event time `hivemux.event_time` refuses (from the far future,
-or before 2000), so the read models do not show what no decider acted on (a forged
-``completed`` does not finish a job in `jobs history`).
+(`bus.runtime`): one whose key is not its event's, whose signature does not prove its writer
+(`bus.admission`), whose writer may not write its topic (`bus.authorization`), or whose event
+time `hivemux.event_time` refuses (from the far future, or before 2000), so the read models do
+not show what no decider acted on (a forged ``completed`` does not finish a job in `jobs history`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import asyncpg
 from aiokafka import ConsumerRecord
 
-from ..bus.authorization import Authorization
+from ..bus import signing
+from ..bus.admission import Admission
 from ..bus.codec import decode_key, decode_value
 from ..bus.tracking import Position, consume_tracked
 from ..errors import InvalidEvent
@@ -72,7 +72,7 @@ async def run_projector(
     store = ReadModelStore(pool)
     stats = stats if stats is not None else ProjectorStats()
     topics = {t.name: t for t in TOPICS}
-    writers = Authorization().refusal
+    admission = Admission(signing.process_keyring(), event_time=event_time)
 
     async def on_batch(records: list[ConsumerRecord], started: dict[Position, int], advanced: dict[Position, int]) -> None:
         per_record: list[tuple[ConsumerRecord, tuple[Change, ...]]] = []
@@ -80,10 +80,13 @@ async def run_projector(
         for record in records:
             try:
                 topic = topics[record.topic]
+                signer, unproven = admission.prove(record.topic, record)
+                if unproven is not None:
+                    raise InvalidEvent(unproven)
                 event = decode_value(topic, record.value)
                 if decode_key(record.key) != topic.key_of(event):
                     raise InvalidEvent(f"key {decode_key(record.key)!r} is not the event's {topic.key_field} {topic.key_of(event)!r}")
-                refusal = writers(record.topic, event) or (event_time.refusal(event.occurred_at, datetime.now(UTC)) if event_time else None)
+                refusal = admission.refusal(record.topic, event, signer)
                 if refusal is not None:
                     raise InvalidEvent(refusal)
             except InvalidEvent as error:
