@@ -47,11 +47,17 @@ lock:
 demo: install
 	$(BIN)/hivemux up --fresh --duration $(DEMO_SECONDS) --summary $(VENV)/demo-summary.json
 
+# The suite waits on brokers, databases and processes more than it computes: TEST_WORKERS
+# workers (pytest-xdist), each with its own embedded broker and database, a test file per worker
+# at a time (its module fixtures are set up once). TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-unit: install
-	$(BIN)/python -m pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 bench: install
 	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done
