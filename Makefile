@@ -5,13 +5,13 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_SECONDS ?= 90
 
-.PHONY: install native chromium demo test test-unit bench schemas proto clean
+.PHONY: install native chromium demo test test-unit bench schemas proto lock clean
 
 install: $(STAMP) native chromium
 
 # The xCUDA shim, its fake driver and test programs (native/xcuda).
 native:
-	$(MAKE) -C native/xcuda
+	@$(MAKE) -s --no-print-directory -C native/xcuda
 
 # Debian's chromium, which the console's browser tests (tests/browser) drive through Playwright;
 # installed only when missing (silent when it is there), with sudo unless run as root.
@@ -20,21 +20,44 @@ chromium:
 	@test -x /usr/bin/chromium || { echo "installing Debian's chromium (browser tests)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-# Re-installs only when the project's dependency declaration changes (idempotent).
-$(STAMP): pyproject.toml setup.py
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
-	touch $(STAMP)
+# Installs exactly the lock (versions and hashes; `make lock` regenerates it), then the project
+# itself against it (no build isolation: the locked setuptools builds it). Re-installs only when
+# the lock or the project's declaration changes (idempotent). pip's own chatter goes to a log,
+# shown only when something fails.
+INSTALL_LOG := $(VENV)/install.log
+$(STAMP): pyproject.toml setup.py requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing requirements.lock into $(VENV) (log: $(INSTALL_LOG))"
+	@$(BIN)/python -m pip install --require-hashes -r requirements.lock >$(INSTALL_LOG) 2>&1 \
+	  || { tail -n 40 $(INSTALL_LOG); echo "make install: pip failed (whole log: $(INSTALL_LOG))"; exit 1; }
+	@$(BIN)/python -m pip install --no-deps --no-build-isolation -e . >>$(INSTALL_LOG) 2>&1 \
+	  || { tail -n 40 $(INSTALL_LOG); echo "make install: installing the project failed (whole log: $(INSTALL_LOG))"; exit 1; }
+	@touch $(STAMP)
+
+# Regenerate requirements.lock from pyproject.toml (the project and its `test` extra): exact
+# versions and every file's sha256, resolved for this Python by uv (pinned, in a venv of its own).
+# The torch CPU build comes from the machine's wheel folder (PIP_FIND_LINKS, /opt/wheels).
+UV_VERSION := 0.13.10
+LOCK_TOOLS := $(VENV)/lock-tools
+lock:
+	@test -x $(LOCK_TOOLS)/bin/uv || { $(PYTHON) -m venv $(LOCK_TOOLS) && $(LOCK_TOOLS)/bin/python -m pip install --quiet uv==$(UV_VERSION); }
+	$(LOCK_TOOLS)/bin/uv pip compile pyproject.toml --extra test --generate-hashes --python-version 3.11 \
+	  --find-links $${PIP_FIND_LINKS:-/opt/wheels} --custom-compile-command 'make lock' -o requirements.lock
 
 demo: install
 	$(BIN)/hivemux up --fresh --duration $(DEMO_SECONDS) --summary $(VENV)/demo-summary.json
 
+# The suite waits on brokers, databases and processes more than it computes: TEST_WORKERS
+# workers (pytest-xdist), each with its own embedded broker and database, a test file per worker
+# at a time (its module fixtures are set up once). TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 test: install
-	$(BIN)/python -m pytest -q
+	$(PYTEST)
 
 test-unit: install
-	$(BIN)/python -m pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 bench: install
 	@for script in benchmarks/*.py; do echo "== $$script"; $(BIN)/python $$script || exit 1; done

@@ -1,10 +1,10 @@
-"""Where the project's shared material is: `shared/` beside the checkout (as CI lays it out),
-else the workplace's copy."""
+"""Where the tests' data lives: inside the checkout (`tests/data/`), never beside it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = next((p for p in (REPO.parent / "shared", Path("/work/shared")) if p.is_dir()), REPO.parent / "shared")
-HIVED_EXAMPLES = SHARED / "hived" / "example-scenarios.yaml"
+TEST_DATA = REPO / "tests" / "data"
+# HiveD's acceptance scenarios and their format (copied from the project's shared material).
+HIVED_EXAMPLES = TEST_DATA / "hived" / "example-scenarios.yaml"

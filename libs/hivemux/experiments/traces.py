@@ -5,7 +5,7 @@ Paper: HiveD (OSDI '20) §5.2 replays a production trace of 11 tenants, each ten
 quota is its share of the cluster; Table 1 gives each tenant's jobs by GPU demand. HiveD's own
 trace is not public, so the experiments replay Microsoft Philly (Jeon et al., ATC '19), the
 closest public multi-tenant trace: its ``tenant`` column is the Philly VC. The files and their
-provenance are described in ``shared/data/traces/README.md``.
+provenance are described in ``data/README.md`` beside this module (the package ships them).
 
 Assumptions (each one a choice the paper does not make for us):
 
@@ -45,21 +45,20 @@ PHILLY_VC_NODES = "philly_vc_nodes.csv"
 HIVED_TABLE1 = "hived_table1_tenants.csv"
 
 
+# The trace extracts ship with the package (1.5 MB), so a clone or an install simulates alone.
+PACKAGED_TRACES = Path(__file__).resolve().parent / "data"
+
+
 class TraceNotFound(ConfigurationError):
-    """The shared trace folder (``shared/data/traces``) is not where we looked."""
+    """The trace folder given (or the packaged one) holds no traces."""
 
 
 def traces_dir(explicit: Path | None = None) -> Path:
-    """``shared/data/traces`` beside the checkout (as CI lays it out), else ``/work/shared``'s."""
-    repo = Path(__file__).resolve().parents[3]
-    candidates = [explicit] if explicit is not None else [repo.parent / "shared" / "data" / "traces", Path("/work/shared/data/traces")]
-    for c in candidates:
-        if c is not None and (c / PHILLY_VC_NODES).is_file():
-            return c
-    raise TraceNotFound(
-        f"trace folder not found (looked in {', '.join(str(c) for c in candidates)}); "
-        "the simulator needs shared/data/traces beside the checkout"
-    )
+    """``explicit`` when given, else the extracts packaged beside this module (``data/``)."""
+    folder = explicit if explicit is not None else PACKAGED_TRACES
+    if (folder / PHILLY_VC_NODES).is_file():
+        return folder
+    raise TraceNotFound(f"trace folder not found: {folder} holds no {PHILLY_VC_NODES}; the simulator needs the trace extracts")
 
 
 @dataclass(frozen=True)

@@ -9,5 +9,5 @@ cell schedulers. It drives any ``cells.api.CellScheduler``; it is not part of th
 - ``factory.py``: the CLI's scheduler factory (HiveD), a thin adapter over
   ``cells.schedulers.build_scheduler``, the one place schedulers are built; tests replace it.
 
-Format: ``../shared/hived/hived-scenario-format.md``.
+Format: ``tests/data/hived/hived-scenario-format.md``.
 """

@@ -5,7 +5,7 @@ import warnings
 
 from hivemux.salus import gate_pb2 as hivemux_dot_salus_dot_gate__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -1,4 +1,4 @@
-"""HiveD acceptance scenarios (shared/hived/example-scenarios.yaml) replayed on HivedScheduler.
+"""HiveD acceptance scenarios (tests/data/hived/example-scenarios.yaml) replayed on HivedScheduler.
 
 A small driver: it applies the ops and checks the non-implementation-specific ``expect`` keys and
 the ``portable`` keys this file uses, plus invariant (2) after every op. Skipped when the shared
@@ -26,8 +26,6 @@ IDS = ["T01", "T14", "T23", "F01", "F06", "F10", "F17"]
 
 @pytest.fixture(scope="module")
 def doc() -> dict[str, Any]:
-    if not SCENARIOS.exists():
-        pytest.skip("shared example scenarios not present")
     return yaml.safe_load(SCENARIOS.read_text())
 
 

@@ -2,7 +2,7 @@
 configurations and random operation sequences.
 
 Paper: HiveD (OSDI '20) §3, Theorem 1 and invariant (2); the invariants I1-I7 of
-/work/shared/hived/example-scenarios.yaml. Configurations and ops come from ``hived_strategies``;
+tests/data/hived/example-scenarios.yaml. Configurations and ops come from ``hived_strategies``;
 ``Harness`` plays K8s: it schedules every pod of a gang, reports binds back with
 ``add_allocated_pod``, answers a ``Preempt`` by deleting the victim pods and retrying, gives up
 on a gang that waits (``delete_unallocated_pod``), marks nodes bad/healthy and restarts the

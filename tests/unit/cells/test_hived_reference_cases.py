@@ -1,5 +1,5 @@
 """The reference's own algorithm test cases (hivedscheduler ``hived_algorithm_test.go``), replayed on
-the design configuration of shared/hived/example-scenarios.yaml (skipped when that file is absent).
+the design configuration of tests/data/hived/example-scenarios.yaml.
 
 Pods are named as in the reference; expected nodes and GPU lists are the reference's.
 """
@@ -122,8 +122,6 @@ def only(*nodes: str) -> api.SuggestedNodes:
 
 @pytest.fixture(scope="module")
 def design() -> dict[str, Any]:
-    if not SCENARIOS.exists():
-        pytest.skip("shared example scenarios not present")
     return yaml.safe_load(SCENARIOS.read_text())["configs"]["design"]
 
 

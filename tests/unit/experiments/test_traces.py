@@ -88,6 +88,6 @@ def test_demand_sizing_gives_each_vc_its_average_demand_over_load() -> None:
 
 
 def test_missing_trace_folder_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(traces.TraceNotFound, match="shared/data/traces"):
+    with pytest.raises(traces.TraceNotFound, match="holds no philly_vc_nodes.csv"):
         traces.traces_dir(tmp_path)
     assert issubclass(traces.TraceNotFound, ConfigurationError)

@@ -121,8 +121,6 @@ def test_the_examples_with_the_reference_tests_invalid_pod11_still_replay() -> N
     """The issue's case: pod11 (group8 asks for 8-GPU members, pod11 for 2 GPUs; the
     reference test's `casesThatShouldFail`) in the shared example file's pod table. Refused
     before, exit 1 and nothing replayed; now a user error at its op, every example passes."""
-    if not HIVED_EXAMPLES.exists():
-        pytest.skip(f"{HIVED_EXAMPLES} not present")
     data = yaml.safe_load(HIVED_EXAMPLES.read_text())
     data["pods"]["pod11"] = {"virtualCluster": "VC2", "priority": 1, "leafCellType": "DGX1-P100", "leafCellNumber": 2,
                              "affinityGroup": {"name": "group8", "members": [{"podNumber": 1, "leafCellNumber": 8}]}}

@@ -707,27 +707,19 @@ def test_cli_refuses_unknown_scenario_and_bad_file(tmp_path: Path, toy_hived: No
 
 def _hived_factory() -> Any:
     pytest.importorskip("hivemux.cells.hived")
-    if not EXAMPLES.exists():
-        pytest.skip(f"{EXAMPLES} not present")
     return replay_factory.hived_factory()
 
 
 def _example_ids() -> list[str]:
-    if not EXAMPLES.exists():
-        return []
     return [str(s["id"]) for s in yaml.safe_load(EXAMPLES.read_text()).get("scenarios") or ()]
 
 
 def test_examples_load() -> None:
-    if not EXAMPLES.exists():
-        pytest.skip(f"{EXAMPLES} not present")
     file = replay.load_scenarios(yaml.safe_load(EXAMPLES.read_text()))
     assert file.scenarios and all(s.ops or s.expect_init_error for s in file.scenarios.values())
 
 
 def test_examples_use_only_supported_checks() -> None:
-    if not EXAMPLES.exists():
-        pytest.skip(f"{EXAMPLES} not present")
     file = replay.load_scenarios(yaml.safe_load(EXAMPLES.read_text()))
     keys = {k for s in file.scenarios.values() for op in s.ops for block in (op.expect, op.portable, op.observed) for k in block}
     assert keys <= set(CHECKS), keys - set(CHECKS)
@@ -738,8 +730,6 @@ def test_examples_replay_cleanly_on_the_quota_baseline() -> None:
     """The engine on real HiveD configs (two chains on one node, irregular GPU order): no
     harness problems. The baseline's scheduling verdicts are not the point here."""
     schedulers = pytest.importorskip("hivemux.cells.schedulers")
-    if not EXAMPLES.exists():
-        pytest.skip(f"{EXAMPLES} not present")
     file = replay.load_scenarios(yaml.safe_load(EXAMPLES.read_text()))
     for scenario_id in file.scenarios:
         report = replay.run_scenario(file, scenario_id, lambda c, o: schedulers.build_scheduler("quota", c))
