@@ -65,8 +65,8 @@ class CellAllocatorShell:
     def on_submission(self, job: JobSubmission, ctx: RecordContext) -> list[Event]:
         return self.edge.on_submission(job, replaying=ctx.replaying)
 
-    def on_binding(self, binding: CellBinding, ctx: RecordContext) -> None:
-        self.edge.on_binding(binding, replaying=ctx.replaying)
+    def on_binding(self, binding: CellBinding, ctx: RecordContext) -> list[Event]:
+        return self.edge.on_binding(binding, replaying=ctx.replaying)
 
     def on_config(self, change: CellConfig, ctx: RecordContext) -> list[Event]:
         before = self.edge.core.config_version
