@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
+from prometheus_client import Counter
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -36,6 +37,7 @@ from hivemux.topics import EXECUTOR_REPORTS, JOBS_COMMANDS, JOBS_PROFILED, JOBS_
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
+UNSAFE_PASSES = Counter("hivemux_allocator_unsafe_passes_total", "Allocator passes not published: they would bind a GPU already in a live binding (cells.binding_safety)")
 
 
 class AllocatorSettings(ServiceSettings):
@@ -104,6 +106,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     edge = allocator_events(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights,
                             timedelta(seconds=settings.retry_interval_s), LaneSettings(settings.lane_policies, settings.lane_default_policy,
                             settings.lane_gpu_memory_mib, settings.lane_auto_fraction, settings.lane_refusal_limit))  # fmt: skip
+    edge.on_unsafe = _unsafe
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
     configuration = {"settings": settings.recorded(), "cells": cells}
@@ -136,6 +139,11 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     service.on_ready(start_inspect)  # serve the view once the state is rebuilt
     service.on_stop(stop_inspect)
     return service
+
+
+def _unsafe(reason: str) -> None:
+    UNSAFE_PASSES.inc()
+    log.error("HiveD binding safety: %s", reason)
 
 
 def rebuild(configuration: dict) -> Service:
