@@ -7,7 +7,10 @@ speed model, healthy GPUs, telemetry of the serving nodes). A job stream runs th
 online services, guaranteed 4-GPU training jobs of vc-a, opportunistic training of vc-b (which
 the guaranteed ones preempt: bindings of two jobs published together, on two partitions) and
 offline jobs. At seeded random moments the active allocator or matcher is SIGKILLed and started
-again at once (its standby takes over). The verdict comes from what actually ran:
+again, at once or after the leader session (3 s) has expired, by a seeded coin: restarted at
+once, the new process often rejoins the leadership group first and takes the lead back after
+folding the log from its start; restarted late, the standby, which folded along, takes over.
+The verdict comes from what actually ran:
 
 - double bindings: the executor's reports, in each node's order (one partition per node), never
   show two exclusive workloads (training or online) running on one GPU at once, and the
@@ -44,6 +47,7 @@ ENV = {**PACE, "HIVEMUX_EXECUTOR_REPORT_INTERVAL_S": "0.5"}
 RUNNING = {"running"}  # "accepted" is not running yet (a start evicted before it ran stays accepted)
 ENDED_REPORTS = {"completed", "failed", "stopped", "evicted", "refused"}
 GRACE_MS = 1000
+RESTART_AFTER_S = (0.0, 4.0)  # at once, or once the dead member's leader session (3 s) has expired
 TERMINAL = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.CANCELLED, JobState.REJECTED}
 
 
@@ -97,11 +101,12 @@ async def _kill_loop(children: list[Child], kills: int, rng: random.Random, bega
         victim.process.send_signal(signal.SIGKILL)
         await asyncio.to_thread(victim.process.wait, 10)
         verdict.kills.append((round(time.monotonic() - began, 1), victim.name))
-        restarting.append(asyncio.create_task(asyncio.to_thread(_restart, victim)))
+        restarting.append(asyncio.create_task(asyncio.to_thread(_restart, victim, rng.choice(RESTART_AFTER_S))))
     await asyncio.gather(*restarting)
 
 
-def _restart(child: Child) -> None:
+def _restart(child: Child, after_s: float) -> None:
+    time.sleep(after_s)
     child.restart()
     wait_ready([child], timeout_s=120)
 
