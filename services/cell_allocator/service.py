@@ -106,7 +106,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     edge = allocator_events(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights,
                             timedelta(seconds=settings.retry_interval_s), LaneSettings(settings.lane_policies, settings.lane_default_policy,
                             settings.lane_gpu_memory_mib, settings.lane_auto_fraction, settings.lane_refusal_limit))  # fmt: skip
-    edge.on_unsafe = _unsafe
+    edge.on_unsafe = lambda reason: (UNSAFE_PASSES.inc(), log.error("HiveD binding safety: %s", reason)) and None  # logged, counted
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
     configuration = {"settings": settings.recorded(), "cells": cells}
@@ -139,11 +139,6 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     service.on_ready(start_inspect)  # serve the view once the state is rebuilt
     service.on_stop(stop_inspect)
     return service
-
-
-def _unsafe(reason: str) -> None:
-    UNSAFE_PASSES.inc()
-    log.error("HiveD binding safety: %s", reason)
 
 
 def rebuild(configuration: dict) -> Service:
