@@ -38,6 +38,13 @@ small jobs (offline and training, `--jobs`) is submitted throughout; then:
    (`--lifecycle-hours`, default 0.1 h after its warm-up), scaled to an hour.
 
     .venv/bin/python benchmarks/faults.py [--jobs 300] [--lifecycle-hours 0.1]
+
+5. takeover loop (issue 28), alone with ``--takeover-kills N`` (the issue's 50): the active cell
+   allocator or matcher SIGKILLed at N seeded random moments under a job stream with online
+   services, judged by the executor's reports (tests/support/takeover_faults.py; the suite runs
+   2 kills in tests/e2e/test_takeover_faults.py):
+
+    .venv/bin/python benchmarks/faults.py --takeover-kills 50 [--takeover-seed 28]
 """
 
 from __future__ import annotations
@@ -501,7 +508,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--lifecycle-hours", type=float, default=0.1)
+    parser.add_argument("--takeover-kills", type=int, default=0, help="run only the takeover loop (section 5) with this many SIGKILLs")
+    parser.add_argument("--takeover-seed", type=int, default=28)
     args = parser.parse_args()
+    if args.takeover_kills:
+        takeover_loop(args.takeover_kills, args.takeover_seed)
+        return
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as no_schemas:
         infra = EmbeddedInfra(schemas_dir=Path(no_schemas))  # no schema registry: every byte reaches the consumers
@@ -524,6 +536,30 @@ def main() -> None:
     system_s = time.monotonic() - began
     life = lifecycle_rate(args.lifecycle_hours)
     report(out, audit, life, system_s, args)
+
+
+def takeover_loop(kills: int, seed: int) -> None:
+    """Section 5 (module docstring): its table, then its JSON line."""
+    from support.takeover_faults import run, summary
+
+    with tempfile.TemporaryDirectory() as workdir, EmbeddedInfra() as infra:
+        bootstrap = infra.endpoints.bootstrap_servers
+        asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
+        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "HIVEMUX_POSTGRES_DSN": infra.endpoints.postgres_dsn}
+        verdict = asyncio.run(run(bootstrap, env, Path(workdir), kills=kills, seed=seed, gap_s=(1.0, 5.0)))
+    figures = summary(verdict)
+    units = Counter(unit for _, unit in verdict.kills)
+    print(f"\ntakeover loop: {kills} SIGKILLs of the active allocator/matcher (seed {seed}), {verdict.jobs}-job stream with 2 online services, "
+          f"os.cpu_count()={os.cpu_count()}, {verdict.seconds:.0f} s")  # fmt: skip
+    print(f"{'figure':<52} value")
+    print(f"{'kills per unit':<52} {dict(sorted(units.items()))}")
+    print(f"{'GPUs running two exclusive workloads (executor)':<52} {len(verdict.ran_together)} (must be 0)")
+    print(f"{'GPUs in two live bindings (bindings log)':<52} {len(verdict.double_bound)} (must be 0)")
+    print(f"{'cells held by finished jobs at the end':<52} {len(verdict.held_by_finished)} (must be 0)")
+    print(f"{'audit replay':<52} {verdict.audit}")
+    for line in [*verdict.ran_together, *verdict.double_bound, *verdict.held_by_finished][:10]:
+        print(f"    {line}")
+    print(json.dumps({"benchmark": "faults.takeover", "seed": seed, **figures}))
 
 
 def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], system_s: float, args: argparse.Namespace) -> None:

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import grpc
+from prometheus_client import Counter
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -36,6 +37,7 @@ from hivemux.topics import EXECUTOR_REPORTS, JOBS_COMMANDS, JOBS_PROFILED, JOBS_
 
 NAME = "cell-allocator"
 log = logging.getLogger("hivemux.cell_allocator")
+UNSAFE_PASSES = Counter("hivemux_allocator_unsafe_passes_total", "Allocator passes not published: they would bind a GPU already in a live binding (cells.binding_safety)")
 
 
 class AllocatorSettings(ServiceSettings):
@@ -65,8 +67,8 @@ class CellAllocatorShell:
     def on_submission(self, job: JobSubmission, ctx: RecordContext) -> list[Event]:
         return self.edge.on_submission(job, replaying=ctx.replaying)
 
-    def on_binding(self, binding: CellBinding, ctx: RecordContext) -> None:
-        self.edge.on_binding(binding, replaying=ctx.replaying)
+    def on_binding(self, binding: CellBinding, ctx: RecordContext) -> list[Event]:
+        return self.edge.on_binding(binding, replaying=ctx.replaying)
 
     def on_config(self, change: CellConfig, ctx: RecordContext) -> list[Event]:
         before = self.edge.core.config_version
@@ -104,6 +106,7 @@ def build(settings: AllocatorSettings, cells: dict | None = None) -> Service:
     edge = allocator_events(scheduler, f"{NAME}/{settings.instance}", settings.scheduler, settings.fairness_weights,
                             timedelta(seconds=settings.retry_interval_s), LaneSettings(settings.lane_policies, settings.lane_default_policy,
                             settings.lane_gpu_memory_mib, settings.lane_auto_fraction, settings.lane_refusal_limit))  # fmt: skip
+    edge.on_unsafe = lambda reason: (UNSAFE_PASSES.inc(), log.error("HiveD binding safety: %s", reason)) and None  # logged, counted
     shell = CellAllocatorShell(edge)
     service = Service(NAME, settings)
     configuration = {"settings": settings.recorded(), "cells": cells}

@@ -209,19 +209,29 @@ class Leadership:
 async def catch_up_to_now(consumer: AIOKafkaConsumer, on_record: Callable[[ConsumerRecord], Awaitable[None]], *,
                           max_records: int = 500) -> int:  # fmt: skip
     """Hand `on_record` every record of the consumer's partitions up to their end as of this
-    call; return how many. The end of a partition is the high-watermark of the first fetch
-    response for it that arrives after the call (aiokafka's `last_poll_timestamp`), not
-    ListOffsets, which the embedded broker can answer short (ARCHITECTURE.md, Tansu facts):
-    everything acknowledged before the call is below it. Steady traffic does not keep it going,
-    unlike waiting for an empty poll."""
+    call; return how many. The end of a partition is the high-watermark of a fetch response for
+    it whose request was sent after the call, not ListOffsets, which the embedded broker answers
+    short by the last producer batch (measured: 50 records sent as one batch moved ListOffsets
+    LATEST by 1, the fetch high-watermark by 50; ARCHITECTURE.md, Tansu facts): everything
+    acknowledged before the call is below it. aiokafka stamps a response when it processes it
+    (`last_poll_timestamp`), not when the broker wrote it, so the first response processed after
+    the call may answer a request sent before it (a loaded event loop); the second one cannot
+    (the next fetch of a partition is sent only once the previous response is processed), so
+    that one's high-watermark is the mark. Steady traffic does not keep it going, unlike waiting
+    for an empty poll."""
     since_ms = time.time() * 1000
+    first: dict[TopicPartition, int] = {}  # the first response processed after the call
     marks: dict[TopicPartition, int] = {}
     seen = 0
     while True:
         partitions = consumer.assignment()
         for tp in partitions:
             polled = consumer.last_poll_timestamp(tp)
-            if tp not in marks and polled is not None and polled > since_ms:
+            if tp in marks or polled is None or polled <= since_ms:
+                continue
+            if tp not in first:
+                first[tp] = polled
+            elif polled > first[tp]:
                 marks[tp] = consumer.highwater(tp)
         if len(marks) == len(partitions) and all([await consumer.position(tp) >= marks[tp] for tp in partitions]):
             return seen

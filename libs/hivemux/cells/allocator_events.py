@@ -46,13 +46,22 @@ Events are stamped with the allocation's event time and their ids derived from i
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
 after a restart (``replaying``), decisions change the state but nothing is published: what they
 decided was published before the restart.
+
+Takeover and safety (issue 28, `_decides`): the first record handled live after folding first
+publishes the releases the log lacks for jobs that ended or were suspended while no instance
+decided (`cells.takeover`); and every live pass ends with HiveD's binding safety check
+(`binding_safety.double_bindings` over the log's live bindings, `BindingLedger.live`): a pass
+that would leave a GPU in two live bindings is not published, and `on_unsafe` is told why (the
+service logs and counts it). Both are functions of the folded records, so a replay decides alike.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from typing import Any
 
 from hivemux.errors import ConfigurationError, InvalidEvent
 from hivemux.events import (
@@ -84,11 +93,13 @@ from hivemux.gpu_ids import gpu_ids
 
 from . import api
 from .allocator import Allocation, CellAllocator
+from .binding_safety import BindingChange, double_bindings
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 from .lane_events import LaneEventMaker, candidate, needs_profile
 from .lane_choice import LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
 from .resize import ReplicasRefused
+from .takeover import BindingLedger, Ending, Release
 
 ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
 CELL_KINDS = frozenset({JobKind.TRAINING, JobKind.ONLINE})  # the jobs HiveD places on cells
@@ -114,18 +125,39 @@ def training_job(job: JobSubmission) -> TrainingJob:
     )
 
 
+def _decides(handler: Callable[..., list[Event] | None]) -> Callable[..., list[Event]]:
+    """A consumed topic's handler, with the takeover and the safety check (module docstring)."""
+
+    @functools.wraps(handler)
+    def handle(self: AllocatorEvents, event: Any, *, replaying: bool) -> list[Event]:
+        if replaying:
+            self.ledger.folded = True
+            return handler(self, event, replaying=True) or []
+        first = self._take_over() if self.ledger.folded else []
+        return [*first, *self._checked(handler(self, event, replaying=False) or [])]
+
+    return handle
+
+
+def _changes(events: list[Event]) -> list[BindingChange]:
+    return [BindingChange(e.pod, e.job_id, e.state, e.gpu_ids) for e in events if isinstance(e, CellBinding) and e.pod is not None]
+
+
 class AllocatorEvents:
     """One method per consumed topic; each returns the events to publish."""
 
     def __init__(self, core: CellAllocator, source: str) -> None:
         self.core = core
         self.source = source
+        self.ledger = BindingLedger()  # the log's live bindings; endings folded (`cells.takeover`)
+        self.on_unsafe: Callable[[str], None] = lambda reason: None  # a pass withheld by the safety check
         self.submissions: dict[str, JobSubmission] = {}  # the job's VC, priority and workload, for its events
         self.stopped_on_command: set[str] = set()  # jobs cancelled or suspended: their workloads were stopped
         self.decided: set[uuid.UUID] = set()  # resize outcomes decided or folded: a command id acts once
         self.lanes = LaneEventMaker(core.lanes, self.submissions, source)  # lane jobs and lane GPUs (issue 20)
         self.profiles: dict[str, Profile] = {}  # of lane jobs that gave no P and E (`on_profile`)
 
+    @_decides
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
         if job.kind not in CELL_KINDS:  # an offline job is the matcher's, in a VC this allocator knows (or it is rejected)
@@ -144,6 +176,7 @@ class AllocatorEvents:
             return []
         return self.events(self.core.submit(training_job(job), at=job.occurred_at, cause=str(job.event_id)))
 
+    @_decides
     def on_profile(self, profile: Profile, *, replaying: bool) -> list[Event]:
         """A lane job's profile (it gave no P and E, `lane_events.needs_profile`): it goes to lanes now."""
         self.core.folding(replaying)
@@ -171,6 +204,7 @@ class AllocatorEvents:
             return []
         return self.events(self.core.submit_lane(lane, at=at, cause=cause))
 
+    @_decides
     def on_report(self, report: ExecutorReport, *, replaying: bool) -> list[Event]:
         """The executor refused the start of a lane job's current lane, or evicted the run it
         began (`LaneEventMaker.refused_start`): the job leaves its lane and waits, or is rejected
@@ -185,11 +219,14 @@ class AllocatorEvents:
                                                   cause=str(report.event_id), evicted=evicted)  # fmt: skip
         return [] if replaying else self.events(allocation)
 
+    @_decides
     def on_binding(self, binding: CellBinding, *, replaying: bool) -> None:
-        """Crash recovery: restore the bindings published before a restart."""
+        """Crash recovery: restore the bindings published before a restart (live, its own
+        bindings are in the state and the ledger already)."""
         self.core.folding(replaying)
         if not replaying or binding.pod is None:
             return
+        self.ledger.record(BindingChange(binding.pod, binding.job_id, binding.state, binding.gpu_ids), binding.node_ids[0] if binding.node_ids else None)
         if self.core.lanes.is_lane_gpu(binding.job_id):
             gpu = binding.gpu_ids[0] if binding.gpu_ids else None
             self.core.lanes.recorded_gpu(binding.job_id, binding.state, binding.node_ids[0] if binding.node_ids else None, gpu, binding.inputs)
@@ -199,6 +236,7 @@ class AllocatorEvents:
         elif binding.state in ("released", "preempted"):
             self.core.forget(binding.job_id, binding.pod)
 
+    @_decides
     def on_config(self, change: CellConfig, *, replaying: bool) -> list[Event]:
         """A newer cell configuration: reconfigure without losing placements (HiveD §4)."""
         self.core.folding(replaying)
@@ -208,6 +246,7 @@ class AllocatorEvents:
             raise InvalidEvent(f"cell configuration version {change.version} is refused: {error}") from error
         return [] if replaying else self.events(allocation)
 
+    @_decides
     def on_lifecycle(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
         job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
@@ -218,6 +257,9 @@ class AllocatorEvents:
         match change.state:
             case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)
+                if replaying:
+                    why = "job suspended" if change.state is JobState.SUSPENDED else "job ended"
+                    self.ledger.ended(job_id, Ending(at, cause, why, stop=True, reason=change.reason))
                 if change.state is JobState.CANCELLED:
                     allocation = self.core.end(job_id, at=at, cause=cause)
                 else:
@@ -229,17 +271,21 @@ class AllocatorEvents:
             case JobState.STOPPED if job_id in self.stopped_on_command:
                 return []  # the executor's report of our own stop
             case state if state in ENDED:
+                if replaying:
+                    self.ledger.ended(job_id, Ending(at, cause, "job ended", stop=False))
                 allocation = self.core.end(job_id, at=at, cause=cause)
             case _:
                 return []
         return [] if replaying else self.events(allocation)
 
+    @_decides
     def on_priority(self, change: JobPriorityChanged, *, replaying: bool) -> list[Event]:
         """A user changed a training job's HiveD priority (job controller)."""
         self.core.folding(replaying)
         allocation = self.core.reprioritize(change.job_id, change.priority_value, at=change.occurred_at, cause=str(change.event_id))
         return [] if replaying else self.events(allocation)
 
+    @_decides
     def on_command(self, c: JobCommand, *, replaying: bool) -> list[Event]:
         """A user's resize of an online service's replicas (module docstring); other commands
         reach this allocator as the job controller's lifecycle events and priority changes."""
@@ -282,13 +328,13 @@ class AllocatorEvents:
     def _stops(self, allocation: Allocation, job_id: str, reason: str) -> list[Event]:
         """One ``stop`` per node that ran a pod the command released (the executor keys by job)."""
         nodes = dict.fromkeys(d.node for d in allocation.decisions if isinstance(d, PodReleased) and d.job_id == job_id)
-        return [
-            ExecutorCommand(
-                event_id=derived_id("stop", job_id, node, allocation.cause), occurred_at=allocation.at, source=self.source,
-                node_id=node, action=CommandAction.STOP, job_id=job_id, reason=clip_reason(reason),
-            )  # fmt: skip
-            for node in nodes
-        ]
+        return [self._stop(job_id, node, allocation.at, allocation.cause, reason) for node in nodes]
+
+    def _stop(self, job_id: str, node: str, at: datetime, cause: str, reason: str) -> ExecutorCommand:
+        return ExecutorCommand(
+            event_id=derived_id("stop", job_id, node, cause), occurred_at=at, source=self.source,
+            node_id=node, action=CommandAction.STOP, job_id=job_id, reason=clip_reason(reason),
+        )  # fmt: skip
 
     def _replica_stops(self, allocation: Allocation, job_id: str, reason: str) -> list[Event]:
         """One ``stop`` per replica the resize released, naming its GPUs (the executor stops
@@ -303,6 +349,7 @@ class AllocatorEvents:
             if isinstance(d, PodReleased) and d.job_id == job_id
         ]
 
+    @_decides
     def on_health(self, transition: HealthTransition, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
         allocation = self.core.gpu_health(
@@ -311,6 +358,7 @@ class AllocatorEvents:
         )  # fmt: skip
         return [] if replaying else self.events(allocation)
 
+    @_decides
     def on_tick(self, tick: ClockTick, *, replaying: bool) -> list[Event]:
         """A clock tick: the retry pass when one is due (`CellAllocator.tick`). A replayed tick
         only moves time: the bindings its pass made are restored from the binding log."""
@@ -323,6 +371,35 @@ class AllocatorEvents:
     def retry(self) -> list[Event]:
         self.core.folding(False)  # a pass asked for live
         return self.events(self.core.retry())
+
+    # -- takeover and safety (module docstring) ---------------------------------------------------
+    def _take_over(self) -> list[Event]:
+        """The releases the log lacks, each as the instance that folded its ending would have
+        published it, and a ``stop`` per node for a cancelled or suspended job's workloads."""
+        releases = self.ledger.take_over(lambda job_id, pod: pod in self.core.jobs.placed.get(job_id, {}))
+        out: list[Event] = []
+        for r in releases:
+            out.append(self._released(r.job_id, r.pod, r.node, r.ending.at, r.ending.cause, self._takeover_reason(r)))
+            self.ledger.record(BindingChange(r.pod, r.job_id, "released"), None)
+        stops = {(r.job_id, r.node): r.ending for r in releases if r.ending.stop and r.node}
+        out += [self._stop(job_id, node, e.at, e.cause, e.reason or e.why) for (job_id, node), e in stops.items()]
+        return out
+
+    @staticmethod
+    def _takeover_reason(r: Release) -> str:
+        return f"{r.ending.why}: its cells are free again (released at takeover: the {r.ending.why.split()[1]} was folded while no instance decided)"
+
+    def _checked(self, out: list[Event]) -> list[Event]:
+        """HiveD's binding safety over the log's live bindings: a pass that would leave a GPU in
+        two live bindings is not published (`on_unsafe` is told why); a safe one is recorded."""
+        changes = _changes(out)
+        broken = double_bindings(self.ledger.live, changes) if changes else []
+        if broken:
+            self.on_unsafe(f"a pass of {len(out)} events not published: {'; '.join(broken[:5])}")
+            return []
+        for change, binding in zip(changes, [e for e in out if isinstance(e, CellBinding) and e.pod is not None], strict=True):
+            self.ledger.record(change, binding.node_ids[0] if binding.node_ids else None)
+        return out
 
     # -- decisions to events --------------------------------------------------------------------
     def events(self, allocation: Allocation) -> list[Event]:
@@ -365,13 +442,7 @@ class AllocatorEvents:
             case PodReleased(pod=pod, node=node):
                 jobs = self.core.jobs
                 why = "job suspended" if d.job_id in jobs.suspended else "job ended" if d.job_id in jobs.ended else "replica removed by a resize"
-                return [
-                    CellBinding(
-                        event_id=derived_id("released", pod.name, cause), occurred_at=at, source=self.source,
-                        job_id=d.job_id, vc=vc, state="released", priority=priority, pod=pod.name,
-                        node_ids=(node,), reason=f"{why}: its cells are free again",
-                    )  # fmt: skip
-                ]
+                return [self._released(d.job_id, pod.name, node, at, cause, f"{why}: its cells are free again")]
             case PodPreempted(pod=pod, node=node, by=by):
                 reason = f"preempted by {by}"
                 key = derived_id("preempted", pod.name, cause)
@@ -397,6 +468,14 @@ class AllocatorEvents:
                     ),  # fmt: skip
                 ]
         raise AssertionError(d)
+
+    def _released(self, job_id: str, pod: str, node: str, at: datetime, cause: str, reason: str) -> CellBinding:
+        job = self.submissions.get(job_id)
+        return CellBinding(
+            event_id=derived_id("released", pod, cause), occurred_at=at, source=self.source, job_id=job_id,
+            vc=job.vc if job else "-", state="released", priority=job.priority if job else Priority.GUARANTEED, pod=pod,
+            node_ids=(node,) if node else (), reason=clip_reason(reason),
+        )  # fmt: skip
 
     def _lifecycle(
         self, job_id: str, state: JobState, at: datetime, cause: str, reason: str, inputs: dict[str, str] | None = None

@@ -400,6 +400,27 @@ class HivedScheduler:
         g.bind_infos[pod.name] = bind_info
         self.pod_slots[pod.name] = (g.name, s.leaf_cell_number, index)
 
+    def holders(self, pod: api.Pod, bind_info: api.BindInfo) -> tuple[str, ...]:
+        """The groups other than the pod's own that use or reserve a leaf of its group's recorded
+        placement (sorted). Crash recovery folds the bindings topic's partitions in any
+        interleaving, so a binding can come before the release of its cells' previous holder:
+        added then, `_create_allocated_group` would skip the taken leaves and the release would
+        free them under it (issue 28); `JobAllocator.restore` waits for the release instead."""
+        spec = pod.spec.affinity_group
+        name = spec.name if spec is not None else pod.name
+        if name in self.groups:
+            return ()  # the group is placed: the pod joins it on its cells
+        found: set[str] = set()
+        for member in bind_info.affinity_group_bind_info:
+            for placement in member.pod_placements:
+                node = placement.physical_node
+                for index in placement.physical_leaf_cell_indices:
+                    p = self.view.leaf_by_index.get((bind_info.cell_chain, node, index)) or find_physical_leaf(self.view, bind_info.cell_chain, node, index)
+                    for g in (p.using_group, p.reserving_group) if p is not None else ():
+                        if g is not None and g.name != name:
+                            found.add(g.name)
+        return tuple(sorted(found))
+
     def _create_allocated_group(
         self, s: api.PodSchedulingSpec, spec: api.AffinityGroupSpec, info: api.BindInfo
     ) -> AffinityGroup:

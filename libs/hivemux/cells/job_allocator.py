@@ -170,6 +170,9 @@ class JobAllocator:
     ended: set[str] = field(default_factory=set)
     suspended: set[str] = field(default_factory=set)
     early_priorities: dict[str, int] = field(default_factory=dict)  # changed before the submission was folded
+    # Recorded bindings folded before the release of their cells' previous holder (pod name ->
+    # job, pod, bind info): restored once that release is folded (`restore`, issue 28).
+    parked: dict[str, tuple[str, api.Pod, api.BindInfo]] = field(default_factory=dict)
     # False while folding the log (catching up, or a standby): records change the state but no
     # job is tried. A pass tried then would bind jobs in this state only (its outputs are
     # dropped), and a standby taking over would believe them bound (found by benchmarks/faults.py).
@@ -303,6 +306,7 @@ class JobAllocator:
         self.suspended.discard(job_id)
         self.waiting.pop(job_id, None)
         self.told_on_log.pop(job_id, None)
+        self._unpark_job(job_id)
         self._drop_reservation(job_id)
         released = self._release(job_id)
         return [*released, *self.retry_waiting()] if released else []
@@ -313,6 +317,7 @@ class JobAllocator:
             return []
         self.suspended.add(job_id)  # also for a job not seen yet: its submission may be folded later
         self.waiting.pop(job_id, None)
+        self._unpark_job(job_id)
         self._drop_reservation(job_id)
         released = self._release(job_id)
         return [*released, *self.retry_waiting()] if released else []
@@ -390,12 +395,24 @@ class JobAllocator:
                 self.scheduler.delete_unallocated_pod(pod)
 
     def restore(self, job_id: str, pod: api.Pod, bind_info: api.BindInfo) -> None:
-        """Re-add a recorded binding (crash recovery); bindings of ended jobs stay released."""
+        """Re-add a recorded binding (crash recovery); bindings of ended jobs stay released.
+
+        The bindings topic is keyed by job, so a fold sees two jobs' records in any interleaving
+        (a restarted allocator, a standby): a binding can come before the release of the cells'
+        previous holder (a preemption and the preemptor's binding are published together, on two
+        partitions). Such a binding is parked until that release is folded (`_unpark`), so the
+        state converges to the log's live bindings whatever the interleaving (issue 28: restored
+        at once, the newer binding lost its cells to the older one's release, and the new active
+        allocator bound a cell still in use)."""
         if job_id in self.ended or pod.name in self.placed.get(job_id, {}):
             return
         job = self.jobs.get(job_id)
         if job is not None and job.replica_groups:
             pod, bind_info = as_replica(pod, bind_info)  # recorded before replicas had groups of their own
+        if self.scheduler.holders(pod, bind_info):
+            self.parked[pod.name] = (job_id, pod, bind_info)
+            return
+        self.parked.pop(pod.name, None)
         self.scheduler.add_allocated_pod(pod, bind_info)
         self.placed.setdefault(job_id, {})[pod.name] = (pod, bind_info)
         if self.fully_placed(job_id):
@@ -405,9 +422,14 @@ class JobAllocator:
         """A recorded release or preemption of one pod (crash recovery). A job of this
         allocator that neither ended nor was suspended is back in the queue (preempted: it waits
         to resume, HiveD §3.3), as `_preempt` put it live."""
-        pod, _ = self.placed.get(job_id, {}).pop(pod_name, (None, None))
+        self.parked.pop(pod_name, None)
+        pods = self.placed.get(job_id, {})
+        pod, _ = pods.pop(pod_name, (None, None))
+        if not pods:
+            self.placed.pop(job_id, None)
         if pod is not None:
             self.scheduler.delete_allocated_pod(pod)
+            self._unpark()
         if job_id in self.jobs and job_id not in self.ended and job_id not in self.suspended and not self.fully_placed(job_id):
             self.waiting.setdefault(job_id, None)
 
@@ -419,6 +441,7 @@ class JobAllocator:
         for pods in self.placed.values():
             for pod, bind_info in pods.values():
                 scheduler.add_allocated_pod(pod, bind_info)
+        self._unpark()
         return self.retry_waiting()
 
     def set_node_bad(self, node: str) -> None:
@@ -438,7 +461,20 @@ class JobAllocator:
             out.append(PodReleased(job_id, pod, info.node, info.leaf_cell_isolation))
         if not pods:
             self.placed.pop(job_id, None)
+        if out:
+            self._unpark()
         return out
+
+    def _unpark(self) -> None:
+        """Restore the parked bindings whose cells are free now (in the order they were parked)."""
+        for name, (job_id, pod, info) in list(self.parked.items()):
+            if name in self.parked and not self.scheduler.holders(pod, info):
+                self.restore(job_id, pod, info)
+
+    def _unpark_job(self, job_id: str) -> None:
+        """The job ended or was suspended: its parked bindings will never hold cells."""
+        for name in [name for name, (job, _, _) in self.parked.items() if job == job_id]:
+            del self.parked[name]
 
     def _as_replicas(self, job: TrainingJob) -> None:
         """Bindings restored before the job was known (crash recovery folds topics in any
@@ -502,6 +538,7 @@ class JobAllocator:
             for pod, info in self.placed.pop(victim, {}).values():
                 self.scheduler.delete_allocated_pod(pod)
                 out.append(PodPreempted(victim, pod, info.node, by))
+            self._unpark_job(victim)
             if victim in self.jobs:  # back to the queue, to resume when cells free up
                 self.waiting[victim] = f"preempted by {by}"
         return out

@@ -227,17 +227,30 @@ class QuotaScheduler:
         return api.BindInfo(node, indices, self.nodes[node][0].chain, members)
 
     # -- state changes ----------------------------------------------------------------------
+    def holders(self, pod: api.Pod, bind_info: api.BindInfo) -> tuple[str, ...]:
+        """The other groups on the GPUs of the pod's recorded group placement (`HivedScheduler.holders`)."""
+        group_name, _ = _members(pod)
+        if group_name in self.groups:
+            return ()
+        _, leaves = self._recorded(bind_info)
+        return tuple(sorted({self.holder[a] for a in leaves if a in self.holder and self.holder[a] != group_name}))
+
+    def _recorded(self, bind_info: api.BindInfo) -> tuple[Placement, set[str]]:
+        """A bind info's group placement and the addresses of its GPUs."""
+        placement: Placement = {}
+        leaves: set[str] = set()
+        for member in bind_info.affinity_group_bind_info:
+            pods = [(p.physical_node, p.physical_leaf_cell_indices) for p in member.pod_placements]
+            placement[len(pods[0][1]) if pods else 0] = pods
+            for node, indices in pods:
+                leaves.update(l.address for l in self.nodes.get(node, ()) if l.index in indices)
+        return placement, leaves
+
     def add_allocated_pod(self, pod: api.Pod, bind_info: api.BindInfo) -> None:
         group_name, _ = _members(pod)
         group = self.groups.get(group_name)
         if group is None:
-            placement: Placement = {}
-            leaves: set[str] = set()
-            for member in bind_info.affinity_group_bind_info:
-                pods = [(p.physical_node, p.physical_leaf_cell_indices) for p in member.pod_placements]
-                placement[len(pods[0][1]) if pods else 0] = pods
-                for node, indices in pods:
-                    leaves.update(l.address for l in self.nodes.get(node, ()) if l.index in indices)
+            placement, leaves = self._recorded(bind_info)
             group = _Group(group_name, pod.spec.virtual_cluster, pod.spec.priority, dict(placement), frozenset(leaves))
             clash = {self.holder[a] for a in group.leaves if a in self.holder}
             if clash:
