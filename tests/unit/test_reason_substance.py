@@ -37,7 +37,7 @@ def test_names_keep_their_digits_so_a_different_preemptor_is_news() -> None:
 # -- what a waiting job waits for (issue 28 item 6) ------------------------------------------------
 from datetime import UTC, datetime, timedelta  # noqa: E402
 
-from hivemux.events.base import RETELL_AFTER, WAITING_TURN, waiting_substance  # noqa: E402
+from hivemux.events.base import RETELL_AFTER, WAITING_FEASIBLE, WAITING_TURN, waiting_substance  # noqa: E402
 from hivemux.matching.fairness import at_share_reason  # noqa: E402
 from hivemux.matching.policy import MatchingPolicy  # noqa: E402
 from hivemux.matching.scheduler import Scheduler  # noqa: E402
@@ -54,10 +54,11 @@ T0 = datetime(2026, 11, 26, tzinfo=UTC)
         (MATCHING_LOST, WAITING_TURN),
         ("VC vc-b would exceed its fair share of opportunistic capacity (3 + 2 > 4.5 of 16 GPUs) while vc-a wait", WAITING_TURN),
         (f"{MATCHING_LOST}; node-00/gpu-1 cooling down after an SLO eviction", f"{WAITING_TURN}; node-00/gpu-1 cooling down after an SLO eviction"),
-        ("no feasible GPU among 4: over memory quota on 4", "no feasible GPU among #: over memory quota on #"),
+        ("no feasible GPU among 4: over memory quota on 4 (e.g. node-00/gpu-0: memory peak 7000 MiB > quota 6144 MiB)", WAITING_FEASIBLE),
+        ("no feasible GPU among 4: over memory quota on 4; too little free memory on 4", WAITING_FEASIBLE),
         ("preempted by job-17", "preempted by job-17"),
     ],
-    ids=["at-fair-share", "matching-lost", "allocator-fair-share", "turn-with-a-note", "infeasible", "preempted"],
+    ids=["at-fair-share", "matching-lost", "allocator-fair-share", "turn-with-a-note", "infeasible", "infeasible-otherwise", "preempted"],
 )
 def test_waiting_substance(reason: str, substance: str) -> None:
     assert waiting_substance(reason) == substance

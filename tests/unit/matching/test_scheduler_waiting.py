@@ -70,6 +70,7 @@ def test_a_placed_job_that_waits_again_is_told_again() -> None:
     at = T0 + timedelta(seconds=18)
     assert s._news("big", "no feasible GPU among 1: too little free memory on 1 (e.g. x)", at)  # state changed since: news
     assert not s._news("big", "no feasible GPU among 2: too little free memory on 2 (e.g. y)", at)
-    other = "no feasible GPU among 2: slowdown over bound on 1 (e.g. y); too little free memory on 1 (e.g. z)"
+    assert not s._news("big", "no feasible GPU among 2: slowdown over bound on 1 (e.g. y); too little free memory on 1 (e.g. z)", at)
+    other = "feasible on 1 GPU(s) (best x: predicted normalized throughput 0.5) but the maximum-weight matching gave its feasible GPUs to other jobs"
     assert not s._news("big", other, at + RETELL_AFTER - timedelta(seconds=1))  # a new substance, but told too recently
     assert s._news("big", other, at + RETELL_AFTER)
