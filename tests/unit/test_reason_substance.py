@@ -1,11 +1,17 @@
 """`events.base.reason_substance`: what a waiting reason says without its incidental numbers and
-parenthesised details (issue 16 item 6); names with digits in them are kept."""
+parenthesised details (issue 16 item 6), names with digits in them kept; `events.base.waiting_substance`
+and the matcher's `RETELL_AFTER`: what a waiting job waits for, told once (issue 28 item 6)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
-from hivemux.events.base import reason_substance
+from hivemux.events.base import RETELL_AFTER, WAITING_FEASIBLE, WAITING_TURN, reason_substance, waiting_substance
+from hivemux.matching.fairness import at_share_reason
+from hivemux.matching.policy import MatchingPolicy
+from hivemux.matching.scheduler import Scheduler
 
 CASES = [
     ("feasible on 3 GPU(s) (best node-00/gpu-1: predicted normalized throughput 0.512) but the maximum-weight matching "
@@ -35,13 +41,6 @@ def test_names_keep_their_digits_so_a_different_preemptor_is_news() -> None:
 
 
 # -- what a waiting job waits for (issue 28 item 6) ------------------------------------------------
-from datetime import UTC, datetime, timedelta  # noqa: E402
-
-from hivemux.events.base import RETELL_AFTER, WAITING_FEASIBLE, WAITING_TURN, waiting_substance  # noqa: E402
-from hivemux.matching.fairness import at_share_reason  # noqa: E402
-from hivemux.matching.policy import MatchingPolicy  # noqa: E402
-from hivemux.matching.scheduler import Scheduler  # noqa: E402
-
 MATCHING_LOST = ("feasible on 3 GPU(s) (best node-00/gpu-1: predicted normalized throughput 0.512) but the maximum-weight matching "
                  "(total 7.250) gave its feasible GPUs to other jobs")  # fmt: skip
 T0 = datetime(2026, 11, 26, tzinfo=UTC)
