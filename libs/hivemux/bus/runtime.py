@@ -49,8 +49,7 @@ audit replay` follow, whatever order they read the partitions in (issue 28 item 
   has seen both, and dropping whichever it happened to read second is how consumers came to
   disagree and lose the original: now the same records reach the handlers in every order.
   Refusing a forged record is the admission's work (who wrote it, `bus.authorization`), not
-  the dedupe's. Handlers that keep their own idempotence by event id scope it by the record's
-  key (its job or GPU) for the same reason.
+  the dedupe's.
 Example: `e1` submitted under job-a (partition 0, offset 5) and a forged body of `e1` under
 job-b (partition 2, offset 0): a consumer reading partition 0 first and one reading partition 2
 first both handle both; a third copy of `e1` under job-a with another body (partition 0,
