@@ -17,6 +17,12 @@ Figures:
   (embedded broker and PostgreSQL, `run_projector`), then `ReadModelStore.status_summary` (what
   `hivemux status` runs), median and p99 over repeats; then the same with the waiting records
   the previous rule would have added in that hour inserted into `job_events`;
+- reasons that alternate (issue 28 item 6): the same cores with the offline jobs split between
+  two VCs (vc-a, vc-b) and one placed offline job completing every 5 s (churn: a VC's share
+  frees and refills, so its waiting jobs' reason alternates between "at its fair share" and
+  "feasible ... but the maximum-weight matching gave its feasible GPUs to other jobs"); lifecycle
+  records a minute over the measured window (target <= 100), next to what the issue-16 rule
+  (tell again when `reason_substance` changes) would have published;
 - parse time of a 20,000-job file (`hivemux.cli.jobfile.parse_jobs`), median of repeats.
 
 Run: `python benchmarks/lifecycle.py` (`make bench`); `--no-status` skips the read model (no
@@ -65,6 +71,7 @@ from hivemux.events import (
     ReportState,
     WorkloadSpec,
 )
+from hivemux.events.base import reason_substance
 from hivemux.matching.matcher import MatcherCore
 from hivemux.matching.policy import MatchingPolicy
 from hivemux.prediction.analytic import default_analytic_model
@@ -92,12 +99,14 @@ class Run:
     lifecycle: Counter[str] = field(default_factory=Counter)  # "<producer> <state>" -> records in the measured hour
     previous_rule: Counter[str] = field(default_factory=Counter)  # producer -> waiting records the exact-text rule would publish
     after_restart: int = 0
+    issue16_rule: Counter[str] = field(default_factory=Counter)  # producer -> waiting records the reason_substance rule would publish
 
 
 class Cluster:
     """The two cores and the simulated world around them (online services, executors)."""
 
-    def __init__(self, training: int, offline: int, seed: int) -> None:
+    def __init__(self, training: int, offline: int, seed: int, *, offline_vcs: tuple[str, ...] = ("vc-b",), churn: bool = False) -> None:
+        self.offline_vcs, self.churn = offline_vcs, churn
         self.rng = random.Random(seed)
         self.online = {f"{n}/gpu-{i}": (self.rng.uniform(15.0, 55.0), self.rng.uniform(5000.0, 10500.0))
                        for n in ONLINE_NODES for i in range(GPUS_PER_NODE)}  # fmt: skip
@@ -133,7 +142,7 @@ class Cluster:
             model, sm, util, occ, peak, it = self.rng.choice(CATALOG)
             job = f"off-{i:05d}"
             self.peaks[job] = peak
-            out.append(JobSubmission(occurred_at=at(1 + i * 0.001), source="bench", job_id=job, vc="vc-b", kind=JobKind.OFFLINE,
+            out.append(JobSubmission(occurred_at=at(1 + i * 0.001), source="bench", job_id=job, vc=self.offline_vcs[i % len(self.offline_vcs)], kind=JobKind.OFFLINE,
                                      workload=WorkloadSpec(model=model, batch_size=32, iterations=1_000_000)))  # fmt: skip
             out.append(Profile(occurred_at=at(2), source="bench", job_id=job, signature=f"sig-{model}-32", gpu_type="T4", method="simulated",
                                iteration_time_ms=it, gpu_util=util, sm_activity=sm, sm_occupancy=occ, memory_peak_mib=peak,
@@ -194,6 +203,11 @@ class Cluster:
         inputs: list[Event] = [ClockTick(occurred_at=at(second), source="bench", ticker="cell-allocator/bench"), *self.telemetry(second)]
         if second % REPORT_EVERY == 0:
             inputs += self.reports(second)
+        if self.churn and self.running:  # one placed offline job completes (its GPU's slot frees)
+            job, c = sorted(self.running.items())[int(second) % len(self.running)]
+            inputs.append(ExecutorReport(occurred_at=at(second), source="executor/bench", node_id=c.node_id, job_id=job, command_id=str(c.event_id),
+                                         state=ReportState.COMPLETED, gpu_ids=c.gpu_ids, iterations_done=int(second)))  # fmt: skip
+            del self.running[job]
         out: list[Event] = []
         for event in inputs:
             before = self._latest_texts() if run is not None else None
@@ -215,6 +229,8 @@ class Cluster:
         allocator, matcher = self._latest_texts()
         run.previous_rule["cell-allocator"] += sum(1 for j, t in allocator.items() if t and before[0].get(j) not in (t,))
         run.previous_rule["matcher"] += sum(1 for j, t in matcher.items() if t and before[1].get(j) != t)
+        run.issue16_rule["matcher"] += sum(1 for j, t in matcher.items() if t and before[1].get(j) and reason_substance(before[1][j]) != reason_substance(t))
+        run.issue16_rule["cell-allocator"] += sum(1 for j, t in allocator.items() if t and before[0].get(j) and reason_substance(before[0][j]) != reason_substance(t))  # type: ignore[arg-type]
 
 
 def simulate(training: int, offline: int, hours: float, seed: int) -> tuple[Run, float]:
@@ -243,6 +259,22 @@ def simulate(training: int, offline: int, hours: float, seed: int) -> tuple[Run,
         events = restarted.step(second)
         run.log += events
         run.after_restart += sum(1 for e in events if isinstance(e, JobLifecycleEvent))
+    return run, time.perf_counter() - began
+
+
+def simulate_alternating(training: int, offline: int, minutes: float, seed: int) -> tuple[Run, float]:
+    """The alternating-reasons run (module docstring): warm-up as `simulate`, then `minutes` measured."""
+    cluster, run = Cluster(training, offline, seed, offline_vcs=("vc-a", "vc-b"), churn=True), Run()
+    began = time.perf_counter()
+    for event in cluster.arrivals():
+        for e in cluster.feed(event):
+            cluster.feed(e)
+    for second in range(STEP, WARMUP + 1, STEP):
+        cluster.step(second)
+    for second in range(WARMUP + STEP, WARMUP + int(minutes * 60) + 1, STEP):
+        for e in cluster.step(second, run):
+            if isinstance(e, JobLifecycleEvent):
+                run.lifecycle[f"{e.source.split('/')[0]} {e.state.value}"] += 1
     return run, time.perf_counter() - began
 
 
@@ -322,6 +354,7 @@ def main() -> None:
     parser.add_argument("--offline", type=int, default=2500, help="offline jobs waiting for a shared GPU")
     parser.add_argument("--hours", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=16)
+    parser.add_argument("--alternating-minutes", type=float, default=10.0, help="measured minutes of the alternating-reasons run")
     parser.add_argument("--file-jobs", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-status", action="store_true", help="skip the read model (no embedded broker and database)")
@@ -338,6 +371,12 @@ def main() -> None:
         "previous_rule_records_per_hour": round(previous, 1), "previous_rule_per_job_per_hour": round(previous / jobs, 3),
         "records_10_min_after_restart": run.after_restart, "simulation_s": round(seconds, 1),
     }  # fmt: skip
+    alternating, alternating_s = simulate_alternating(args.training, args.offline, args.alternating_minutes, args.seed)
+    alt_waiting = sum(n for k, n in alternating.lifecycle.items() if k.endswith(" waiting")) / args.alternating_minutes
+    alt_per_minute = sum(alternating.lifecycle.values()) / args.alternating_minutes
+    alt_issue16 = sum(alternating.issue16_rule.values()) / args.alternating_minutes
+    figures |= {"alternating_lifecycle_records_per_minute": round(alt_per_minute, 1), "alternating_waiting_records_per_minute": round(alt_waiting, 1),
+                "alternating_issue16_rule_waiting_records_per_minute": round(alt_issue16, 1), "alternating_simulation_s": round(alternating_s, 1)}  # fmt: skip
     figures["parse_20k_s"] = round(parse_time(args.file_jobs, 3), 3)
     if not args.no_status:
         from hivemux.infra import InfraSettings, embedded_infra
@@ -356,6 +395,10 @@ def main() -> None:
     for key, n in sorted(run.previous_rule.items()):
         print(f"{'  ' + key:<52} {n / args.hours:>14,.1f}")
     print(f"{'lifecycle records in 10 min after a restart':<52} {run.after_restart:>14,}")
+    print(f"{'alternating reasons ({} min): lifecycle records / min'.format(args.alternating_minutes):<52} {alt_per_minute:>14,.1f}")
+    for key, n in sorted(alternating.lifecycle.items()):
+        print(f"{'  ' + key:<52} {n / args.alternating_minutes:>14,.1f}")
+    print(f"{'  issue-16 rule (reason_substance) waiting / min':<52} {alt_issue16:>14,.1f}")
     print(f"{'parse a {:,}-job file (s, median of 3)'.format(args.file_jobs):<52} {figures['parse_20k_s']:>14.3f}")
     if "status_median_ms" in figures:
         print(f"{'status median / p99 (ms), job_events {:,}'.format(int(figures['job_events'])):<52} "

@@ -5,6 +5,7 @@ from prometheus_client import Counter
 CONSUMED = Counter("hivemux_records_consumed_total", "Records consumed", ["service", "topic"])
 PUBLISHED = Counter("hivemux_events_published_total", "Events published by handlers and tickers", ["service"])
 DUPLICATES = Counter("hivemux_duplicate_events_total", "Re-delivered events skipped by event_id", ["service", "topic"])
+CLASHES = Counter("hivemux_event_id_clashes_total", "Records whose event id was handled with another body elsewhere (both handled)", ["service", "topic"])
 DEAD_LETTERS = Counter("hivemux_dead_letters_total", "Records sent to a dead-letter topic", ["service", "topic", "stage"])
 HANDLER_ERRORS = Counter("hivemux_handler_errors_total", "Handlers or tickers that raised", ["service", "topic"])
 DEAD_LETTER_FAILURES = Counter("hivemux_dead_letter_failures_total", "Records that could not even be dead-lettered", ["service", "topic"])

@@ -34,6 +34,27 @@ service marks itself unready (`/healthz` 503 with the outage), retries the same 
 or commit with backoff until the dependency is back, then goes on where it stopped; nothing is
 dead-lettered or skipped for it.
 
+The dedupe (`SeenEvents`; delivery is at-least-once): the one rule every consumer and `hivemux
+audit replay` follow, whatever order they read the partitions in (issue 28 item 4).
+- A record's identity is (event id, body digest). A record whose identity was handled is a
+  redelivery: skipped, counted (`hivemux_duplicate_events_total`).
+- The same event id with another body on the same topic, partition and key is a clash: every
+  consumer of that key reads that partition in its log order, so every one of them meets the
+  same record second; that later record is dead-lettered (`ConflictingDuplicate`, naming the
+  earlier one's offset).
+- The same event id with another body anywhere else (another partition, as a forgery under
+  another key lands; another key or topic) is another record: both are handled, each on its
+  own merits, and the clash is counted (`hivemux_event_id_clashes_total`) and logged. Across
+  partitions no consumer can know which of the two comes first on a canonical order before it
+  has seen both, and dropping whichever it happened to read second is how consumers came to
+  disagree and lose the original: now the same records reach the handlers in every order.
+  Refusing a forged record is the admission's work (who wrote it, `bus.authorization`), not
+  the dedupe's.
+Example: `e1` submitted under job-a (partition 0, offset 5) and a forged body of `e1` under
+job-b (partition 2, offset 0): a consumer reading partition 0 first and one reading partition 2
+first both handle both; a third copy of `e1` under job-a with another body (partition 0,
+offset 9) is dead-lettered by both; a redelivery of offset 5 is skipped by both.
+
 A record that fails validation, or whose handler raises, goes to the topic's dead-letter
 topic with the reason, a counter is bumped, and consumption goes on. `TransientError` is
 retried with backoff first. `InvariantViolation` stops the service loudly. SIGTERM/SIGINT
@@ -118,26 +139,50 @@ class _Ticker:
 
 
 class SeenEvents:
-    """A bounded memory of handled event ids and their bodies (the at-least-once dedupe): a
-    redelivery has the same id and the same bytes; the same id with other bytes is a forgery
-    or a bug, never a duplicate to drop silently."""
+    """A bounded memory of handled records by (event id, body digest), with where each was
+    read (topic, partition, key, offset): the dedupe of the module docstring. Most ids are
+    seen with one body; an id seen with several keeps them all, so the verdict on a record
+    does not depend on which body came first."""
 
     def __init__(self, capacity: int = 100_000) -> None:
         self.capacity = capacity
-        self._ids: OrderedDict[UUID, int] = OrderedDict()
+        # id -> its bodies: (digest of the bytes, compared within one process only; topic, partition, key, offset)
+        self._ids: OrderedDict[UUID, tuple[tuple[int, str, int, str | None, int], ...]] = OrderedDict()
 
-    def check(self, event_id: UUID, body: bytes | None) -> Literal["new", "repeat", "conflict"]:
+    def check(
+        self, event_id: UUID, body: bytes | None, *, topic: str = "", partition: int = 0, key: str | None = None, offset: int = -1
+    ) -> tuple[Literal["new", "repeat", "conflict", "clash"], int]:
+        """The verdict on one record, and for a repeat or conflict the offset of the earlier
+        body: ``new``; ``repeat`` (a redelivery); ``conflict`` (another body of the id came
+        first on this topic, partition and key: dead-letter this one); ``clash`` (another body
+        of the id was handled elsewhere: this one is handled too)."""
         fingerprint = hash(body)
         known = self._ids.get(event_id)
-        if known is not None:
-            return "repeat" if known == fingerprint else "conflict"
-        self._ids[event_id] = fingerprint
-        if len(self._ids) > self.capacity:
-            self._ids.popitem(last=False)
-        return "new"
+        if known is None:
+            self._ids[event_id] = ((fingerprint, topic, partition, key, offset),)
+            if len(self._ids) > self.capacity:
+                self._ids.popitem(last=False)
+            return "new", -1
+        for seen in known:
+            if seen[0] == fingerprint:
+                return "repeat", seen[4]
+        for seen in known:
+            if seen[1:4] == (topic, partition, key):
+                return "conflict", seen[4]
+        self._ids[event_id] = (*known, (fingerprint, topic, partition, key, offset))
+        return "clash", -1
 
-    def forget(self, event_id: UUID) -> None:
-        self._ids.pop(event_id, None)
+    def forget(self, event_id: UUID, body: bytes | None = None) -> None:
+        """Forget one body of the id (a record handed again after an outage is no redelivery)."""
+        known = self._ids.get(event_id)
+        if known is None:
+            return
+        fingerprint = hash(body)
+        kept = tuple(seen for seen in known if seen[0] != fingerprint)
+        if kept:
+            self._ids[event_id] = kept
+        else:
+            del self._ids[event_id]
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> list[Event]:
@@ -571,15 +616,24 @@ async def handle_record(
     if refusal is not None:
         await dead_letter(topic, record, key, f"{topic.name}: {refusal}", "Refused", "admit")
         return None
-    if dedupe:
-        seen_before = seen.check(event.event_id, record.value)
-        if seen_before == "repeat":
+    if dedupe:  # the rule: module docstring
+        verdict, earlier = seen.check(event.event_id, record.value, topic=record.topic, partition=record.partition, key=key, offset=record.offset)
+        if verdict == "repeat":
             metrics.DUPLICATES.labels(name, record.topic).inc()
             return []
-        if seen_before == "conflict":
-            reason = f"{topic.name}: event id {event.event_id} was already consumed with a different body"
+        if verdict == "conflict":
+            reason = (
+                f"{topic.name}: event id {event.event_id} was already consumed with a different body "
+                f"under key {key!r} at {record.topic}[{record.partition}]@{earlier}"
+            )
             await dead_letter(topic, record, key, reason, "ConflictingDuplicate", "decode")
             return []
+        if verdict == "clash":
+            metrics.CLASHES.labels(name, record.topic).inc()
+            log.warning(
+                "%s: event id %s at %s[%s]@%s (key %r) has another body than one handled before under another key or partition; "
+                "both are handled (bus.runtime: the dedupe)", name, event.event_id, record.topic, record.partition, record.offset, key,
+            )  # fmt: skip
     try:
         try:
             outputs = await _call(handler, event, context)
@@ -590,7 +644,7 @@ async def handle_record(
     except Exception as error:
         if is_outage(error):
             if dedupe:
-                seen.forget(event.event_id)  # handed again once the outage is over: not a duplicate then
+                seen.forget(event.event_id, record.value)  # handed again once the outage is over: not a duplicate then
             raise  # the record is fine: the caller waits the outage out
         metrics.HANDLER_ERRORS.labels(name, record.topic).inc()
         log.error("handler for %s failed at %s:%s: %s", record.topic, record.partition, record.offset, traceback.format_exc())

@@ -38,8 +38,8 @@ later in the replay is remembered, so replaying the topics in any interleaving c
 whose recorded bindings end in a preemption (`forget`) is back in the queue, as it was live.
 
 Telling a waiting job why (issue 16 item 6): a `JobWaiting` is decided only when the reason's
-substance (`events.base.reason_substance`: the text without parenthesised details and
-incidental numbers) differs from what the job was last told, so the log grows with changes, not
+substance (`events.base.waiting_substance`: the text without parenthesised details and
+incidental numbers; a turn-wait such as a fair-share hold is one substance whatever its wording) differs from what the job was last told, so the log grows with changes, not
 with retry passes x queue length. What it was last told is the value in `waiting` (``""``: it
 entered the queue anew, anything is news); a job taken into the queue by a replay after a
 restart (`enqueue`, `forget`) has ``None`` there, meaning "not told by this incarnation": the
@@ -55,7 +55,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hivemux.events.base import clip_reason, reason_substance
+from hivemux.events.base import waiting_substance
 
 from . import api
 from .fairness import fair_shares
@@ -527,7 +527,7 @@ class JobAllocator:
         if last is None:
             last = self.told_on_log.get(job_id, "")
         self.waiting[job_id] = reason
-        if reason_substance(clip_reason(last)) == reason_substance(clip_reason(reason)):
+        if waiting_substance(last) == waiting_substance(reason):
             return []
         return [JobWaiting(job_id, reason)]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
@@ -72,6 +72,44 @@ def reason_substance(text: str) -> str:
     while previous != text:
         previous, text = text, _DETAIL.sub("", text)
     return _NUMBER.sub("#", text)
+
+
+# What a waiting job waits for, in substance (issue 28 item 6): a job that is feasible but not
+# chosen this round waits for its turn, whichever wording the round gave it. Under churn a VC's
+# jobs were told each round, alternately, "VC vc-b at its fair share (4 of 8 offline slots)"
+# (the matcher's `fairness.at_share_reason`) and "feasible on 3 GPU(s) (...) but the
+# maximum-weight matching (...) gave its feasible GPUs to other jobs" (`explanations`): one
+# substance, so neither is news after the other. The cell allocator's "would exceed its fair
+# share" is the same kind of wait. The words that mark a turn-wait, one home for both deciders:
+_TURN_MARKS = ("at its fair share", "gave its feasible GPUs to other jobs", "would exceed its fair share")
+WAITING_TURN = "feasible, waiting for its turn"
+# A job feasible on no GPU (the matcher's `explanations.why_not_placed`) waits for a feasible GPU,
+# whichever constraints the round listed: online memory moving made 487 of 5,000 jobs flap
+# between "over memory quota on 4" and "over memory quota on 4; too little free memory on 4".
+_INFEASIBLE_MARK = "no feasible GPU among"
+WAITING_FEASIBLE = "no feasible GPU"
+# A job told why it waits is told again, when the substance changed, no sooner than this much
+# event time after it was last told (a substance that flaps cannot flood the log).
+RETELL_AFTER = timedelta(minutes=2)
+
+
+def waiting_substance(reason: str) -> str:
+    """What a waiting job is told, in substance: `WAITING_FEASIBLE` for a job feasible on no
+    GPU; `WAITING_TURN` for a job feasible but not chosen (its first clause carries a turn mark), followed by the substance of any further
+    clauses (a note on GPUs cooling down); otherwise `reason_substance`.
+
+    Example: "VC vc-b at its fair share (4 of 8 offline slots)" and "feasible on 3 GPU(s) (best
+    node-00/gpu-1: ...) but the maximum-weight matching (total 7.250) gave its feasible GPUs to
+    other jobs" both read "feasible, waiting for its turn"; "no feasible GPU among 4: over memory
+    quota on 4" and "no feasible GPU among 4: too little free memory on 4" read "no feasible GPU";
+    "preempted by job-17" reads itself."""
+    text = clip_reason(reason)
+    if text.startswith(_INFEASIBLE_MARK):
+        return WAITING_FEASIBLE
+    head, _, rest = text.partition("; ")
+    if any(mark in head for mark in _TURN_MARKS):
+        return f"{WAITING_TURN}; {reason_substance(rest)}" if rest else WAITING_TURN
+    return reason_substance(text)
 
 
 class Record(BaseModel):

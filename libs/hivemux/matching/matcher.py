@@ -216,7 +216,7 @@ class MatcherCore:
         """The job controller's cancelled / suspended / resumed; every step tells the scheduler
         what the log last told the job (`Scheduler.heard`: a waiting reason this service published)."""
         told = change.state is JobState.WAITING and change.source.split("/")[0] == self.source.split("/")[0]
-        self.scheduler.heard(change.job_id, change.reason if told else None)
+        self.scheduler.heard(change.job_id, change.reason if told else None, change.occurred_at)
         if change.state not in CONTROL:
             return []
         control = JobControlled(change.event_id, change.job_id, CONTROL[change.state], change.occurred_at, change.reason)

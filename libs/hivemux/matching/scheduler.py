@@ -12,12 +12,16 @@ One round (`round`): the view's candidates and jobs (`cluster_view.round_inputs`
 (`plan.plan_matching`, or `plan.plan_fcfs` for the FCFS policy), then the decisions in
 publication order: running jobs stopped without a new GPU, running jobs moved (stopped on
 their old GPU first), placements, and the waiting explanations. A job is told why it waits
-only when the reason's substance changes (`events.base.reason_substance`: not when only its
+only when the reason's substance changes (`events.base.waiting_substance`: not when only its
 numbers move, such as the plan's total or the best GPU's predicted throughput), so the log
 grows with changes, not with rounds x queue length (issue 16 item 6). What a job was last told
 is `told` (``""`` once it was placed or controlled: the next wait is news); for a job this
 incarnation has not told, the waiting reason on the log counts (`heard`, folded from
-``jobs.lifecycle``), so a restarted or standby matcher does not tell it again.
+``jobs.lifecycle``), so a restarted or standby matcher does not tell it again. Issue 28 item 6:
+the substance is what the job waits for (a feasible job not chosen waits for its turn, whether
+the round said "at its fair share" or "the matching gave its GPUs to others"), and a job told
+once is told again no sooner than `events.base.RETELL_AFTER` of event time later (`told_at`,
+from the log's waiting events after a restart), so reasons that alternate cannot flood the log.
 Evictions follow health transitions (`eviction`), outside rounds. After an SLO-driven
 eviction (`slo_cooldown`, folded from ``sharing.protection``) the GPU is left out of the rounds'
 candidates while it cools down and the evicted job is kept off it for longer (a barred pair of
@@ -39,7 +43,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from hivemux.events import ReportState, derived_id
-from hivemux.events.base import clip_reason, reason_substance
+from hivemux.events.base import RETELL_AFTER, waiting_substance
 from hivemux.prediction.features import SpeedModel
 
 from .bipartite_graph import OnlineGpu
@@ -68,6 +72,7 @@ class Scheduler:
         self.next_round_at: datetime | None = None
         self.told: dict[str, str] = {}  # job id -> the last "why not placed" published ("": none since placed or controlled)
         self.told_on_log: dict[str, str] = {}  # job id -> its latest waiting reason on the log (`heard`)
+        self.told_at: dict[str, datetime] = {}  # job id -> the event time it was last told why it waits (this incarnation's or the log's)
         self.reports = ReportClock()  # when each placement's executor last reported (`expiry`)
         self.cooldown = SloCooldown(policy.slo_cooldown)  # GPUs and pairs closed after SLO evictions
         self._expiry_due: datetime | None = None
@@ -109,13 +114,15 @@ class Scheduler:
         self.told[command.job_id] = ""
         return Decisions((stop,)) if stop is not None else Decisions()
 
-    def heard(self, job_id: str, waiting_reason: str | None) -> None:
-        """The job's latest lifecycle step on the log: a waiting reason the matcher published,
-        or any other step (None)."""
+    def heard(self, job_id: str, waiting_reason: str | None, at: datetime | None = None) -> None:
+        """The job's latest lifecycle step on the log: a waiting reason the matcher published
+        at event time `at`, or any other step (None)."""
         if waiting_reason is None:
             self.told_on_log.pop(job_id, None)
         else:
             self.told_on_log[job_id] = waiting_reason
+            if at is not None and (job_id not in self.told_at or at > self.told_at[job_id]):
+                self.told_at[job_id] = at
 
     def on_health(self, change: HealthChange, *, live: bool) -> Decisions:
         self.view.health[change.gpu_id] = change.state
@@ -187,7 +194,7 @@ class Scheduler:
         if not candidates:
             why = f"no online GPU can take an offline job this round: {note}"
             return Decisions(tuple(Waiting(derived_id("waiting", j.job_id, at.isoformat()), at, j.job_id, why)
-                                   for j in jobs if self._news(j.job_id, why)))  # fmt: skip
+                                   for j in jobs if self._news(j.job_id, why, at)))  # fmt: skip
         plan = (plan_matching if self.placement == "matching" else plan_fcfs)(candidates, jobs, self.models, self.policy, closed.pairs or None)
         gpus = {g.gpu_id: g for g in candidates}
         changes: list[PlacementChange | Waiting] = [self._stop(s.job_id, s.reason, at, moved_to=None) for s in plan.stopped]
@@ -195,7 +202,7 @@ class Scheduler:
         changes += [self._place(p, gpus[p.gpu_id], at) for p in plan.placements]
         for refusal in plan.not_placed:
             reason = f"{refusal.reason}; {note}" if note else refusal.reason
-            if self._news(refusal.job_id, reason):  # say it again only when its substance changes
+            if self._news(refusal.job_id, reason, at):  # say it again only when its substance changes
                 changes.append(Waiting(derived_id("waiting", refusal.job_id, at.isoformat()), at, refusal.job_id, reason))
         return Decisions(tuple(changes), plan.total_weight)
 
@@ -205,10 +212,21 @@ class Scheduler:
         closed = set(cooling)
         return [g for g in candidates if g.gpu_id not in closed], [j for j in jobs if j.running_on not in closed]
 
-    def _news(self, job_id: str, reason: str) -> bool:
+    def _news(self, job_id: str, reason: str, at: datetime) -> bool:
+        """Whether to tell the job `reason` now (module docstring): its substance differs from
+        what it was last told, and if it was told anything since it last waited anew, at least
+        `RETELL_AFTER` of event time has passed since. A change held back is told on a later
+        round if it still stands then (`told` keeps what was told)."""
         last = self.told[job_id] if job_id in self.told else self.told_on_log.get(job_id, "")
+        if waiting_substance(last) == waiting_substance(reason):
+            self.told[job_id] = reason  # the latest wording of what it was told
+            return False
+        if last and (told_at := self.told_at.get(job_id)) is not None and at - told_at < RETELL_AFTER:
+            self.told[job_id] = last
+            return False
         self.told[job_id] = reason
-        return reason_substance(clip_reason(last)) != reason_substance(clip_reason(reason))
+        self.told_at[job_id] = at
+        return True
 
     def _stop(self, job_id: str, reason: str, at: datetime, *, moved_to: str | None, cause: str | None = None) -> PlacementChange:
         """Take a running job off its GPU: to move it (hysteresis passed) or to give the GPU

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from hivemux.events import HealthState
+from hivemux.events.base import RETELL_AFTER
 from hivemux.matching.cluster_view import GpuReading, OfflineSubmission, SoloProfile
 from hivemux.matching.decisions import PlacementChange, Waiting
 from hivemux.matching.eviction import HealthChange
@@ -66,6 +67,10 @@ def test_a_placed_job_that_waits_again_is_told_again() -> None:
     assert len(waits(s.on_readings([reading(0, 30.0), reading(6, 30.0)], live=True).changes)) == 1
     [placed] = s.on_readings([reading(12, 30.0, 4000.0)], live=True).changes  # memory freed: placed
     assert isinstance(placed, PlacementChange) and placed.action == "place" and s.told["big"] == ""
-    assert s._news("big", "no feasible GPU among 1: too little free memory on 1 (e.g. x)")  # state changed since: news
-    assert not s._news("big", "no feasible GPU among 2: too little free memory on 2 (e.g. y)")
-    assert s._news("big", "no feasible GPU among 2: slowdown over bound on 1 (e.g. y); too little free memory on 1 (e.g. z)")
+    at = T0 + timedelta(seconds=18)
+    assert s._news("big", "no feasible GPU among 1: too little free memory on 1 (e.g. x)", at)  # state changed since: news
+    assert not s._news("big", "no feasible GPU among 2: too little free memory on 2 (e.g. y)", at)
+    assert not s._news("big", "no feasible GPU among 2: slowdown over bound on 1 (e.g. y); too little free memory on 1 (e.g. z)", at)
+    other = "feasible on 1 GPU(s) (best x: predicted normalized throughput 0.5) but the maximum-weight matching gave its feasible GPUs to other jobs"
+    assert not s._news("big", other, at + RETELL_AFTER - timedelta(seconds=1))  # a new substance, but told too recently
+    assert s._news("big", other, at + RETELL_AFTER)
