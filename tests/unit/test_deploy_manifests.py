@@ -2,8 +2,10 @@
 service the CLI knows, with the command `hivemux service <name>`, the bus configured and a
 health check on /healthz. Every HIVEMUX_* variable they set is a setting some service reads
 (derived from the services' pydantic settings classes), the executor DaemonSet runs the process
-backend unprivileged (only its MPS init step is privileged), and the Dockerfile builds and ships
-the xCUDA shim (issue 18)."""
+backend unprivileged (only its MPS init step is privileged), the Dockerfile builds and ships
+the xCUDA shim (issue 18), and every service mounts its own signing key, no other, and the public
+keyring where its variables say, made by what makes them (issue 28: compose's one-shot
+`signing-keys`, deploy/kubernetes/signing-keys.sh)."""
 
 from __future__ import annotations
 
@@ -429,3 +431,140 @@ def test_the_cell_allocator_mounts_a_valid_hived_configuration(k8s_docs: list[di
     env = {e["name"]: e.get("value") for e in container["env"]}
     mount = next(m for m in container["volumeMounts"] if m["name"] == "cells")
     assert env["HIVEMUX_ALLOCATOR_CONFIG"] == mount["mountPath"] + "/cells.yaml"
+
+
+# -- signing keys (bus.signing): each service mounts its own private key and the keyring ------------
+
+KEY_SCRIPT = K8S / "signing-keys.sh"
+
+
+def compose_mounts(spec: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """A compose service's volumes (short syntax) by target: (source, read-only)."""
+    out: dict[str, tuple[str, bool]] = {}
+    for entry in spec.get("volumes", []):
+        source, target, *mode = entry.split(":")
+        out[target] = (source, mode == ["ro"])
+    return out
+
+
+def keygen_files(compose: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """What the one-shot `signing-keys` leaves in each volume: (volume, file in it) by what it
+    copied there (a signer's name, or ``keyring``), read from its script and its mounts."""
+    keygen = compose["services"]["signing-keys"]
+    script = keygen["command"][-1].replace("$$", "$")
+    volumes = {target: source for target, (source, _) in compose_mounts(keygen).items()}
+    (loop,) = re.findall(r"for s in ([a-z -]+); do", script)
+    copies = re.findall(r'install -m 0400 -o 10001 -g 10001 "/keys/all/\$s\.key" "(/keys/\$s/[a-z.]+)"', script)
+    (keyring,) = re.findall(r"install -m 0444 /keys/all/keyring\.json (\S+)", script)
+    assert len(copies) == 1, script
+    out = {s: copies[0].replace("$s", s) for s in loop.split()} | {"keyring": keyring}
+    return {signer: (volumes[str(Path(path).parent)], Path(path).name) for signer, path in out.items()}
+
+
+def test_compose_makes_the_signing_keys_once_before_any_service_starts(compose: dict[str, Any], tmp_path: Path) -> None:
+    from hivemux.bus.signing import signers, write_keys
+
+    keygen = compose["services"]["signing-keys"]
+    assert keygen["command"][:2] == ["sh", "-ec"] and keygen["restart"] == "no"
+    script = keygen["command"][-1]
+    assert script.startswith("python -m hivemux.bus.signing /keys/all\n"), script
+    assert compose_mounts(keygen)["/keys/all"] == ("signing-keys", False)  # kept: a rerun reuses the keys
+    # the files the script copies are those the signing CLI writes (run it)
+    written = {name: path.name for name, path in write_keys(tmp_path).items()}
+    assert set(written) == set(signers()) | {"keyring"}
+    for signer in set(keygen_files(compose)) - {"keyring"}:
+        assert written[signer] == f"{signer}.key", signer
+    assert written["keyring"] == "keyring.json"
+    for name, spec in hivemux_services(compose).items():
+        assert spec["depends_on"]["signing-keys"]["condition"] == "service_completed_successfully", name
+        assert "signing-keys" not in {source for source, _ in compose_mounts(spec).values()}, name  # nobody mounts them all
+
+
+def test_compose_services_mount_their_own_key_and_the_keyring(compose: dict[str, Any]) -> None:
+    made = keygen_files(compose)
+    assert set(made) == set(SERVICES) | {"keyring"}  # a key for every service (cli's stays in signing-keys)
+    assert len({volume for volume, _ in made.values()}) == len(made)  # a volume each
+    for name, spec in hivemux_services(compose).items():
+        principal = spec["command"][2]
+        env, mounts = spec["environment"], compose_mounts(spec)
+        for variable, signer in (("HIVEMUX_SIGNING_KEY", principal), ("HIVEMUX_KEYRING", "keyring")):
+            path = Path(env[variable])
+            assert mounts[str(path.parent)] == (made[signer][0], True), (name, variable)  # read-only
+            assert path.name == made[signer][1], (name, variable)
+        others = {volume for signer, (volume, _) in made.items() if signer not in (principal, "keyring")}
+        assert not others & {source for source, _ in mounts.values()}, name  # no other service's key
+
+
+def test_workloads_mount_their_own_key_and_the_keyring(workloads: dict[str, dict[str, Any]]) -> None:
+    secrets_mounted: dict[str, str] = {}
+    for name, workload in workloads.items():
+        pod = workload["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        key, keyring = Path(env["HIVEMUX_SIGNING_KEY"]["value"]), Path(env["HIVEMUX_KEYRING"]["value"])
+        (key_mount,) = [m for m in container["volumeMounts"] if m["mountPath"] in (str(key), str(key.parent))]
+        (ring_mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(keyring.parent)]
+        assert key_mount["readOnly"] is True and ring_mount["readOnly"] is True, name
+        secret = volumes[key_mount["name"]]["secret"]
+        assert secret["defaultMode"] == 0o400, name
+        assert volumes[ring_mount["name"]]["configMap"]["name"] == "hivemux-keyring", name
+        assert keyring.name == "keyring.json", name
+        if name == "executor":  # a key per node, its own picked by name: executor/<node> (signing-keys.md)
+            assert secret["secretName"] == "hivemux-key-executor-nodes"
+            assert key_mount["mountPath"] == str(key) and key_mount["subPathExpr"] == "$(HIVEMUX_EXECUTOR_NODE_ID).key"
+            assert env["HIVEMUX_EXECUTOR_NODE_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+        else:
+            assert secret["secretName"] == f"hivemux-key-{name}", name
+            assert key_mount["mountPath"] == str(key.parent) and key.name == "signing.key", name
+            assert not {"subPath", "subPathExpr"} & set(key_mount), name
+            # a Secret's files are root's: the pod's group (fsGroup) lets the service's uid read 0400 as 0440
+            assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsGroup"], name
+        keys = [v["secret"]["secretName"] for v in pod["volumes"] if v.get("secret", {}).get("secretName", "").startswith("hivemux-key-")]
+        assert keys == [secret["secretName"]], name  # its own key only
+        secrets_mounted[name] = secret["secretName"]
+    assert len(set(secrets_mounted.values())) == len(secrets_mounted)
+
+
+def test_signing_keys_script_creates_what_the_workloads_mount(workloads: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    """deploy/kubernetes/signing-keys.sh, run with a kubectl that records what it would create."""
+    import json
+    import subprocess
+    import sys
+
+    from hivemux.bus.signing import Signer, load_keyring, load_private
+
+    bin_dir, log = tmp_path / "bin", tmp_path / "created.jsonl"
+    bin_dir.mkdir()
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(
+        "#!/bin/sh\n"
+        f'case " $* " in *" apply "*) cat >> "{log}" ;; *" get nodes "*) exit 3 ;;\n'
+        f"  *) '{sys.executable}' -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\" ;; esac\n"
+    )
+    kubectl.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PYTHON": sys.executable, "EXECUTOR_NODES": "gpu-a gpu-b.example"}
+    run = subprocess.run(["sh", str(KEY_SCRIPT), str(tmp_path / "keys")], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    created: dict[tuple[str, str], dict[str, Path]] = {}
+    for line in log.read_text().splitlines():
+        args = json.loads(line)
+        assert args[:3] == ["-n", "hivemux", "create"] and args[-3:] == ["--dry-run=client", "-o", "yaml"], args
+        kind, name = (args[3], args[5]) if args[3] == "secret" else (args[3], args[4])
+        files = [a.removeprefix("--from-file=").split("=", 1) for a in args if a.startswith("--from-file=")]
+        created[(kind, name)] = {key: Path(path) for key, path in files}
+    assert set(created) == {("secret", s) for s in (*(f"hivemux-key-{n}" for n in SERVICES if n != "executor"),
+                                                    "hivemux-key-executor-nodes")} | {("configmap", "hivemux-keyring")}  # fmt: skip
+    keyring = load_keyring(created[("configmap", "hivemux-keyring")]["keyring.json"])
+    for name, workload in workloads.items():
+        pod = workload["spec"]["template"]["spec"]
+        secret = next(v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "signing-key")
+        files = created[("secret", secret)]
+        expected = {"signing.key": name} if name != "executor" else {f"{n}.key": f"executor/{n}" for n in ("gpu-a", "gpu-b.example")}
+        assert set(files) == set(expected), name
+        for file, signer in expected.items():
+            keys = load_private(files[file])
+            assert set(keys) == {signer}, (name, file)  # that principal's key alone
+            source = f"{signer}/0" if "/" not in signer else signer
+            (headers,) = Signer(keys).sign([("t", b"k", b"v", source)])
+            assert keyring.prove("t", b"k", b"v", headers) == (signer, None), (name, file)

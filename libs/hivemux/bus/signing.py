@@ -37,9 +37,10 @@ whose ``source`` has its principal (or an alias its process writes: `KAFKA_USER`
 instance, that same instance. `bus.authorization` then judges the source as proven.
 
 Keys on disk (`write_keys`, what `hivemux up` does in ``<workdir>/keys``; Kubernetes: one Secret
-per service, deploy/README.md): ``<signer>.key``, mode 0600, JSON ``{signer: private key hex}``
-(a test keyring holds several); ``keyring.json``, JSON ``{signer: [public key hex, ...]}`` (more
-than one: a rotation in progress). A process names them with ``HIVEMUX_SIGNING_KEY`` and
+per service, deploy/kubernetes/signing-keys.md): ``<signer>.key``, mode 0600, JSON
+``{signer: private key hex}`` (a test keyring holds several); ``keyring.json``, JSON
+``{signer: [public key hex, ...]}`` (more than one: a rotation in progress). A process names
+them with ``HIVEMUX_SIGNING_KEY`` and
 ``HIVEMUX_KEYRING`` (`settings.BusSettings`); `configure` loads them once (its entry point calls
 it through `bus.connection.configure`). A process that configured none signs and verifies with
 keys of its own, made at first use for every principal (in-process benchmarks and tools):
