@@ -140,9 +140,10 @@ class History:
                 self._caught_up = False
                 delay = backoff.after_exit(time.monotonic() - started) or ARCHIVER_RESTARTS.max_delay_s
                 behind = self._health.lag_records
-                self._say(f"history: archiver stopped: {self._last_error()}; restart {self.restarts} in {delay:.1f} s "
-                          f"(the archive is {behind} records behind the broker; they are lost if the broker dies before it catches up)")  # fmt: skip
-                log.warning("archiver stopped (restart %d in %.1f s)", self.restarts, delay, exc_info=error)
+                self._say(f"history: archiver stopped: {self._last_error()}; restart {self.restarts} in {delay:.1f} s"
+                          + (f" (the archive is {behind} records behind the broker: lost if the broker dies before it catches up)" if behind else ""))  # fmt: skip
+                log.warning("archiver stopped on %s (restart %d in %.1f s)", self._last_error(), self.restarts, delay)
+                log.debug("archiver error", exc_info=error)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=delay)
 

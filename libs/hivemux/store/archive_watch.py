@@ -88,7 +88,7 @@ def describe_gaps(found: Sequence[Gap], limit: int = 12) -> str:
     total = sum(g.records for g in found)
     named = ", ".join(g.text() for g in found[:limit])
     more = f" and {len(found) - limit} more partitions" if len(found) > limit else ""
-    return f"{total} records: {named}{more}"
+    return f"{total} record{'' if total == 1 else 's'}: {named}{more}"
 
 
 class Lag:
