@@ -274,3 +274,21 @@ async def test_jobs_submit_says_plainly_when_the_archive_does_not_hold_the_job(i
     assert raised.value.job_ids == [job_id] and len(raised.value.metadata) == 1
     assert "published but NOT archived" in said and "they run" in said
     assert "History archive: restarting, 7 records (12 s) behind the broker; archiver restarted 3 times, last error: ConnectionRefusedError: gone" in said
+
+
+async def test_broker_ends_count_the_whole_last_batch(infra) -> None:  # type: ignore[no-untyped-def]
+    """The embedded broker's ListOffsets stops after the first record of the last producer batch;
+    `BrokerEnds` (what the archive's lag and a refill's loss are measured against) does not."""
+    from hivemux.store.archive_watch import BrokerEnds
+
+    topic = unique_topic(partitions=1)
+    await ensure_topics(infra.bootstrap_servers, [topic])
+    probe = BrokerEnds(infra.bootstrap_servers, [topic.name])
+    try:
+        assert await probe.read() == {(topic.name, 0): 0}
+        await _produce(infra.bootstrap_servers, [topic.name], 10, 0)  # one batch
+        assert await probe.read() == {(topic.name, 0): 10}
+        await _produce(infra.bootstrap_servers, [topic.name], 1, 10)
+        assert await probe.read() == {(topic.name, 0): 11}
+    finally:
+        await probe.close()
