@@ -72,6 +72,7 @@ class History:
         self.restarts = 0
         self._state = PAUSED
         self._error_at: float | None = None
+        self._failed_run = -1  # `stats.runs` when the archiver last stopped on an error
         self._health = ArchiverHealth(PAUSED)  # the watch's last sample (replaced, never mutated)
         self._caught_up = True  # said once when the archive holds everything again after a restart
 
@@ -103,7 +104,7 @@ class History:
                 ready.set()
                 await asyncio.gather(self._supervised(self._stop), watch_archive(
                     self.bootstrap_servers, self.dsn, self.topics, stop=self._stop, archived=lambda: self.stats.positions,
-                    status=lambda: (self._state, self.restarts, self._last_error(), self._error_at), report=self._watched,
+                    status=lambda: (self._current_state(), self.restarts, self._last_error(), self._error_at), report=self._watched,
                 ))  # fmt: skip
 
             try:
@@ -123,9 +124,9 @@ class History:
     async def _supervised(self, stop: asyncio.Event) -> None:
         """Run the archiver until `stop`, starting it again with backoff whatever it stops on."""
         backoff = Backoff(ARCHIVER_RESTARTS)
+        self._state = ARCHIVING
         while not stop.is_set():
             started = time.monotonic()
-            self._state = ARCHIVING
             try:
                 await archive(self.bootstrap_servers, self.dsn, self.topics, stop=stop, stats=self.stats)
                 if stop.is_set():
@@ -136,6 +137,7 @@ class History:
                     log.info("archiver stopped: %s: %s", type(error).__name__, error)
                     return
                 self.error, self._error_at, self._state = error, time.time(), RESTARTING
+                self._failed_run = self.stats.runs
                 self.restarts += 1
                 self._caught_up = False
                 delay = backoff.after_exit(time.monotonic() - started) or ARCHIVER_RESTARTS.max_delay_s
@@ -152,6 +154,12 @@ class History:
         if not self._caught_up and health.state == ARCHIVING and health.lag_records == 0:
             self._caught_up = True
             self._say(f"history: archiver running again after restart {self.restarts}; the archive holds everything the broker does")
+
+    def _current_state(self) -> str:
+        """RESTARTING from an error until a new run has connected and read its positions."""
+        if self._state == RESTARTING and self.stats.runs > self._failed_run:
+            return ARCHIVING
+        return self._state
 
     def _last_error(self) -> str | None:
         return None if self.error is None else f"{type(self.error).__name__}: {self.error}"[:500]

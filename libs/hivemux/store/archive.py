@@ -106,6 +106,7 @@ class ArchiveStats:
     lag_ms_sum: float = 0.0  # per record: commit time - the record's timestamp
     lag_ms_max: float = 0.0
     group_snapshots: int = 0
+    runs: int = 0  # archiver runs that connected and read their positions (a restarted one counts again)
     # the archive's next offset per partition, as committed (None until the archiver has read
     # them); replaced, never mutated, so another thread may read it
     positions: dict[Position, int] | None = None
@@ -186,6 +187,7 @@ async def archive(
         await ensure_schema(conn)
         positions = await archived_positions(conn)
         stats.positions = dict(positions)
+        stats.runs += 1
 
         async def on_batch(
             records: list[ConsumerRecord],
