@@ -8,7 +8,9 @@ send the same events.
   and `config_in_force`: which version the cell allocator holds after folding the log by its
   own rule (what `hivemux cells configure` checks after publishing);
 - `submit`: job submissions, published and, with `hivemux up`'s embedded broker, confirmed
-  archived (`store.archive`), published again (same events, same ids) while they are not.
+  archived (`store.archive`): published again (same events, same ids) when a refilled broker
+  lost them, and `NotArchived` (saying why: the archiver's state and lag, or the database away)
+  when the archive does not hold them in time although the broker has them.
 
 Each carries the principal that asked (`store.tokens.Principal.name` through the API, the OS
 user or ``$HIVEMUX_PRINCIPAL`` through the CLI) and the source that published it.
@@ -19,6 +21,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +33,14 @@ from .gpu_ids import node_of
 
 
 class NotArchived(HivemuxError):
-    """Submissions the embedded broker acknowledged but did not archive, after three tries."""
+    """Submissions the embedded broker acknowledged that its archive does not hold (yet): they are
+    on the broker and run, but a broker restart before the archive catches up loses them.
+    `job_ids`: those; `metadata`: every job's record metadata, in submission order."""
+
+    def __init__(self, message: str, job_ids: Sequence[str], metadata: Sequence[Any]) -> None:
+        super().__init__(message)
+        self.job_ids = list(job_ids)
+        self.metadata = list(metadata)
 
 
 class RecordRefused(HivemuxError):
@@ -155,43 +165,81 @@ async def publish(servers: str, events: Sequence[Event], *, source: str) -> list
         return await _published(publisher, events)
 
 
+ARCHIVE_WAIT_S = 30.0  # how long a submission waits for the archive (an archiver restarting after a database restart takes a few s)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    metadata: list[Any]  # each job's record metadata (of its last publication), in order
+    archived: bool | None  # True: the archive holds every job; None: there is no archive to ask
+
+
 async def submit(
     servers: str, jobs: Sequence[JobSubmission], *, source: str, dsn: str | None, warn: Callable[[str], None] = lambda _: None,
-    publisher: Publisher | None = None,
+    publisher: Publisher | None = None, archive_wait_s: float = ARCHIVE_WAIT_S,
 ) -> list[Any]:  # fmt: skip
+    """`submit_archived`'s record metadata, in order."""
+    done = await submit_archived(servers, jobs, source=source, dsn=dsn, warn=warn, publisher=publisher, archive_wait_s=archive_wait_s)
+    return done.metadata
+
+
+async def submit_archived(
+    servers: str, jobs: Sequence[JobSubmission], *, source: str, dsn: str | None, warn: Callable[[str], None] = lambda _: None,
+    publisher: Publisher | None = None, archive_wait_s: float = ARCHIVE_WAIT_S,
+) -> Submitted:  # fmt: skip
     """Publish job submissions; with a database (`hivemux up`'s embedded broker archives into it),
-    until its archive holds every one, at most three times (`NotArchived`). Their metadata, in order."""
+    until its archive holds every one: a job the archive lost (a refilled broker) is published
+    again, at most three times; a job it does not hold after `archive_wait_s` raises `NotArchived`,
+    which says why."""
     if publisher is None:
         check_records(jobs)
         async with Publisher(servers, source=source) as own:
-            return await submit(servers, jobs, source=source, dsn=dsn, warn=warn, publisher=own)
-    pending, first = list(jobs), None
+            return await submit_archived(servers, jobs, source=source, dsn=dsn, warn=warn, publisher=own, archive_wait_s=archive_wait_s)
+    archived: bool | None = None
+    latest: dict[int, Any] = {}  # index in `jobs` -> its record metadata
+    pending = list(range(len(jobs)))
     for _ in range(3):
-        metadata = await _published(publisher, pending)
-        first = first or metadata
+        metadata = await _published(publisher, [jobs[i] for i in pending])
+        latest.update(zip(pending, metadata, strict=True))
         if not dsn:
-            return first
-        pending = await _not_archived(dsn, pending, metadata, warn)
+            break
+        check = await _archive_check(dsn, [jobs[i] for i in pending], metadata, archive_wait_s)
+        if check is None:  # this database holds no archive: the broker keeps its own history
+            break
+        archived = True
+        not_yet = [i for i, key in zip(pending, _keys(jobs, pending, latest), strict=True) if key in check.pending or key in check.lost]
+        if not_yet:
+            ids = [jobs[i].job_id for i in not_yet]
+            raise NotArchived(
+                f"{len(ids)} of {len(jobs)} jobs published but NOT archived after {archive_wait_s:.0f} s ({', '.join(ids[:10])}"
+                f"{', ...' if len(ids) > 10 else ''}): the broker acknowledged them and they run, but a broker restart before "
+                f"the archive holds them loses them; {check.why()}. Check `hivemux jobs list` after a restart.",
+                ids, [latest[i] for i in range(len(jobs))],
+            )  # fmt: skip
+        pending = [i for i, key in zip(pending, _keys(jobs, pending, latest), strict=True) if key in check.lost]
         if not pending:
-            return first
-    raise NotArchived(f"{len(pending)} jobs not archived by the embedded broker's history; submit them again")
+            break
+        warn(f"{len(pending)} jobs were lost with a restarted broker before they were archived; publishing them again")
+    else:
+        ids = [jobs[i].job_id for i in pending]
+        raise NotArchived(f"{len(ids)} jobs lost by the broker three times before they were archived: submit them again",
+                          ids, [latest[i] for i in range(len(jobs))])  # fmt: skip
+    return Submitted([latest[i] for i in range(len(jobs))], archived)
 
 
-async def _not_archived(dsn: str, jobs: list[JobSubmission], metadata: list[Any], warn: Callable[[str], None]) -> list[JobSubmission]:
+def _keys(jobs: Sequence[JobSubmission], indexes: Sequence[int], latest: dict[int, Any]) -> list[tuple[str, int, int]]:
+    from .topics import topic_for
+
+    return [(topic_for(jobs[i]).name, latest[i].partition, latest[i].offset) for i in indexes]
+
+
+async def _archive_check(dsn: str, jobs: list[JobSubmission], metadata: list[Any], wait_s: float) -> Any:
     """With `hivemux up`'s embedded broker, a submission is acknowledged once its archive holds it
-    (store.archive: a broker killed before archiving a record loses it); the jobs it does not
-    hold within 10 s, to be published again (same events, same ids). None missing elsewhere."""
-    import asyncpg
-
+    (store.archive: a broker killed before archiving a record loses it): `store.archive.check_archived`
+    of their records; None when the database holds no archive."""
     from .bus.codec import encode_value
-    from .store.archive import unarchived
+    from .store.archive import check_archived
     from .topics import topic_for
 
     records = [(topic_for(j).name, m.partition, m.offset, encode_value(j)) for j, m in zip(jobs, metadata, strict=True)]
-    try:
-        missing = await unarchived(dsn, records, timeout_s=10.0)
-    except (OSError, asyncpg.PostgresError) as error:  # the broker acknowledged them; say what is unknown
-        warn(f"warning: could not check the embedded broker's archive at HIVEMUX_POSTGRES_DSN: {error}")
-        return []
-    lost = {(t, p, o) for t, p, o, _ in missing or []}
-    return [j for j, r in zip(jobs, records, strict=True) if r[:3] in lost]
+    return await check_archived(dsn, records, timeout_s=wait_s)

@@ -56,6 +56,7 @@ LIVE_S = 30_000  # ms: how long a change may take from the bus to the page
 class Console:
     url: str
     tokens: dict[str, str]
+    dsn: str = ""
 
     async def call(self, who: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
         async with httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {self.tokens[who]}"}, timeout=30) as client:
@@ -100,7 +101,7 @@ async def console(infra: Endpoints, broker: EmbeddedInfra) -> AsyncIterator[Cons
         await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 90)
         await eventually(lambda: _started(server), timeout_s=30, every_s=0.05)
         await _seed_gpus(bootstrap)
-        yield Console(f"http://127.0.0.1:{port}", {k: t for k, (_, t) in made.items()})
+        yield Console(f"http://127.0.0.1:{port}", {k: t for k, (_, t) in made.items()}, dsn)
     finally:
         server.should_exit = True
         await serving
@@ -383,3 +384,21 @@ async def test_lane_jobs_show_their_lane_and_iterations_to_their_tenant(console:
     page_b = await logged_in(new_page, console, "b")
     await expect(page_b.locator("#lanes")).to_contain_text("No lane GPU or lane job visible", timeout=LIVE_S)
     assert lane_gpu not in await page_b.content()
+
+
+async def test_the_header_says_how_far_the_broker_archive_is_behind(console: Console, new_page: Opener) -> None:
+    """`hivemux up`'s broker archive (issue 28): the archiver's report, read by /healthz, is in the header."""
+    from hivemux.store.archive_watch import RESTARTING, ArchiverHealth, ensure_health_schema, write_health
+
+    conn = await asyncpg.connect(console.dsn)
+    try:
+        await ensure_health_schema(conn)
+        await write_health(conn, ArchiverHealth(RESTARTING, restarts=2, last_error="ConnectionRefusedError: gone", lag_records=7, lag_s=12.0))
+        page = await logged_in(new_page, console, "a")
+        archive = page.locator("#archive")
+        await expect(archive.locator("[data-archive]")).to_have_attribute("data-archive", RESTARTING, timeout=LIVE_S)
+        await expect(archive).to_contain_text("history 7 records (12 s) behind the broker (archiver restarting, 2 restarts)")
+        await shot(page, "archive-behind")
+    finally:
+        await conn.execute("DROP SCHEMA IF EXISTS bus_archive CASCADE")
+        await conn.close()

@@ -149,6 +149,7 @@ async def test_openapi_lists_every_endpoint_and_healthz_needs_no_token(api: Api)
         assert (method, template) in paths, (method, template)
     health = await api.call(None, "GET", "/healthz")
     assert health.status_code == 200 and health.json()["ready"] is True
+    assert health.json()["archive"] is None  # no `hivemux up` broker archive in this database
 
 
 @pytest.mark.parametrize("who", [None, "hmx_00000000_forged", "revoked", "not-even-a-token"], ids=["none", "unknown", "revoked", "garbage"])

@@ -244,3 +244,51 @@ async def test_jobs_submit_acknowledges_once_the_archive_holds_the_job(infra, pg
         assert held == 1
     finally:
         history.stop()
+
+
+async def test_jobs_submit_says_plainly_when_the_archive_does_not_hold_the_job(infra, pg_dsn: str) -> None:  # type: ignore[no-untyped-def]
+    """An archive whose archiver is restarting (its report says so, nothing archives): the
+    submission is on the broker, and `submit` says it is NOT archived and why, instead of
+    acknowledging it or telling the user to submit again."""
+    from datetime import UTC, datetime
+
+    from hivemux import commands
+    from hivemux.events import JobSubmission
+    from hivemux.store.archive import ensure_schema
+    from hivemux.store.archive_watch import RESTARTING, ArchiverHealth, ensure_health_schema, write_health
+
+    await ensure_topics(infra.bootstrap_servers, [JOBS_SUBMITTED])
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        await ensure_schema(conn)
+        await ensure_health_schema(conn)
+        await write_health(conn, ArchiverHealth(RESTARTING, restarts=3, last_error="ConnectionRefusedError: gone", lag_records=7, lag_s=12.0))
+    finally:
+        await conn.close()
+    job_id = f"unarchived-{time.monotonic_ns()}"
+    job = JobSubmission.model_validate({"job_id": job_id, "vc": "vc-a", "kind": "offline", "source": "cli", "occurred_at": datetime.now(UTC),
+                                        "workload": {"model": "resnet50", "batch_size": 32, "iterations": 10}})  # fmt: skip
+    with pytest.raises(commands.NotArchived) as raised:
+        await commands.submit(infra.bootstrap_servers, [job], source="cli", dsn=pg_dsn, archive_wait_s=1.0)
+    said = str(raised.value)
+    assert raised.value.job_ids == [job_id] and len(raised.value.metadata) == 1
+    assert "published but NOT archived" in said and "they run" in said
+    assert "History archive: restarting, 7 records (12 s) behind the broker; archiver restarted 3 times, last error: ConnectionRefusedError: gone" in said
+
+
+async def test_broker_ends_count_the_whole_last_batch(infra) -> None:  # type: ignore[no-untyped-def]
+    """The embedded broker's ListOffsets stops after the first record of the last producer batch;
+    `BrokerEnds` (what the archive's lag and a refill's loss are measured against) does not."""
+    from hivemux.store.archive_watch import BrokerEnds
+
+    topic = unique_topic(partitions=1)
+    await ensure_topics(infra.bootstrap_servers, [topic])
+    probe = BrokerEnds(infra.bootstrap_servers, [topic.name])
+    try:
+        assert await probe.read() == {(topic.name, 0): 0}
+        await _produce(infra.bootstrap_servers, [topic.name], 10, 0)  # one batch
+        assert await probe.read() == {(topic.name, 0): 10}
+        await _produce(infra.bootstrap_servers, [topic.name], 1, 10)
+        assert await probe.read() == {(topic.name, 0): 11}
+    finally:
+        await probe.close()

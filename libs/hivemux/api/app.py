@@ -26,6 +26,7 @@ from .. import __version__
 from ..bus import Publisher
 from ..errors import TransientError
 from ..store import connect, migrate
+from ..store.archive_watch import read_health
 from ..store.tokens import Principal, Refused, TokenStore
 from .changes import ChangeFeed
 from .limits import Edge, EdgeLimits
@@ -102,7 +103,9 @@ def create_app(config: ApiConfig) -> FastAPI:
             await app.state.pool.fetchval("SELECT 1")
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
             return JSONResponse({"service": "api", "ready": False, "outage": str(error)}, status_code=503)
-        return JSONResponse({"service": "api", "ready": True, "stream_clients": app.state.feed.subscribers})
+        # `hivemux up`'s broker archive (`store.archive_watch`): its archiver's state and lag; None without one
+        archive = await read_health(app.state.pool)
+        return JSONResponse({"service": "api", "ready": True, "stream_clients": app.state.feed.subscribers, "archive": archive})
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

@@ -8,25 +8,42 @@ embedded PostgreSQL (its data in `<workdir>/infra`, kept across runs) and produc
   was started again, before any service runs against it: every topic back at the same offsets,
   the consumer groups' offsets back;
 - `start()` / `stop()` the archiver, which runs in a thread of its own (its own event loop) so
-  the supervisor keeps the main thread (the servers' parent-death signal needs it);
+  the supervisor keeps the main thread (the servers' parent-death signal needs it). It is a
+  supervised unit: on any error (the database restarted, the broker away, a bug) it is started
+  again after a delay that doubles from 0.2 s up to 5 s (the supervisor's `Backoff`; a run of
+  30 s resets it), never given up on, each stop and restart said (`say`) and logged. Beside it,
+  `store.archive_watch.watch_archive` measures how far the archive is behind the broker every
+  second and writes it, with the archiver's state, restarts and last error, into the database
+  (the API's `/healthz`, `hivemux status` and the console read it there); `health()` is the
+  same in this process;
 - `before_broker_restart(children)`: stop the archiver and SIGKILL the services, so nothing
   produces into the empty broker before it is restored (their records would take the offsets
   of the archived ones); the supervisor starts them again afterwards, and each rebuilds its
   state from the restored log (deciders fold from the start, group consumers resume from the
   restored offsets, the projector from its own stored positions, which the restore keeps valid).
+  What the dead broker held past the archive (the last ends the watch saw) is what the refill
+  loses: `restore()` says it, topic by topic with offsets, before the services run again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..store.archive import ArchiveMismatch, ArchiveStats, RestoreReport, archive, restore, wait_archived
+from ..store.archive_watch import ARCHIVING, PAUSED, RESTARTING, ArchiverHealth, describe_gaps, watch_archive
 from ..topics import ALL_TOPICS
+from .supervisor import Backoff, RestartPolicy
+
+# Never given up on: the database may be away for long; a restart every 5 s at most costs nothing.
+ARCHIVER_RESTARTS = RestartPolicy(first_delay_s=0.2, max_delay_s=5.0, healthy_after_s=30.0, crash_loop_exits=sys.maxsize)
 
 log = logging.getLogger("hivemux.up.history")
 
@@ -51,15 +68,24 @@ class History:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # the last error the archiver stopped on
+        self.restarts = 0
+        self._state = PAUSED
+        self._error_at: float | None = None
+        self._failed_run = -1  # `stats.runs` when the archiver last stopped on an error
+        self._health = ArchiverHealth(PAUSED)  # the watch's last sample (replaced, never mutated)
+        self._caught_up = True  # said once when the archive holds everything again after a restart
 
     def restore(self) -> RestoreReport:
         """Refill the broker (no service runs). When the projector had projected records the
         archive lacks (lost with the broker), the read models are emptied so the projector,
         started next, folds them again from the restored log (what `projector rebuild` does)."""
-        report = asyncio.run(restore(self.bootstrap_servers, self.dsn))
+        report = asyncio.run(restore(self.bootstrap_servers, self.dsn, known_ends=self._health.ends))
         self.restores.append(report)
         self._say(f"history: {report.line()}")
+        if report.lost:
+            log.warning("the broker was refilled from an archive behind it: lost %s", describe_gaps(report.lost))
+        self._health = ArchiverHealth(PAUSED, self.restarts, self._last_error(), self._error_at)  # a new broker: its ends are new
         if report.projector_ahead:
             asyncio.run(_reset_read_models(self.dsn))
             self._say("history: read models emptied; the projector folds them again from the restored log")
@@ -76,25 +102,17 @@ class History:
                 self._loop = asyncio.get_running_loop()
                 self._stop = asyncio.Event()
                 ready.set()
-                await archive(
-                    self.bootstrap_servers,
-                    self.dsn,
-                    self.topics,
-                    stop=self._stop,
-                    stats=self.stats,
-                )
+                await asyncio.gather(self._supervised(self._stop), watch_archive(
+                    self.bootstrap_servers, self.dsn, self.topics, stop=self._stop, archived=lambda: self.stats.positions,
+                    status=lambda: (self._current_state(), self.restarts, self._last_error(), self._error_at), report=self._watched,
+                ))  # fmt: skip
 
             try:
                 asyncio.run(main())
-            except BaseException as error:
-                if (
-                    self._stop is not None and self._stop.is_set()
-                ):  # stopping while the broker is down
-                    log.info("archiver stopped: %s: %s", type(error).__name__, error)
-                else:  # reported in the summary
-                    self.error = error
-                    log.exception("archiver stopped")
+            except BaseException:  # not the archiver's errors (`_supervised` restarts it on those): a bug here
+                log.exception("archiver thread stopped")
             finally:
+                self._state = PAUSED
                 ready.set()
 
         self._thread = threading.Thread(
@@ -102,6 +120,53 @@ class History:
         )
         self._thread.start()
         ready.wait(10)
+
+    async def _supervised(self, stop: asyncio.Event) -> None:
+        """Run the archiver until `stop`, starting it again with backoff whatever it stops on."""
+        backoff = Backoff(ARCHIVER_RESTARTS)
+        self._state = ARCHIVING
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await archive(self.bootstrap_servers, self.dsn, self.topics, stop=stop, stats=self.stats)
+                if stop.is_set():
+                    return
+                raise RuntimeError("the archiver returned without being stopped")
+            except Exception as error:
+                if stop.is_set():  # stopping while the broker is down
+                    log.info("archiver stopped: %s: %s", type(error).__name__, error)
+                    return
+                self.error, self._error_at, self._state = error, time.time(), RESTARTING
+                self._failed_run = self.stats.runs
+                self.restarts += 1
+                self._caught_up = False
+                delay = backoff.after_exit(time.monotonic() - started) or ARCHIVER_RESTARTS.max_delay_s
+                behind = self._health.lag_records
+                self._say(f"history: archiver stopped: {self._last_error()}; restart {self.restarts} in {delay:.1f} s"
+                          + (f" (the archive is {behind} records behind the broker: lost if the broker dies before it catches up)" if behind else ""))  # fmt: skip
+                log.warning("archiver stopped on %s (restart %d in %.1f s)", self._last_error(), self.restarts, delay)
+                log.debug("archiver error", exc_info=error)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+
+    def _watched(self, health: ArchiverHealth) -> None:
+        self._health = health
+        if not self._caught_up and health.state == ARCHIVING and health.lag_records == 0:
+            self._caught_up = True
+            self._say(f"history: archiver running again after restart {self.restarts}; the archive holds everything the broker does")
+
+    def _current_state(self) -> str:
+        """RESTARTING from an error until a new run has connected and read its positions."""
+        if self._state == RESTARTING and self.stats.runs > self._failed_run:
+            return ARCHIVING
+        return self._state
+
+    def _last_error(self) -> str | None:
+        return None if self.error is None else f"{type(self.error).__name__}: {self.error}"[:500]
+
+    def health(self) -> dict[str, Any]:
+        """The archiver's state and lag as this process last measured them (`ArchiverHealth.as_dict`)."""
+        return self._health.as_dict()
 
     def stop(self, timeout_s: float = 15.0, *, drain: bool = False) -> None:
         """Stop the archiver; with `drain` (a clean stop, the broker alive), once it has copied
@@ -141,8 +206,14 @@ class History:
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def lost_if_broker_died(self) -> str | None:
+        """What the archive lacks of what the broker listed last ('N records: topic[p] offsets a-b, ...')."""
+        return describe_gaps(self._health.behind) if self._health.behind else None
+
     def before_broker_restart(self, children: Sequence[Any]) -> None:
         self.stop()
+        if (lost := self.lost_if_broker_died()) is not None:
+            self._say(f"history: the broker died while the archive was behind it: the refill loses {lost}")
         running = [c for c in children if c.process.poll() is None]
         for child in running:
             child.process.send_signal(signal.SIGKILL)
@@ -183,12 +254,13 @@ class History:
                     "groups": r.groups,
                     "seconds": round(r.seconds, 2),
                     "projector_ahead": r.projector_ahead,
+                    "lost": [{"topic": g.topic, "partition": g.partition, "first": g.first, "end": g.end} for g in r.lost],
                 }  # fmt: skip
                 for r in self.restores
             ],
-            "archiver_error": None
-            if self.error is None
-            else f"{type(self.error).__name__}: {self.error}",
+            "archiver_error": self._last_error(),
+            "archiver_restarts": self.restarts,
+            "archiver": self.health(),
         }
 
 
@@ -212,6 +284,10 @@ def render_history(history: dict[str, Any]) -> str:
     for done in history["restores"]:
         if done["records"]:
             text += f"; {done['records']} restored in {done['seconds']:.1f} s"
-    if history["archiver_error"]:
+        if done.get("lost"):
+            text += f" ({sum(g['end'] - g['first'] for g in done['lost'])} records LOST: the broker held them, the archive did not)"
+    if history.get("archiver_restarts"):
+        text += f"; archiver restarted {history['archiver_restarts']} times, last on {history['archiver_error']}"
+    elif history["archiver_error"]:
         text += f"; archiver stopped: {history['archiver_error']}"
     return text

@@ -37,18 +37,26 @@ def submit(path: Path) -> None:
     except JobFileError as error:
         raise click.ClickException(str(error)) from error
     client = api_client()
+    not_archived: list[str] = []  # acknowledged means archived (`hivemux up`'s broker archive): say which are not
+    why = ""
     if client is not None:  # through the API: it stamps the token's principal
         for job in jobs:
-            api_call(client, "POST", "/api/v1/jobs", json=job.model_dump(mode="json", exclude=_FILLED_IN, exclude_none=True))
+            answer = api_call(client, "POST", "/api/v1/jobs", json=job.model_dump(mode="json", exclude=_FILLED_IN, exclude_none=True))
+            if isinstance(answer, dict) and answer.get("archived") is False:
+                not_archived.append(job.job_id)
+                why = answer.get("warning") or "not archived"
     else:
         servers, dsn = BusSettings().kafka_bootstrap_servers, ServiceSettings().postgres_dsn
         try:
             run_on_bus(commands.submit(servers, commands.with_principal(jobs, _principal(None)), source="cli", dsn=dsn,
                                        warn=lambda line: click.echo(line, err=True)))  # fmt: skip
         except commands.NotArchived as error:
-            raise click.ClickException(str(error)) from error
+            not_archived, why = error.job_ids, str(error)
     for job in jobs:
-        click.echo(f"submitted {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
+        done = "published, NOT archived" if job.job_id in not_archived else "submitted"
+        click.echo(f"{done} {job.job_id} ({job.kind.value}, {job.pods}x{job.gpus_per_pod} GPU, vc {job.vc})")
+    if not_archived:
+        raise click.ClickException(why)
 
 
 _FILLED_IN = {"event_id", "occurred_at", "source", "principal"}

@@ -78,7 +78,14 @@ def status(as_json: bool) -> None:
     from .read_model_io import run_on_read_models
 
     summary = run_on_read_models(lambda pool: ReadModelStore(pool).status_summary())
-    click.echo(json.dumps(summary, indent=2) if as_json else render_summary(summary))
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    click.echo(render_summary(summary))
+    if summary.get("archive") is not None:  # `hivemux up`'s broker archive: is the history kept?
+        from ..store.archive_watch import describe
+
+        click.echo(describe(summary["archive"]))
 
 
 @cli.command()

@@ -19,8 +19,12 @@ that copy before any service runs:
   `projector_offsets` included, still means the same record), then commits the groups' offsets
   back (clamped to the restored ends). It refuses a partition the broker already holds records
   of that the archive does not.
-- `archived_through(...)`: whether the archive holds given records (what `jobs submit` waits
-  for when it is told the archive's database: its acknowledgement then means "archived").
+- `archived_through(...)`: whether the archive holds given records; `check_archived(...)`: which
+  of given records it holds, which it lost (another record at their offset) and which it does
+  not hold yet, with the archiver's health (what `jobs submit` waits for when it is told the
+  archive's database: its acknowledgement then means "archived", or it says that it is not).
+- How far the archive is behind the broker, and what a refill loses: `store.archive_watch`; the
+  archiver's supervision (restart with backoff on any error): `cli.history`.
 
 The window: a record the broker acknowledged and the archiver had not committed yet when the
 broker died is lost (the archiver's lag, measured in `ArchiveStats`: from the record's
@@ -44,6 +48,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPa
 from ..bus import connection
 from ..bus.partitions import all_partitions
 from ..bus.tracking import Position, consume_tracked
+from .archive_watch import STALE_S, Gap, behind_when_reported, describe, describe_gaps, forget_behind, gaps, read_health
 
 log = logging.getLogger("hivemux.store.archive")
 
@@ -101,6 +106,10 @@ class ArchiveStats:
     lag_ms_sum: float = 0.0  # per record: commit time - the record's timestamp
     lag_ms_max: float = 0.0
     group_snapshots: int = 0
+    runs: int = 0  # archiver runs that connected and read their positions (a restarted one counts again)
+    # the archive's next offset per partition, as committed (None until the archiver has read
+    # them); replaced, never mutated, so another thread may read it
+    positions: dict[Position, int] | None = None
 
     def summary(self) -> dict[str, float | int]:
         mean = self.lag_ms_sum / self.records if self.records else 0.0
@@ -117,9 +126,12 @@ class RestoreReport:
     projector_ahead: dict[str, int] = field(
         default_factory=dict
     )  # "topic/partition" -> records the projector saw beyond the archive
+    lost: list[Gap] = field(default_factory=list)  # what the broker held past the archive when it was last seen
 
     def line(self) -> str:
         text = f"restored {self.records} records of {self.partitions} partitions and {self.groups} groups' offsets in {self.seconds:.1f} s"
+        if self.lost:
+            text += f"; LOST (the broker had acknowledged them, the archive never got them): {describe_gaps(self.lost)}"
         if self.projector_ahead:
             text += f"; the projector had read {sum(self.projector_ahead.values())} records the archive lacks ({', '.join(sorted(self.projector_ahead))})"
         return text
@@ -169,10 +181,13 @@ async def archive(
 ) -> ArchiveStats:
     """Copy every record of `topics` into the archive until `stop` is set (see the module docstring)."""
     stats = stats if stats is not None else ArchiveStats()
-    conn = await asyncpg.connect(dsn)
+    # bounded waits: a database that stops answering is an error (the supervisor restarts us), not a hang
+    conn = await asyncpg.connect(dsn, timeout=5, command_timeout=30)
     try:
         await ensure_schema(conn)
         positions = await archived_positions(conn)
+        stats.positions = dict(positions)
+        stats.runs += 1
 
         async def on_batch(
             records: list[ConsumerRecord],
@@ -189,14 +204,18 @@ async def archive(
                 )
             now_ms = time.time() * 1000
             lags = [now_ms - r.timestamp for r in records]
+            stats.positions = {**(stats.positions or {}), **advanced}
             stats.records += len(records)
             stats.batches += 1
             stats.lag_ms_sum += sum(lags)
             stats.lag_ms_max = max(stats.lag_ms_max, *lags)
 
+        done = asyncio.Event()  # ends the group copier with us, error or `stop` (which stays the caller's)
+        relay = asyncio.create_task(stop.wait())
+        relay.add_done_callback(lambda _: done.set())
         groups = asyncio.create_task(
             _copy_group_offsets(
-                bootstrap_servers, dsn, topics, stop, stats, group_interval_s
+                bootstrap_servers, dsn, topics, done, stats, group_interval_s
             )
         )
         try:
@@ -209,8 +228,9 @@ async def archive(
                 fetch_max_wait_ms=fetch_max_wait_ms,
             )
         finally:
-            stop.set()
-            await asyncio.gather(groups, return_exceptions=True)
+            done.set()
+            relay.cancel()
+            await asyncio.gather(groups, relay, return_exceptions=True)
     finally:
         await conn.close()
     return stats
@@ -230,7 +250,7 @@ async def _copy_group_offsets(
     admin = connection.admin(
         bootstrap_servers=bootstrap_servers, request_timeout_ms=5000
     )
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, timeout=5, command_timeout=30)
     try:
         await admin.start()
         while not stop.is_set():
@@ -277,19 +297,24 @@ async def _copy_group_offsets(
 
 
 async def restore(
-    bootstrap_servers: str, dsn: str, *, chunk: int = 2000
+    bootstrap_servers: str, dsn: str, *, chunk: int = 2000, known_ends: Mapping[Position, int] | None = None
 ) -> RestoreReport:
-    """Produce the archive back into the broker (module docstring); the topics must exist."""
+    """Produce the archive back into the broker (module docstring); the topics must exist.
+    `report.lost`: what the broker that died held past the archive, by the archiver's last report
+    in the database and by `known_ends` (the ends the caller saw last); said, then forgotten."""
     started = time.monotonic()
     report = RestoreReport()
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn, timeout=10)
     producer = connection.producer(bootstrap_servers=bootstrap_servers, acks="all", linger_ms=5,
                                 max_request_size=MAX_REQUEST_BYTES, max_batch_size=1024 * 1024)  # fmt: skip
     try:
         await ensure_schema(conn)
-        positions = {
-            pos: end for pos, end in (await archived_positions(conn)).items() if end > 0
-        }
+        archived = await archived_positions(conn)
+        seen = await behind_when_reported(conn)
+        for pos, end in (known_ends or {}).items():
+            seen[pos] = max(end, seen.get(pos, 0))
+        report.lost = gaps(archived, seen)
+        positions = {pos: end for pos, end in archived.items() if end > 0}
         ends = await _broker_ends(bootstrap_servers, {t for t, _ in positions})
         await producer.start()
         sent: list[tuple[str, int, int, asyncio.Future[object]]] = []
@@ -311,6 +336,7 @@ async def restore(
         report.records = len(sent)
         report.groups = await _restore_group_offsets(conn, bootstrap_servers, positions)
         report.projector_ahead = await _projector_ahead(conn, positions)
+        await forget_behind(conn)
     finally:
         await producer.stop()
         await conn.close()
@@ -431,38 +457,84 @@ async def wait_archived(
     )
 
 
-async def unarchived(
-    dsn: str, records: Sequence[tuple[str, int, int, bytes]], *, timeout_s: float = 10.0
-) -> list[tuple[str, int, int, bytes]] | None:
-    """Of `records` (topic, partition, offset, value) a producer had acknowledged by the broker,
-    those the archive does not hold after waiting up to `timeout_s` (empty: all durable). A
-    record counts only if the archive has the same value at its offset: a broker that died
-    before archiving it was refilled and its offset may hold another record by now. This is
-    what makes "acknowledged" mean "archived" for a client that asks (`jobs submit`). None when
-    this database holds no archive (a production broker keeps its own history)."""
+Record = tuple[str, int, int, bytes]  # topic, partition, offset, value
+
+
+@dataclass(frozen=True)
+class ArchiveCheck:
+    """Of records a producer had acknowledged by the broker: which the archive holds (same value
+    at the same offset), which it lost (its position passed their offset with another record: a
+    broker died before archiving them and was refilled), which it does not hold yet."""
+
+    archived: frozenset[tuple[str, int, int]]
+    lost: frozenset[tuple[str, int, int]]
+    pending: frozenset[tuple[str, int, int]]
+    health: dict[str, object] | None  # the archiver's last report (`archive_watch.read_health`)
+    error: str | None = None  # the database did not answer the last time it was asked
+
+    def why(self) -> str:
+        """Why records are not archived, in a line."""
+        if self.error is not None:
+            return f"the archive's database does not answer ({self.error})"
+        return describe(self.health) if self.health is not None else "the archiver has not reported"
+
+
+async def check_archived(dsn: str, records: Sequence[Record], *, timeout_s: float = 30.0, poll_s: float = 0.05) -> ArchiveCheck | None:
+    """Wait up to `timeout_s` until the archive holds every one of `records`, or has lost some,
+    or its archiver stops reporting for a few seconds (nobody archives: no use waiting); a database
+    that does not answer is asked again until then. None when this database holds no archive
+    (a production broker keeps its own history)."""
     wanted = {(t, p, o): v for t, p, o, v in records}
-    conn = await asyncpg.connect(dsn)
+    archived: set[tuple[str, int, int]] = set()
+    lost: set[tuple[str, int, int]] = set()
+    health: dict[str, object] | None = None
+    error: str | None = None
+    conn: asyncpg.Connection | None = None
+    deadline = time.monotonic() + timeout_s
+    silent_since: float | None = None
     try:
-        if not await conn.fetchval(
-            "SELECT to_regclass('bus_archive.records') IS NOT NULL"
-        ):
-            return None
-        deadline = time.monotonic() + timeout_s
         while True:
-            rows = await conn.fetch(
-                'SELECT topic, partition, "offset", value FROM bus_archive.records '
-                'WHERE (topic, partition, "offset") IN (SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]))',
-                [t for t, _, _ in wanted], [p for _, p, _ in wanted], [o for _, _, o in wanted],
-            )  # fmt: skip
-            for r in rows:
-                key = (r["topic"], r["partition"], r["offset"])
-                if wanted.get(key) == r["value"]:
-                    del wanted[key]
-            if not wanted or time.monotonic() > deadline:
-                return [(t, p, o, v) for (t, p, o), v in wanted.items()]
-            await asyncio.sleep(0.05)
+            try:
+                if conn is None:
+                    conn = await asyncpg.connect(dsn, timeout=max(1.0, min(5.0, deadline - time.monotonic())))
+                if not await conn.fetchval("SELECT to_regclass('bus_archive.records') IS NOT NULL"):
+                    return None
+                left = [k for k in wanted if k not in archived and k not in lost]
+                rows = await conn.fetch(
+                    'SELECT topic, partition, "offset", value FROM bus_archive.records '
+                    'WHERE (topic, partition, "offset") IN (SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]))',
+                    [t for t, _, _ in left], [p for _, p, _ in left], [o for _, _, o in left],
+                )  # fmt: skip
+                archived |= {(r["topic"], r["partition"], r["offset"]) for r in rows
+                             if wanted[(r["topic"], r["partition"], r["offset"])] == r["value"]}  # fmt: skip
+                positions = await archived_positions(conn)
+                lost |= {(t, p, o) for t, p, o in left if (t, p, o) not in archived and positions.get((t, p), 0) > o}
+                health, error = await read_health(conn), None
+            except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as failure:
+                error = f"{type(failure).__name__}: {failure}"[:300]
+                if conn is not None:
+                    conn.terminate()
+                conn = None
+            pending = frozenset(wanted) - archived - lost
+            now = time.monotonic()
+            silent = health is not None and health["state"] == "not reporting" and error is None
+            silent_since = (silent_since or now) if silent else None
+            if not pending or now > deadline or (silent_since is not None and now - silent_since > 3 * STALE_S / 5):
+                return ArchiveCheck(frozenset(archived), frozenset(lost), pending, health, error)
+            await asyncio.sleep(poll_s if error is None else 0.5)
     finally:
-        await conn.close()
+        if conn is not None:
+            await conn.close()
+
+
+async def unarchived(dsn: str, records: Sequence[Record], *, timeout_s: float = 10.0) -> list[Record] | None:
+    """Of `records` (topic, partition, offset, value) a producer had acknowledged by the broker,
+    those the archive does not hold after waiting up to `timeout_s` (empty: all durable); None
+    when this database holds no archive (`check_archived`)."""
+    check = await check_archived(dsn, records, timeout_s=timeout_s)
+    if check is None:
+        return None
+    return [r for r in records if r[:3] not in check.archived]
 
 
 async def archived_through(

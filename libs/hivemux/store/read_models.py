@@ -23,6 +23,7 @@ import asyncpg
 from ..errors import HivemuxError
 from ..projection import FINISHED_STATES, Change
 from ..projection.explain import QUEUED_STATES, vc_summary
+from .archive_watch import read_health
 from .lanes import lane_gpus, lane_jobs, status_row
 from .online import online_services
 from .read_model_rows import without_nul, write_changes
@@ -275,6 +276,8 @@ class ReadModelStore:
             "training_bound": [{"job_id": j, "node_ids": n} for j, n in bound.items()],
             "training_bound_now": [{"job_id": r["job_id"], "node_ids": sorted(r["nodes"])} for r in bound_now],
             "vcs": vc_summary([dict(r) for r in cells], {r["vc"]: r["n"] for r in queued}),
+            # `hivemux up`'s broker archive: its archiver's state and lag (None: no archive here)
+            "archive": await read_health(self._pool),
         }  # fmt: skip
 
     async def table(self, name: str, order_by: str) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ const state = {
   me: null, gpus: new Map(), vcs: [], services: [], lanes: { lane_gpus: [], lane_jobs: [] }, jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
   panel: null, // {type: "gpu" | "job", id}
   status: "connecting", cursor: 0, lastChange: null, source: null, vcNamesShown: null,
+  archive: null, // hivemux up's broker archive, from /healthz (null: none here)
 };
 const sampler = new Sampler();
 let dirty = new Set();
@@ -60,6 +61,26 @@ function renderStatus() {
   replace($("#who"), h("b", { dataset: { principal: me.principal } }, me.principal), me.admin ? " (admin: every VC)" : ` (tenant: ${me.vcs.join(", ") || "no VC"})`);
   replace($("#live"), h("span", { class: `dot ${state.status}`, dataset: { status: state.status } }), ` ${state.status}`,
     state.lastChange ? h("span", { class: "dim" }, ` - last change ${new Date(state.lastChange).toLocaleTimeString()} (cursor ${state.cursor})`) : "");
+  replace($("#archive"), ...archiveLine(state.archive));
+}
+
+// The archiver's state and lag: how much a broker restart would lose now.
+function archiveLine(a) {
+  if (!a) return [];
+  const ok = a.state === "archiving" && !a.lag_records;
+  const lag = a.lag_records ? `${a.lag_records} records (${Math.round(a.lag_s)} s) behind the broker` : "up to date";
+  const how = a.state === "archiving" ? "" : ` (archiver ${a.state}${a.restarts ? `, ${a.restarts} restarts` : ""})`;
+  return [h("span", { class: `dot ${ok ? "live" : "closed"}`, dataset: { archive: a.state, lag: String(a.lag_records) }, title: a.last_error || "" }),
+    ` history ${lag}${how}`];
+}
+
+async function loadArchive() {
+  try {
+    state.archive = (await api("/healthz")).archive ?? null;
+  } catch { // the API's database away: /healthz answers 503; the archiver cannot report either
+    state.archive = state.archive && { ...state.archive, state: "not reporting" };
+  }
+  mark("status");
 }
 
 // --- loading -------------------------------------------------------------------------------
@@ -70,7 +91,7 @@ async function loadAll() {
     mark("gpus");
   };
   const metrics = async () => addMetrics(await api("/api/v1/cluster/metrics"));
-  await Promise.all([gpus(), metrics(), loadVcs(), loadServices(), loadLanes(), loadJobs()]); // each drawn as it arrives
+  await Promise.all([gpus(), metrics(), loadVcs(), loadServices(), loadLanes(), loadJobs(), loadArchive()]); // each drawn as it arrives
   mark("status");
   if (state.panel) refreshPanel();
 }
@@ -145,6 +166,7 @@ function addMetrics(metrics) {
   if (sampler.add(metrics)) mark("charts");
   if (state.me) loadServices().catch(showError);
   if (state.me) loadLanes().catch(showError);
+  if (state.me) loadArchive();
 }
 
 function sampleOf(gpu) { // the stream sends the GPU row; the REST list adds last_sample from the same columns

@@ -58,8 +58,13 @@ async def submit(request: Request, body: JobRequest, who: Principal = Depends(pr
     except ValidationError as error:
         raise _invalid(error) from error
     state = request.app.state
-    [meta] = await commands.submit(state.servers, [job], source=state.source, dsn=state.archive_dsn, publisher=state.publisher)
-    return {"job_id": job.job_id, "event_id": str(job.event_id), "principal": who.name, "partition": meta.partition, "offset": meta.offset}
+    try:  # `archived`: the embedded broker's archive holds it (None: no archive to ask); when not, `warning` says why
+        done = await commands.submit_archived(state.servers, [job], source=state.source, dsn=state.archive_dsn, publisher=state.publisher)
+        [meta], archived, warning = done.metadata, done.archived, None
+    except commands.NotArchived as error:
+        [meta], archived, warning = error.metadata, False, str(error)
+    return {"job_id": job.job_id, "event_id": str(job.event_id), "principal": who.name, "partition": meta.partition, "offset": meta.offset,
+            "archived": archived, "warning": warning}  # fmt: skip
 
 
 @router.get("", summary="Jobs by id (a tenant: only its VCs'), filtered; page with `after`")
