@@ -36,6 +36,7 @@ class Histogram:
 
     bounds: tuple[float, ...]
     counts: tuple[float, ...]
+    sum: float = 0.0  # the observations' sum, seconds (``<name>_sum``)
 
     @property
     def total(self) -> float:
@@ -50,6 +51,7 @@ class WindowQuantile:
     seconds: float
     requests: float
     reset: bool
+    mean: float = 0.0  # the window's mean latency, seconds (from ``_sum``; 0 without it)
 
 
 class NoHistogram(ValueError):
@@ -61,6 +63,7 @@ def parse_histogram(text: str, name: str) -> Histogram:
     format, its series summed per bound; `NoHistogram` when absent or without a +Inf bucket."""
     family = name.removesuffix("_bucket")
     sums: dict[float, float] = {}
+    seconds = 0.0
     for metric in text_string_to_metric_families(text):
         if metric.name != family or metric.type != "histogram":
             continue
@@ -69,20 +72,23 @@ def parse_histogram(text: str, name: str) -> Histogram:
                 bound = float(sample.labels["le"])
                 if not math.isnan(bound) and math.isfinite(sample.value) and sample.value >= 0:
                     sums[bound] = sums.get(bound, 0.0) + sample.value
+            elif sample.name == f"{family}_sum" and math.isfinite(sample.value):
+                seconds += sample.value
     if math.inf not in sums:
         raise NoHistogram(f"no histogram {family!r} with a +Inf bucket in the exposition")
     bounds = tuple(sorted(sums))
     counts: list[float] = []
     for bound in bounds:  # cumulative counts never fall (Prometheus' own fix for scrape skew)
         counts.append(max(sums[bound], counts[-1] if counts else 0.0))
-    return Histogram(bounds, tuple(counts))
+    return Histogram(bounds, tuple(counts), seconds)
 
 
 def window_delta(previous: Histogram | None, current: Histogram) -> tuple[Histogram, bool]:
     """The window's histogram between two scrapes, and whether it is a reset (see module)."""
     if previous is None or previous.bounds != current.bounds or any(c < p for p, c in zip(previous.counts, current.counts)):
         return current, previous is not None
-    return Histogram(current.bounds, tuple(c - p for p, c in zip(previous.counts, current.counts))), False
+    counts = tuple(c - p for p, c in zip(previous.counts, current.counts))
+    return Histogram(current.bounds, counts, max(0.0, current.sum - previous.sum)), False
 
 
 def histogram_quantile(q: float, h: Histogram) -> float | None:
@@ -113,7 +119,7 @@ def window_quantile(q: float, previous: Histogram | None, current: Histogram) ->
     value = histogram_quantile(q, delta)
     if value is None:
         return None
-    return WindowQuantile(value, delta.total, reset)
+    return WindowQuantile(value, delta.total, reset, delta.sum / delta.total)
 
 
 def bucket_of(h: Histogram, seconds: float) -> int:

@@ -58,6 +58,7 @@ def test_a_known_distribution_sampled_through_prometheus_client_gives_its_p99_wi
     exact = sorted(samples)[int(0.99 * len(samples))]
     assert abs(bucket_of(second, got.seconds) - bucket_of(second, exact)) <= 1
     assert got.seconds == pytest.approx(0.02 * math.log(100), rel=0.1)
+    assert got.mean == pytest.approx(sum(samples) / len(samples))  # from _sum
 
 
 def test_a_counter_reset_takes_the_new_scrape_as_the_window() -> None:
@@ -91,7 +92,7 @@ lat_seconds_bucket{route="b",le="+Inf"} 5
 lat_seconds_count{route="b"} 5
 lat_seconds_sum{route="b"} 1
 """
-    assert parse_histogram(text, "lat_seconds") == Histogram((0.1, INF), (10, 10))
+    assert parse_histogram(text, "lat_seconds") == Histogram((0.1, INF), (10, 10), 2.0)
 
 
 @pytest.mark.parametrize("text", ["", "# TYPE other histogram\nother_bucket{le=\"+Inf\"} 1\n",
