@@ -129,6 +129,7 @@ class ServiceWatch:
                        f"({'GET ' + spec.readiness.http if spec.readiness.http else 'TCP connect'} on port {s.port})")
                 return await self.graceful.end(w, derived_id("not-ready", w.command.event_id, w.launches), evicted=True, reason=why)
             s.ready = True
+            w.latency_until = now_s  # its first latency window starts when it serves (the monitor's)
             return self._ready(w)
         if spec.metrics is None or (s.scraped_at is not None and now_s - s.scraped_at < self.config.observation_window_s):
             return []
