@@ -29,8 +29,10 @@ def percentile(ordered: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.5) - 1))] if ordered else 0.0
 
 
-def run(url: str, *, rate: float, duration_s: float, connections: int, timeout_s: float = 10.0) -> dict[str, object]:
+def run(url: str, *, rate: float, duration_s: float, connections: int, batch: int = 0, timeout_s: float = 10.0) -> dict[str, object]:
     target = urlsplit(url)
+    path = (target.path or "/") + (f"?batch={batch}" if batch else "")  # rows per request; 0: the server's own batch
+    body = b""
     period = 1.0 / rate
     count = int(rate * duration_s)
     start = time.perf_counter() + 0.05
@@ -49,7 +51,7 @@ def run(url: str, *, rate: float, duration_s: float, connections: int, timeout_s
                 time.sleep(delay)
             sent = time.perf_counter()
             try:
-                conn.request("POST", target.path or "/", body=b"", headers={"Content-Length": "0"})
+                conn.request("POST", path, body=body, headers={"Content-Length": str(len(body))})
                 conn.getresponse().read()
                 done = time.perf_counter()
                 with lock:
@@ -89,8 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=10.0, help="seconds")
     p.add_argument("--connections", type=int, default=8)
     p.add_argument("--window-s", type=float, default=1.0)
+    p.add_argument("--batch", type=int, default=0, help="rows per request, ?batch=N (0: the server's default batch)")
     args = p.parse_args(argv)
-    result = run(args.url, rate=args.rate, duration_s=args.duration, connections=args.connections)
+    result = run(args.url, rate=args.rate, duration_s=args.duration, connections=args.connections, batch=args.batch)
     timed = result.pop("latencies")
     result["windows"] = windows(timed, args.window_s)  # type: ignore[arg-type]
     print(f"{'requests':>9} {'errors':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")

@@ -6,8 +6,8 @@ A CPU PyTorch model (a three-layer MLP over 64 features, about 3 ms per batch of
 of this machine; one torch thread), served by the
 standard library's threading HTTP server:
 
-- ``POST /predict`` (or ``GET``): one forward pass over ``--batch-size`` rows (a JSON body
-  ``{"inputs": [[64 floats], ...]}`` is used when given, random rows otherwise); answers the
+- ``POST /predict`` (or ``GET``): one forward pass over ``--batch-size`` rows, or ``?batch=N``
+  random rows (a JSON body ``{"inputs": [[64 floats], ...]}`` is used when given); answers the
   argmax per row;
 - ``GET /healthz``: 200 once the model is loaded and warmed up, 503 before (hivemux's
   ``readiness: {http: /healthz}``);
@@ -30,11 +30,13 @@ import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import torch
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest, start_http_server
 
 # prometheus_client's default buckets, with two more below 5 ms for a small CPU model.
+MAX_BATCH = 8192  # rows one request may ask for (?batch=N)
 BUCKETS = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
 
 
@@ -73,7 +75,9 @@ def main(argv: list[str] | None = None) -> int:
             begin = time.perf_counter()
             size = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(size) if size else b""
-            rows = torch.tensor(json.loads(body)["inputs"], dtype=torch.float32) if body else torch.randn(args.batch_size, 64)
+            query = parse_qs(urlsplit(self.path).query)
+            batch = min(int(query.get("batch", [args.batch_size])[0]), MAX_BATCH)
+            rows = torch.tensor(json.loads(body)["inputs"], dtype=torch.float32) if body else torch.randn(batch, 64)
             with torch.no_grad():
                 out = model(rows).argmax(dim=1).tolist()
             if args.extra_ms:
@@ -82,13 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             predict_latency.observe(time.perf_counter() - begin)
 
         def do_POST(self) -> None:
-            if self.path == "/predict":
+            if urlsplit(self.path).path == "/predict":
                 self._predict()
             else:
                 self._send(404, b"{}")
 
         def do_GET(self) -> None:
-            if self.path == "/predict":
+            if urlsplit(self.path).path == "/predict":
                 self._predict()
             elif self.path == "/healthz":
                 self._send(200 if ready.is_set() else 503, b'{"ready": %s}' % (b"true" if ready.is_set() else b"false"))
