@@ -136,3 +136,27 @@ async def test_a_replica_that_never_gets_ready_is_evicted_with_the_reason(node: 
     ended = [e for e in seen if isinstance(e, JobLifecycleEvent)]
     assert ended[0].state is JobState.EVICTED and "not ready within 1 s (TCP connect on port" in ended[0].reason
     assert "svc-deaf" not in node.workloads
+
+
+async def test_without_a_probe_it_serves_at_once_and_a_missing_histogram_is_said_once(node: ProcessNode, tmp_path: Path) -> None:
+    """A plain HTTP server (the stdlib's, no /metrics): running at its start, its endpoint at the
+    first tick, and the scrape's 404 reported once (step ``metrics``), never a made-up latency."""
+    start = submit(node, "svc-plain", {"command": [sys.executable, "-c", "import os, http.server as h; "
+                                                   "h.ThreadingHTTPServer(('', int(os.environ['PORT'])), h.SimpleHTTPRequestHandler).serve_forever()"],
+                                       "metrics": {"histogram": "request_seconds"}})  # fmt: skip
+    out = await node.on_command(start)
+    assert [(type(e).__name__, e.state) for e in out] == [("ExecutorReport", ReportState.ACCEPTED), ("JobLifecycleEvent", JobState.RUNNING)]
+    seen: list[Event] = []
+    await tick_until(node, lambda s: any(isinstance(e, ExecutorReport) and e.step == "metrics" for e in s), within_s=30, seen=seen)
+    port = node.workloads["svc-plain"].service.port
+    [ready] = [e for e in seen if isinstance(e, ExecutorReport) and e.step == "ready"]
+    assert ready.endpoint == f"127.0.0.1:{port}"
+    [problem] = [e for e in seen if isinstance(e, ExecutorReport) and e.step == "metrics"]
+    assert problem.detail == f"scrape of http://127.0.0.1:{port}/metrics: HTTP 404"
+    service, scrapes = node.workloads["svc-plain"].service, []
+    while len(scrapes) < 2:  # two more scrapes: the same problem, not said again
+        before = service.scraped_at
+        await tick_until(node, lambda _: service.scraped_at != before, within_s=10, seen=seen)
+        scrapes.append(service.scraped_at)
+    assert len([e for e in seen if isinstance(e, ExecutorReport) and e.step == "metrics"]) == 1
+    assert not [e for e in seen if isinstance(e, OnlineLatencyReport)]
