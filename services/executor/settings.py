@@ -60,6 +60,10 @@ class ExecutorSettings(ServiceSettings):
     admission_wait_s: float = Field(default=5.0, ge=0.0,
                                     description="How long a start waits for its job's submission and admission to be folded")
 
+    address: str = Field(default="127.0.0.1", pattern=r"^[A-Za-z0-9._:\[\]-]+$",
+                         description="This node's address in online services' endpoints (address:PORT)")
+    readiness_timeout_s: float = Field(default=300.0, gt=0.0, description="How long a service replica may take to pass its readiness probe")
+
     @model_validator(mode="after")
     def _process_needs_a_node(self) -> ExecutorSettings:
         if self.backend == "process" and not self.node_id:
@@ -81,5 +85,5 @@ class ExecutorSettings(ServiceSettings):
             observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
             salus_policy=None if self.salus_policy == "off" else self.salus_policy,
             workload_users=WorkloadUsers(self.workload_uid_first, self.workload_uid_count, self.workload_uid_per),
-            admission_wait_s=self.admission_wait_s,
+            admission_wait_s=self.admission_wait_s, address=self.address, readiness_timeout_s=self.readiness_timeout_s,
         )

@@ -24,10 +24,12 @@ from hivemux.bus.authorization import as_writer
 from hivemux.events import (
     CellBinding,
     Event,
+    ExecutorReport,
     JobKind,
     JobSubmission,
     OnlineLatencyReport,
     Priority,
+    ReportState,
     SloProtectionAction,
     WorkloadSpec,
 )
@@ -63,6 +65,15 @@ def report(svc: str, gpu: str, end_s: float, p99: float, *, written_s: float | N
     )  # fmt: skip
 
 
+def ready(svc: str, gpu: str, at_s: float, endpoint: str) -> ExecutorReport:
+    """A replica of the service's own command passed its readiness probe (issue 29)."""
+    return ExecutorReport(
+        event_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{svc}{gpu}{at_s}ready"), source="executor", occurred_at=s(at_s), node_id="n1",
+        job_id=svc, command_id="c", state=ReportState.RUNNING, gpu_ids=(gpu,), step="ready", detail=f"serving on {endpoint}",
+        endpoint=endpoint,
+    )  # fmt: skip
+
+
 def step(svc: str, gpu: str, at_s: float, what: str, level: int, job: str) -> SloProtectionAction:
     return SloProtectionAction(
         event_id=uuid.uuid5(uuid.NAMESPACE_OID, f"{svc}{gpu}{at_s}{what}"), source="health-processor", occurred_at=s(at_s),
@@ -91,6 +102,7 @@ def scenario(p: str) -> tuple[list[Event], dict[str, str]]:
         report(svc, g1, 20, 20.0), report(other, g2, 20, 70.0),
         step(svc, g0, 18, "lower_launch_target", 1, off_b), step(svc, g0, 21, "lower_sm_share", 2, off_b),
         step(other, g2, 21, "evict", 0, off_b),
+        ready(svc, g1, 12, "10.0.0.7:31002"), ready(svc, g1, 5, "10.0.0.7:31001"),  # a relaunch's, then the first (late)
     ]
     return events, {"svc": svc, "other": other, "off_b": off_b, "g0": g0, "g1": g1, "g2": g2}
 
@@ -134,6 +146,8 @@ async def test_latest_window_per_replica_and_protection_steps(folded: tuple[Any,
     assert (svc["worst_p99_ms"], svc["worst_gpu_id"], svc["slo_state"]) == (48.0, n["g0"], "approaching")
     assert svc["last_protection"]["step"] == "lower_sm_share"
     assert svc["protection_steps"] == {"lower_launch_target": 1, "lower_sm_share": 1}
+    endpoints = {r["gpu_id"]: r["endpoint"] for r in svc["replica_latency"]}
+    assert endpoints == {n["g0"]: None, n["g1"]: "10.0.0.7:31002"}  # the latest ready report's; g0 runs no own command
     status = {r["job_id"]: r for r in (await ReadModelStore(pool).status_summary())["online_services"]}
     assert (status[n["svc"]]["p99_ms"], status[n["svc"]]["slo_p99_ms"]) == (48.0, 50.0)
     assert status[n["other"]]["slo_state"] == "over"
@@ -142,7 +156,8 @@ async def test_latest_window_per_replica_and_protection_steps(folded: tuple[Any,
 async def test_a_rebuild_folds_the_same_rows(infra: Endpoints, folded: tuple[Any, dict[str, str]]) -> None:
     pool, _ = folded
     store = ReadModelStore(pool)
-    order = {"online_services": "job_id", "online_latency": "service, gpu_id", "slo_protection_steps": "event_id"}
+    order = {"online_services": "job_id", "online_latency": "service, gpu_id", "slo_protection_steps": "event_id",
+             "online_endpoints": "service, gpu_id"}
     before = {t: await store.table(t, o) for t, o in order.items()}
     await run_projector(infra.bootstrap_servers, pool, until_caught_up=True)  # nothing new: nothing changes
     assert {t: await store.table(t, o) for t, o in order.items()} == before
@@ -179,6 +194,7 @@ async def test_the_api_shows_a_tenant_its_services_only(infra: Endpoints, folded
         assert {s["job_id"] for s in (await get(admin, "/api/v1/services")).json()["services"]} >= {n["svc"], n["other"]}
         described = (await get(a, f"/api/v1/jobs/{n['svc']}")).json()
         assert described["service"]["worst_p99_ms"] == 48.0 and len(described["service"]["replica_latency"]) == 2
+        assert {r["endpoint"] for r in described["service"]["replica_latency"]} == {None, "10.0.0.7:31002"}
         assert (await get(a, f"/api/v1/jobs/{n['other']}")).status_code == 403
         paths = (await get(a, "/openapi.json")).json()["paths"]
         assert "/api/v1/services" in paths
@@ -197,3 +213,4 @@ async def test_jobs_describe_prints_the_replicas_latency(infra: Endpoints, folde
     assert done.returncode == 0, out
     assert "worst p99 48.0 ms / SLO 50.0 ms (approaching); 2/2 replicas bound" in out
     assert f"{n['g1']}" in out and "p99 20.0 ms" in out and "last lower_sm_share (level 2)" in out
+    assert f"{n['g1']:<20} serving on 10.0.0.7:31002 since" in out

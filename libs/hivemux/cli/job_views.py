@@ -117,6 +117,8 @@ def _service_lines(s: dict[str, Any]) -> list[str]:
     for r in s["replica_latency"]:
         beside = f" beside {r['offline_job_id']}" if r.get("offline_job_id") else ""
         target = f" (launch target {r['launch_target']:g})" if r.get("launch_target") is not None else ""
+        if r.get("endpoint"):  # a service's own command, ready (issue 29)
+            lines.append(f"  {r['gpu_id']:<20} serving on {r['endpoint']} since {r.get('ready_at') or '-'}")
         lines.append(f"  {r['gpu_id']:<20} p99 {_ms(r.get('p99_ms'))}  p50 {_ms(r.get('p50_ms'))}  {r['slo_state']:<11} "
                      f"window to {r.get('window_end') or '-'}{beside}{target}")  # fmt: skip
     last = s.get("last_protection")

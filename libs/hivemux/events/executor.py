@@ -94,13 +94,15 @@ class ExecutorReport(Event):
     step: str | None = Field(
         default=None, max_length=64,
         description="The lifecycle step this report records (process executor): launched, frozen, sigterm, exited, "
-        "killed, mps_checked, restarting, relaunched, mps_restarted, cpuset, memory_pressure",
+        "killed, mps_checked, restarting, relaunched, mps_restarted, cpuset, memory_pressure, ready (a service replica passed its readiness probe)",
     )
     pid: int | None = Field(default=None, ge=1, le=MAX_PID, description="The workload's process (group leader) id, when it has one")
     exit_code: int | None = Field(default=None, ge=-128, le=255, description="Exit code, or -signal number, of the workload process")
     checkpoint_iteration: int | None = Field(default=None, ge=0, le=MAX_ITERATIONS, description="Iteration of the last checkpoint the workload wrote")
     host_memory_mib: Mebibytes | None = Field(default=None, description="Resident memory of the workload's processes (process executor)")
     gpu_memory_mib: Mebibytes | None = Field(default=None, description="GPU memory the workload holds, as xCUDA accounts it")
+    endpoint: str | None = Field(default=None, max_length=300, pattern=r"^[A-Za-z0-9._:\[\]-]+:[0-9]{1,5}$",
+                                 description="An online service's replica: where it serves (node address:PORT), once ready")
 
 
 # What a dead letter keeps of the original: a bounded prefix and a digest, so that a record of

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
 from .base import MAX_ENTRIES, MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, Event, JobId, Label, Mebibytes, Name, Percent, Reason, Record, Text
 
@@ -29,8 +29,47 @@ class Priority(StrEnum):
 MAX_COMMAND_BYTES = 128 * 1024
 
 
+# An environment variable's name a service's port is handed in (``PORT``, ``METRICS_PORT``).
+PortName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Z_][A-Z0-9_]*$")]
+# An HTTP path on the service (readiness, metrics): absolute, no scheme, host or query tricks.
+HttpPath = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^/[A-Za-z0-9._~/-]*$")]
+# A Prometheus metric name (the histogram's family, or its ``_bucket`` series).
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")]
+
+
+class ServicePort(Record):
+    """A further port an online service's replica is given, in the environment variable ``name``
+    (every replica gets ``PORT``; the executor allocates each on its node)."""
+
+    name: PortName
+
+
+class Readiness(Record):
+    """When a replica counts as serving: its ``http`` path on ``PORT`` answers 2xx, or (``tcp``)
+    ``PORT`` accepts a connection."""
+
+    http: HttpPath | None = None
+    tcp: bool = False
+
+    @model_validator(mode="after")
+    def _one_probe(self) -> "Readiness":
+        if (self.http is not None) == self.tcp:
+            raise ValueError("readiness is either an http path or tcp: true")
+        return self
+
+
+class ServiceMetrics(Record):
+    """Where a service's latency is read: the Prometheus exposition at ``path`` on the port
+    ``port`` names (default ``PORT``) and its latency histogram ``histogram``, in seconds."""
+
+    path: HttpPath = "/metrics"
+    histogram: MetricName
+    port: PortName = "PORT"
+
+
 class WorkloadSpec(Record):
-    """What to run: a model family from the catalog, its batch size and length."""
+    """What to run: a model family from the catalog, its batch size and length; an online
+    service's own command also has its ports, readiness probe and metrics (issue 29)."""
 
     model: Name = Field(description="Model family, e.g. resnet50, vgg16, densenet201, inceptionv3, bert")
     batch_size: int = Field(ge=1, le=65536)
@@ -40,6 +79,9 @@ class WorkloadSpec(Record):
     )
     slo_p99_ms: float | None = Field(default=None, gt=0, le=3_600_000, description="Online services: the p99 latency SLO, ms")
     request_rate: float | None = Field(default=None, ge=0, le=1e9, description="Online services: the expected requests per second")
+    ports: tuple[ServicePort, ...] = Field(default=(), max_length=16, description="Online services: further ports, each in its environment variable (PORT is always given)")
+    readiness: Readiness | None = Field(default=None, description="Online services: the probe a replica passes before it counts as serving")
+    metrics: ServiceMetrics | None = Field(default=None, description="Online services: the Prometheus endpoint and latency histogram its p99 is read from")
 
     @field_validator("command")
     @classmethod
@@ -48,6 +90,15 @@ class WorkloadSpec(Record):
         if size > MAX_COMMAND_BYTES:
             raise ValueError(f"{size} bytes, more than the {MAX_COMMAND_BYTES} a command line may take")
         return command
+
+    @model_validator(mode="after")
+    def _ports_named_once(self) -> "WorkloadSpec":
+        names = [p.name for p in self.ports]
+        if len(set(names)) != len(names) or "PORT" in names:
+            raise ValueError(f"ports {names}: each name once, and not PORT (every replica has it)")
+        if self.metrics is not None and self.metrics.port not in ("PORT", *names):
+            raise ValueError(f"metrics port {self.metrics.port} is not PORT nor one of the ports {names}")
+        return self
 
 
 class ResourceEstimates(Record):

@@ -46,3 +46,9 @@ class NodeConfig:
     # How long a start waits for the folds of its job's submission and admission (`admission`)
     # before it is refused: the scheduler publishes them with the command, on other topics.
     admission_wait_s: float = 5.0
+    # An online service's own command (issue 29, `service_watch`): the address its endpoint is
+    # published with (address:PORT), how long a replica may take to pass its readiness probe,
+    # and the bound of one probe or scrape.
+    address: str = "127.0.0.1"
+    readiness_timeout_s: float = 300.0
+    probe_timeout_s: float = 2.0

@@ -11,7 +11,8 @@ A relaunch resumes at the last checkpoint (what ran after it is lost) and starts
 
 What runs is the job's submitted workload (``Workload.spec``, from `admission`; a re-adopted
 workload relaunched later looks it up in the folded submissions), as the workload's own uid
-(``Workload.owner``, `users`), never as the agent.
+(``Workload.owner``, `users`), never as the agent. An online service with its own command gets
+its ports in the environment (`service_watch`); without one, the built-in server stands in.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from hivemux.executor.launch import (
     train_argv,
     workload_env,
 )
+from hivemux.executor.service_watch import ServiceWatch, runs_own_command
 from hivemux.executor.supervisor import launch
 from hivemux.executor.users import Owner
 from hivemux.executor.workload import Workload
@@ -54,6 +56,7 @@ class Launcher:
         self.readings = readings
         self.clock = clock
         self.cpusets = Cpusets(False, "not opened", Path("/"))
+        self.services: ServiceWatch | None = None  # own-command online services: ports (`service_watch`)
 
     def quota_bytes(self, w: Workload) -> int:
         """xCUDA's memory quota of ``w``: the node's cap (a fraction of its GPU's memory), or its
@@ -91,7 +94,11 @@ class Launcher:
         if w.kind != "online" and self.config.salus_policy is not None:
             env[SALUS_SOCKET_ENV] = (await self.daemons.lane_server(indices[0])).socket_path
             env["HIVEMUX_JOB_ID"] = w.job_id
-        if w.kind == "online":  # a submitted service serves at its expected request rate
+        if w.kind == "online" and self.services is not None and runs_own_command(w):  # the user's own service (issue 29)
+            assert w.spec is not None
+            env.update(self.services.prepare(w, self.clock()))
+            argv = list(w.spec.command)
+        elif w.kind == "online":  # the built-in stand-in serves at the service's expected request rate
             rate = ["--rate", f"{w.spec.request_rate:g}"] if w.spec is not None and w.spec.request_rate else []
             argv = [sys.executable, "-m", "hivemux.workloads.online", *self.config.online_args, *rate]
         else:

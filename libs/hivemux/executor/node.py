@@ -93,6 +93,7 @@ from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
 from hivemux.executor.recovery import Ledger
 from hivemux.executor.remediation import Remediation
+from hivemux.executor.service_watch import ServiceWatch
 from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, replica_key
 from hivemux.executor.workload_monitor import WorkloadMonitor
 from hivemux.executor.xcuda_feed import XcudaFeed
@@ -140,6 +141,9 @@ class ProcessNode:
         # Salus lane jobs (issue 20): granted lanes on the GPUs' lane servers, released as each ends
         self.lane_jobs = LaneJobs(daemons=self.daemons, workloads=self.table, lanes_on=config.salus_policy is not None)
         self.table.on_forget = self.lane_jobs.release
+        # online services' own commands (issue 29): ports at launch, readiness and scrapes on ticks
+        self.services = ServiceWatch(config, workloads=self.table, reporter=self.reporter, graceful=self.graceful)
+        self.launcher.services = self.services
         self._handled: OrderedDict[UUID, None] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -467,10 +471,10 @@ class ProcessNode:
         share = f" with {w.sm_share:g} % of the SMs" if w.sm_share is not None else ""
         isolation = "" if self.cpusets.available else f"; no CPU isolation: {self.cpusets.reason}"
         where = f"; {w.lane}" if w.lane else ""
-        return [
-            report(w, command.event_id, ReportState.ACCEPTED, now, step="launched", detail=f"pid {w.proc.pid}{where}{isolation}"),  # type: ignore[union-attr]
-            lifecycle(w, command.event_id, JobState.RUNNING, now, f"started on {self.config.node_id} {','.join(w.gpu_ids)}{share}"),
-        ]
+        launched = report(w, command.event_id, ReportState.ACCEPTED, now, step="launched", detail=f"pid {w.proc.pid}{where}{isolation}")  # type: ignore[union-attr]
+        if self.services.awaits_readiness(w):
+            return [launched]  # serving (running) once its readiness probe passes (`service_watch`)
+        return [launched, lifecycle(w, command.event_id, JobState.RUNNING, now, f"started on {self.config.node_id} {','.join(w.gpu_ids)}{share}")]
 
     async def _update(self, w: Workload, command: ExecutorCommand, admitted: Admitted) -> list[Event]:
         """A start for a running job: a new SM share restarts it; a new quota is applied."""
@@ -514,6 +518,7 @@ class ProcessNode:
             for w in self.table.online.values():
                 self.table.read_progress(w)
             now_s = self.clock()
+            out += await self.services.watch(now_s)  # before the monitor: a window scraped now is reported now
             for w in list(self.table.jobs.values()):
                 if w.busy:
                     continue

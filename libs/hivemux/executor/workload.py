@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from hivemux.events import (
@@ -36,6 +36,9 @@ from hivemux.executor.supervisor import Exit, Supervised
 from hivemux.executor.users import Owner
 from hivemux.workloads.progress import ProgressReader
 from hivemux.xcuda import ControlBlock, StateFile
+
+if TYPE_CHECKING:
+    from hivemux.executor.service_watch import ServiceState
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Workload:
     owner: Owner | None = None  # the uid and gid it runs as (`users`)
     lane: str = ""  # a Salus lane job (issue 20): its lane, GPU and policy, for its reports' detail
     key: str = ""  # its key in the node's table and its files' name: the job id, or a further replica's (`replica_key`)
+    service: ServiceState | None = None  # an online job's own command (issue 29): its ports, readiness, scrapes (`service_watch.ServiceState`)
 
     def __post_init__(self) -> None:
         self.key = self.key or self.job_id

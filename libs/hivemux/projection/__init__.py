@@ -28,7 +28,7 @@ from .read_models import (
     project,
 )
 from .lanes import LANE_GPU_KIND, JobProgress, LaneGpuChanged, LaneJobBound, fold_progress, lane_line
-from .online import OnlineServiceSubmitted, ProtectionStep, ReplicaLatency, fold_latency, slo_state
+from .online import OnlineServiceSubmitted, ProtectionStep, ReplicaEndpoint, ReplicaLatency, fold_latency, slo_state
 from .usage import JobEnded, SharingObserved, UsageEnded, UsageStarted
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "JobEnded",
     "OnlineServiceSubmitted",
     "ProtectionStep",
+    "ReplicaEndpoint",
     "ReplicaLatency",
     "fold_latency",
     "slo_state",

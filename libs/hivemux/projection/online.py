@@ -10,6 +10,9 @@ Tables (migration 0009), each fed by one topic:
   one replica's reports arrive in order). A report replaces the row only if its window ends
   later, ties broken by the greater event id: a duplicate, a replay and a report older than the
   stored window change nothing, and the result does not depend on the order reports are read;
+- ``online_endpoints`` (migration 0014, issue 29): per (service, GPU), where the replica running
+  the service's own command serves (``executor.reports`` step ``ready``, its ``endpoint``), the
+  latest ready report winning (ties: the greater event id);
 - ``slo_protection_steps``: every ``sharing.protection`` step once (by event id); the latest per
   GPU (view ``slo_protection_latest``) and the counts per service and step are queries. Each step
   is also a row of the offline job's and the GPU's history (``job_events``, ``gpu_events``,
@@ -36,7 +39,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from ..events import JobSubmission, OnlineLatencyReport, SloProtectionAction
+from ..events import ExecutorReport, JobSubmission, OnlineLatencyReport, SloProtectionAction
 from ..sharing.slo_protection import SloPolicy
 
 SloState = Literal["within", "approaching", "over", "unknown"]
@@ -89,7 +92,20 @@ class ProtectionStep:
     at: datetime
 
 
-OnlineChange = OnlineServiceSubmitted | ReplicaLatency | ProtectionStep
+@dataclass(frozen=True)
+class ReplicaEndpoint:
+    """Where a replica running the service's own command serves, since it passed its readiness
+    probe (an ``executor.reports`` record, step ``ready``); the later report wins."""
+
+    service: str
+    gpu_id: str
+    node_id: str
+    endpoint: str
+    ready_at: datetime
+    event_id: UUID
+
+
+OnlineChange = OnlineServiceSubmitted | ReplicaLatency | ProtectionStep | ReplicaEndpoint
 
 
 def online_submission(event: JobSubmission) -> tuple[OnlineChange, ...]:
@@ -105,6 +121,13 @@ def latency(event: OnlineLatencyReport) -> ReplicaLatency:
         event.service, event.gpu_id, event.node_id, min(event.window_start, end), end, event.p50_ms, event.p99_ms,
         event.slo_p99_ms, event.request_rate, event.offline_job_id, event.sm_share, event.launch_target, event.event_id,
     )  # fmt: skip
+
+
+def endpoint(event: ExecutorReport) -> tuple[ReplicaEndpoint, ...]:
+    """A ``ready`` report's endpoint, one row per GPU of the replica (none for other reports)."""
+    if event.endpoint is None or event.step != "ready":
+        return ()
+    return tuple(ReplicaEndpoint(event.job_id, g, event.node_id, event.endpoint, event.occurred_at, event.event_id) for g in event.gpu_ids)
 
 
 def protection(event: SloProtectionAction) -> ProtectionStep:

@@ -55,7 +55,7 @@ from ..cells.config import parse_config
 from ..errors import ConfigurationError
 from ..events import CellBinding, CellConfig, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
 from .lanes import LaneChange, lane_gpu_binding, lane_job_bound, progress
-from .online import OnlineChange, latency, online_submission, protection
+from .online import OnlineChange, endpoint, latency, online_submission, protection
 from .usage import UsageChange, binding_usage, lifecycle_usage, observation, placement_usage
 
 # Topics folded into the read models (names; those not in the registry are skipped).
@@ -438,5 +438,5 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "SharingObservation": observation,
     "OnlineLatencyReport": lambda event, _: (latency(event),),
     "SloProtectionAction": _protection,
-    "ExecutorReport": progress,
+    "ExecutorReport": lambda event, _: (*progress(event), *endpoint(event)),
 }

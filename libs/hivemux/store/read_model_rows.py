@@ -33,6 +33,7 @@ from ..projection import (
     LaneJobBound,
     OnlineServiceSubmitted,
     ProtectionStep,
+    ReplicaEndpoint,
     ReplicaLatency,
     SharingObserved,
     UsageEnded,
@@ -187,6 +188,12 @@ _STATEMENTS: dict[type, str] = {
             request_rate = EXCLUDED.request_rate, offline_job_id = EXCLUDED.offline_job_id, sm_share = EXCLUDED.sm_share,
             launch_target = EXCLUDED.launch_target, event_id = EXCLUDED.event_id
         WHERE (EXCLUDED.window_end, EXCLUDED.event_id) > (online_latency.window_end, online_latency.event_id)""",
+    # Where a replica serves (migration 0014, issue 29): the latest ready report (ties: the greater event id).
+    ReplicaEndpoint: """
+        INSERT INTO online_endpoints (service, gpu_id, node_id, endpoint, ready_at, event_id) VALUES ($1, $2, $3, $4, $5, $6)
+        ON CONFLICT (service, gpu_id) DO UPDATE SET node_id = EXCLUDED.node_id, endpoint = EXCLUDED.endpoint,
+            ready_at = EXCLUDED.ready_at, event_id = EXCLUDED.event_id
+        WHERE (EXCLUDED.ready_at, EXCLUDED.event_id) > (online_endpoints.ready_at, online_endpoints.event_id)""",
     ProtectionStep: """
         INSERT INTO slo_protection_steps (event_id, gpu_id, node_id, service, offline_job_id, step, level, p99_ms, slo_p99_ms,
                                           launch_target, sm_share, reason, occurred_at)
@@ -248,7 +255,7 @@ def _args(change: Change) -> tuple[Any, ...]:
         case JobProgress():
             return (change.job_id, change.iterations_done, change.iterations_total, change.throughput_it_s, change.node_id,
                     _json(list(change.gpu_ids)), change.at)  # fmt: skip
-        case SharingObserved() | OnlineServiceSubmitted() | ReplicaLatency() | ProtectionStep():
+        case SharingObserved() | OnlineServiceSubmitted() | ReplicaLatency() | ProtectionStep() | ReplicaEndpoint():
             return astuple(change)
     raise TypeError(f"not a read-model change: {change!r}")
 

@@ -34,6 +34,7 @@ TopicPartition = tuple[str, int]
 READ_MODEL_TABLES = (
     "jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "usage_intervals", "job_ends", "sharing_observations",
     "online_services", "online_latency", "slo_protection_steps", "lane_jobs", "job_progress", "projector_offsets",
+    "online_endpoints",
 )  # fmt: skip
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
 _NOT_BOUND_STATES = frozenset({*FINISHED_STATES, "stopped", "suspended"})  # the same, in Python

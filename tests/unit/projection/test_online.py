@@ -116,3 +116,18 @@ def test_latency_reports_write_no_history_row_the_change_feed_would_look_up() ->
 
     assert "online.latency" in _NO_HISTORY
     assert not [c for c in project(report(5, 42.0), AT) if isinstance(c, JobEventRow | GpuEventRow)]
+
+
+def test_a_ready_report_projects_its_endpoint_and_no_other_report_does() -> None:
+    from hivemux.events import ExecutorReport, ReportState
+    from hivemux.projection import ReplicaEndpoint
+
+    def executor_report(step: str | None, endpoint: str | None) -> ExecutorReport:
+        return ExecutorReport(source="executor-n1", occurred_at=T0, node_id="n1", job_id="svc", command_id="c", state=ReportState.RUNNING,
+                              gpu_ids=("n1/gpu-0",), step=step, endpoint=endpoint)  # fmt: skip
+
+    ready = executor_report("ready", "10.0.0.7:31001")
+    assert [c for c in project(ready, AT) if isinstance(c, ReplicaEndpoint)] == [
+        ReplicaEndpoint("svc", "n1/gpu-0", "n1", "10.0.0.7:31001", T0, ready.event_id)]
+    for other in (executor_report(None, None), executor_report("launched", None), executor_report("metrics", "10.0.0.7:31001")):
+        assert not [c for c in project(other, AT) if isinstance(c, ReplicaEndpoint)]

@@ -117,7 +117,8 @@ function serviceFacts(s) {
   return h("div", { class: "service-latency", dataset: { sloState: s.slo_state } },
     h("h3", {}, `Latency: worst p99 ${fmtNum(s.worst_p99_ms)} / SLO ${fmtNum(s.slo_p99_ms)} ms `, h("span", { class: `chip slo-${s.slo_state}` }, s.slo_state)),
     h("ul", { class: "plain" }, (s.replica_latency || []).map((r) => h("li", { dataset: { gpu: r.gpu_id } },
-      h("span", { class: "mono" }, r.gpu_id), ` p99 ${fmtNum(r.p99_ms)} ms, p50 ${fmtNum(r.p50_ms)} ms, ${fmtNum(r.request_rate, 0)} req/s`,
+      h("span", { class: "mono" }, r.gpu_id), r.endpoint ? h("span", { class: "mono endpoint" }, ` ${r.endpoint}`) : "",
+      ` p99 ${fmtNum(r.p99_ms)} ms, p50 ${fmtNum(r.p50_ms)} ms, ${fmtNum(r.request_rate, 0)} req/s`,
       r.offline_job_id ? h("span", { class: "dim" }, ` beside ${r.offline_job_id}`) : "", ` (${r.slo_state})`))),
     last ? h("p", { class: "dim" }, `last protection step: ${last.step} (level ${last.level}) on ${last.gpu_id}, ${fmtTime(last.occurred_at)}: ${last.reason}`) : null);
 }
