@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from collections.abc import Callable, Collection
 
 from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobKind, JobSubmission, Placement, WorkloadSpec
-from hivemux.gpu_ids import gpu_index
+from hivemux.gpu_ids import gpu_index, node_of
 
 # An online service's replica is admitted like a training pod: by its binding (cells.bindings).
 _KIND = {CommandAction.START_OFFLINE: JobKind.OFFLINE, CommandAction.START_TRAINING: JobKind.TRAINING,
@@ -173,7 +173,10 @@ def beyond_the_node(command: ExecutorCommand, gpu_memory_mib: Callable[[str], fl
     a start with ``memory_quota_mib=16 * 2**20`` (16 TiB) there is refused. ``running_on``: the
     GPUs of the running job an ``adjust`` (which names none) changes."""
     node = command.node_id
-    foreign = [g for g in command.gpu_ids if gpu_index(g, node) is None or (known_gpus is not None and g not in known_gpus)]
+    # A malformed id of this node (``node-00/tpu``) is not judged here: it is a bad record, which
+    # the launcher raises for the dead-letter topic; a well-formed id elsewhere is refused.
+    foreign = [g for g in command.gpu_ids
+               if (gpu_index(g, node) is None and node_of(g) != node) or (known_gpus is not None and g not in known_gpus)]
     if foreign:
         known = "" if known_gpus is None else f" (its telemetry names {', '.join(sorted(known_gpus)[:16]) or 'none'})"
         return Refusal(f"{', '.join(foreign[:16])}: not a GPU of {node}{known}")

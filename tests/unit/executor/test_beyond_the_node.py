@@ -45,7 +45,7 @@ def t4(_: str) -> float:
         (start(quota=MAX_MIB), None, "memory quota 1.67772e+07 MiB is more than node-00/gpu-1 has (15360 MiB)"),
         (start(quota=15361.0), None, "memory quota 15361 MiB is more than node-00/gpu-1 has (15360 MiB)"),
         (start(gpu="node-99/gpu-99"), None, "node-99/gpu-99: not a GPU of node-00"),
-        (start(gpu="node-00/gpu-01"), None, "node-00/gpu-01: not a GPU of node-00"),
+        (start(gpu="node-00/gpu-01"), None, None),  # malformed: the launcher raises it for the dead-letter topic
         (start(gpu="node-00/gpu-9"), {"node-00/gpu-0", "node-00/gpu-1"}, "node-00/gpu-9: not a GPU of node-00 (its telemetry names node-00/gpu-0, node-00/gpu-1)"),
         (start(gpu="node-00/gpu-1"), {"node-00/gpu-0", "node-00/gpu-1"}, None),
     ],
