@@ -84,13 +84,16 @@ from hivemux.gpu_ids import gpu_ids
 
 from . import api
 from .allocator import Allocation, CellAllocator
+from .gang import RESTARTS_INPUT, RUN_INPUT, Fail, Gangs, rendezvous
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 from .lane_events import LaneEventMaker, candidate, needs_profile
 from .lane_choice import LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
 from .resize import ReplicasRefused
 
-ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
+ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.TIMED_OUT})
+_POD_ENDS = frozenset({JobState.POD_FAILED, JobState.EVICTED, JobState.STOPPED})  # a gang pod's run over, not by the allocator
+GANG_RUN = "gang_run"  # a training pod's binding names the run it starts (`gang`)
 CELL_KINDS = frozenset({JobKind.TRAINING, JobKind.ONLINE})  # the jobs HiveD places on cells
 _START = {JobKind.TRAINING: CommandAction.START_TRAINING, JobKind.ONLINE: CommandAction.START_ONLINE}
 
@@ -125,6 +128,7 @@ class AllocatorEvents:
         self.decided: set[uuid.UUID] = set()  # resize outcomes decided or folded: a command id acts once
         self.lanes = LaneEventMaker(core.lanes, self.submissions, source)  # lane jobs and lane GPUs (issue 20)
         self.profiles: dict[str, Profile] = {}  # of lane jobs that gave no P and E (`on_profile`)
+        self.gangs = Gangs()  # training jobs' runs and failed runs (`gang`)
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
@@ -193,6 +197,10 @@ class AllocatorEvents:
         if self.core.lanes.is_lane_gpu(binding.job_id):
             gpu = binding.gpu_ids[0] if binding.gpu_ids else None
             self.core.lanes.recorded_gpu(binding.job_id, binding.state, binding.node_ids[0] if binding.node_ids else None, gpu, binding.inputs)
+        if binding.state == "bound" and isinstance(run := binding.inputs.get(GANG_RUN), str):
+            self.gangs.started(binding.job_id, run)
+        elif binding.state in ("released", "preempted"):
+            self.gangs.stopped(binding.job_id)
         if binding.state == "bound" and binding.pod_spec and binding.bind_info:
             pod = api.Pod(binding.pod, pod_spec_from_annotation(binding.pod_spec))
             self.core.restore(binding.job_id, pod, bind_info_from_annotation(binding.bind_info))
@@ -215,6 +223,13 @@ class AllocatorEvents:
         self.core.heard(job_id, change.reason if change.state is JobState.WAITING and mine else None)  # what a restarted allocator told before
         self.core.lanes.heard(job_id, change.state.value, change.inputs, mine)  # a lane job's lane (folded before going live)
         self.lanes.heard(change, mine)  # a lane job's latest start (folded before going live)
+        if mine:
+            self.gangs.heard(job_id, change.inputs.get(RESTARTS_INPUT))
+        run = change.inputs.get(RUN_INPUT) if change.source.split("/")[0] == "executor" else None
+        if run is not None and change.state is not JobState.COMPLETED:  # a gang pod's report (`gang`)
+            if change.state in _POD_ENDS and self.gangs.current(job_id, run) and not replaying:
+                return self._gang_ended(change)
+            return []  # an earlier run's (the allocator's own stop or eviction ended it), or a step on the way
         match change.state:
             case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)
@@ -233,6 +248,23 @@ class AllocatorEvents:
             case _:
                 return []
         return [] if replaying else self.events(allocation)
+
+    def _gang_ended(self, change: JobLifecycleEvent) -> list[Event]:
+        """A pod of a gang's current run failed or was evicted by its node: the whole gang is
+        stopped, then bound again or, past its ``max_restarts``, failed (`gang.Gangs.pod_ended`)."""
+        job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
+        job = self.submissions.get(job_id)
+        what = f"a pod on {change.node_id or 'its node'} {change.state.value.replace('_', ' ')} ({change.reason})"
+        verdict = self.gangs.pod_ended(job_id, failed=change.state is JobState.POD_FAILED, what=what,
+                                       max_restarts=job.max_restarts if job is not None else 0)
+        inputs = {RESTARTS_INPUT: str(verdict.restarts), RUN_INPUT: change.inputs[RUN_INPUT]}
+        if isinstance(verdict, Fail):
+            allocation = self.core.end(job_id, at=at, cause=cause)
+            told = self._lifecycle(job_id, JobState.FAILED, at, cause, verdict.reason, inputs)
+        else:
+            allocation = self.core.restart(job_id, at=at, cause=cause)
+            told = self._lifecycle(job_id, JobState.WAITING, at, cause, verdict.reason, inputs)
+        return [*self._stops(allocation, job_id, verdict.reason), told, *self.events(allocation)]
 
     def on_priority(self, change: JobPriorityChanged, *, replaying: bool) -> list[Event]:
         """A user changed a training job's HiveD priority (job controller)."""
@@ -331,7 +363,30 @@ class AllocatorEvents:
         for decision in allocation.decisions:
             out += self._events(decision, at, cause)
         for placed in allocation.placed:
+            out += self._gang_starts(placed.job_id, at, cause)
             out.append(self._lifecycle(placed.job_id, JobState.BOUND, at, cause, f"all pods bound: {placed.placement}"))
+        return out
+
+    def _gang_starts(self, job_id: str, at: datetime, cause: str) -> list[Event]:
+        """A training job whose every pod is now bound: one ``start_training`` per pod, in rank
+        order, each with its rendezvous (`gang.rendezvous`), as one new run of the gang."""
+        job = self.submissions.get(job_id)
+        pods = self.core.jobs.placed.get(job_id, {})
+        if job is None or job.kind is not JobKind.TRAINING or not pods:
+            return []
+        ranks = rendezvous(job_id, [(name, info.node) for name, (_, info) in pods.items()], run=cause,
+                           restarts=self.gangs.restarts(job_id))
+        self.gangs.started(job_id, cause)
+        out: list[Event] = []
+        for name, (_, info) in sorted(pods.items(), key=lambda item: ranks[item[0]].rank):
+            r = ranks[name]
+            out.append(ExecutorCommand(
+                event_id=derived_id("start", derived_id("bound", name, cause)), occurred_at=at, source=self.source,
+                node_id=info.node, action=CommandAction.START_TRAINING, job_id=job_id,
+                gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation), workload=job.workload, rendezvous=r,
+                reason=clip_reason(f"pod {name} bound to {info.node} GPUs {list(info.leaf_cell_isolation)}: rank {r.rank} of "
+                                   f"{r.world_size}, rendezvous at {r.master_node}:{r.master_port}"),
+            ))  # fmt: skip
         return out
 
     def _events(self, d: Decision, at: datetime, cause: str) -> list[Event]:
@@ -345,15 +400,17 @@ class AllocatorEvents:
             case PodBound(pod=pod, bind=bind):
                 key = derived_id("bound", pod.name, cause)
                 gpus = gpu_ids(bind.node, bind.leaf_cells)
+                gang = job is not None and job.kind is JobKind.TRAINING  # started with its gang (`_gang_starts`)
                 out: list[Event] = [
                     CellBinding(
                         event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="bound",
                         priority=priority, cell_type=bind.bind_info.cell_chain, pod=pod.name, node_ids=(bind.node,),
                         gpu_ids=gpus, reason=clip_reason(bind.reason or f"bound to {bind.node}"),
                         pod_spec=pod_spec_to_annotation(pod.spec), bind_info=bind_info_to_annotation(bind.bind_info),
+                        inputs={GANG_RUN: cause} if gang else {},
                     ),  # fmt: skip
                 ]
-                if job is not None:
+                if job is not None and not gang:
                     out.append(
                         ExecutorCommand(
                             event_id=derived_id("start", key), occurred_at=at, source=self.source, node_id=bind.node,
@@ -363,6 +420,7 @@ class AllocatorEvents:
                     )
                 return out
             case PodReleased(pod=pod, node=node):
+                self.gangs.stopped(d.job_id)
                 jobs = self.core.jobs
                 why = "job suspended" if d.job_id in jobs.suspended else "job ended" if d.job_id in jobs.ended else "replica removed by a resize"
                 return [
@@ -373,6 +431,7 @@ class AllocatorEvents:
                     )  # fmt: skip
                 ]
             case PodPreempted(pod=pod, node=node, by=by):
+                self.gangs.stopped(d.job_id)
                 reason = f"preempted by {by}"
                 key = derived_id("preempted", pod.name, cause)
                 return [

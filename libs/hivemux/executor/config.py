@@ -46,3 +46,8 @@ class NodeConfig:
     # How long a start waits for the folds of its job's submission and admission (`admission`)
     # before it is refused: the scheduler publishes them with the command, on other topics.
     admission_wait_s: float = 5.0
+    # Issue 29: the address other nodes reach this one at (a gang's MASTER_ADDR when its rank 0
+    # runs here), and the cluster's checkpoint store as this node mounts it (None: node-local
+    # checkpoints), `rendezvous`.
+    address: str = "127.0.0.1"
+    checkpoint_store: Path | None = None

@@ -77,7 +77,7 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "executor.reports",
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
-FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
+FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled", "timed_out")
 # The states that end a suspension (`jobs.control`); any other change leaves a suspended job so.
 ENDS_SUSPENSION: tuple[str, ...] = ("completed", "failed", "cancelled", "suspended", "resumed")
 
