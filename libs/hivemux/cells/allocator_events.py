@@ -63,6 +63,7 @@ from hivemux.events import (
     Event,
     ExecutorCommand,
     ExecutorReport,
+    FINISHED_STATES,
     HealthState,
     HealthTransition,
     JobKind,
@@ -81,6 +82,7 @@ from hivemux.events import (
     outcome_id,
 )
 from hivemux.gpu_ids import gpu_ids
+from hivemux.jobs.limits import Limits
 
 from . import api
 from .allocator import Allocation, CellAllocator
@@ -129,6 +131,7 @@ class AllocatorEvents:
         self.lanes = LaneEventMaker(core.lanes, self.submissions, source)  # lane jobs and lane GPUs (issue 20)
         self.profiles: dict[str, Profile] = {}  # of lane jobs that gave no P and E (`on_profile`)
         self.gangs = Gangs()  # training jobs' runs and failed runs (`gang`)
+        self.limits = Limits()  # queue_timeout_s and max_runtime_s, decided on clock ticks (`jobs.limits`)
 
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
         self.core.folding(replaying)
@@ -138,6 +141,8 @@ class AllocatorEvents:
             reason = f"VC {job.vc} does not exist in the cell configuration (version {self.core.config_version})"
             return [self._lifecycle(job.job_id, JobState.REJECTED, job.occurred_at, str(job.event_id), reason)]
         self.submissions[job.job_id] = job
+        if job.kind is JobKind.TRAINING:
+            self.limits.submitted(job)
         lane = choose(candidate(job, self.profiles.get(job.job_id)), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
         if isinstance(lane, LaneJobWaiting):  # for its profile (`on_profile`)
             return [] if replaying else self.lanes.events(lane, job.occurred_at, str(job.event_id)) or []
@@ -199,6 +204,7 @@ class AllocatorEvents:
             self.core.lanes.recorded_gpu(binding.job_id, binding.state, binding.node_ids[0] if binding.node_ids else None, gpu, binding.inputs)
         if binding.state == "bound" and isinstance(run := binding.inputs.get(GANG_RUN), str):
             self.gangs.started(binding.job_id, run)
+            self.limits.start(binding.job_id, binding.occurred_at)
         elif binding.state in ("released", "preempted"):
             self.gangs.stopped(binding.job_id)
         if binding.state == "bound" and binding.pod_spec and binding.bind_info:
@@ -230,6 +236,8 @@ class AllocatorEvents:
             if change.state in _POD_ENDS and self.gangs.current(job_id, run) and not replaying:
                 return self._gang_ended(change)
             return []  # an earlier run's (the allocator's own stop or eviction ended it), or a step on the way
+        if change.state in FINISHED_STATES or (change.state in ENDED and not (change.state is JobState.STOPPED and job_id in self.stopped_on_command)):
+            self.limits.ended(job_id)
         match change.state:
             case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)
@@ -350,7 +358,18 @@ class AllocatorEvents:
         if replaying:
             self.core.saw(tick.occurred_at)
             return []
-        return self.events(self.core.tick(tick.occurred_at))
+        return [*self._timed_out(tick), *self.events(self.core.tick(tick.occurred_at))]
+
+    def _timed_out(self, tick: ClockTick) -> list[Event]:
+        """Jobs over their queue_timeout_s or max_runtime_s at the tick's event time (`jobs.limits`):
+        every pod is stopped gracefully, the cells are freed and the job ends ``timed_out``."""
+        out: list[Event] = []
+        for t in self.limits.due(tick.occurred_at):
+            self.stopped_on_command.add(t.job_id)  # the executors' stopped reports are not the job's end
+            allocation = self.core.end(t.job_id, at=tick.occurred_at, cause=str(tick.event_id))
+            told = self._lifecycle(t.job_id, JobState.TIMED_OUT, tick.occurred_at, str(tick.event_id), t.reason, t.inputs)
+            out += [*self._stops(allocation, t.job_id, t.reason), told, *self.events(allocation)]
+        return out
 
     def retry(self) -> list[Event]:
         self.core.folding(False)  # a pass asked for live
@@ -363,6 +382,7 @@ class AllocatorEvents:
         for decision in allocation.decisions:
             out += self._events(decision, at, cause)
         for placed in allocation.placed:
+            self.limits.start(placed.job_id, at)
             out += self._gang_starts(placed.job_id, at, cause)
             out.append(self._lifecycle(placed.job_id, JobState.BOUND, at, cause, f"all pods bound: {placed.placement}"))
         return out

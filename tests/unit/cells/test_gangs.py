@@ -109,3 +109,36 @@ def test_a_rendezvous_rank_must_fit_its_world() -> None:
 
     with pytest.raises(ValidationError, match="outside its world"):
         Rendezvous(master_node="a", master_port=29500, world_size=2, rank=2, local_rank=0, node_rank=0, nnodes=1, local_world_size=1, run="r")
+
+
+def tick(seconds: float):  # type: ignore[no-untyped-def]
+    from hivemux.events import ClockTick
+
+    return ClockTick(occurred_at=at(seconds), source="cell-allocator/test", ticker="cell-allocator")
+
+
+def test_time_limits_end_jobs_timed_out_at_the_ticks_event_time() -> None:
+    """queue_timeout_s and max_runtime_s (issue 29 item 7, `jobs.limits`), decided on consumed
+    clock ticks: a job waiting past its queue timeout ends timed_out; a running gang past its
+    max runtime is stopped on every node and ends timed_out; a replayed tick decides nothing."""
+    s = shell("hived")
+    runs = training("runs", pods=2).model_copy(update={"max_runtime_s": 60.0})
+    bound = starts(s.on_submission(runs, replaying=False))
+    assert len(bound) == 2
+    waits = training("waits", pods=2, seconds=2).model_copy(update={"queue_timeout_s": 30.0})
+    assert [e.state for e in of(s.on_submission(waits, replaying=False), JobLifecycleEvent)] == [JobState.WAITING]
+    assert of(s.on_tick(tick(20), replaying=False), JobLifecycleEvent) == []
+    assert s.on_tick(tick(40), replaying=True) == []  # a replayed tick: its decisions are on the log already
+    out = s.on_tick(tick(40), replaying=False)
+    [timed_out] = [e for e in of(out, JobLifecycleEvent) if e.state is JobState.TIMED_OUT]
+    assert timed_out.job_id == "waits" and "queue_timeout_s 30" in timed_out.reason and timed_out.inputs["limit"] == "queue_timeout_s"
+    assert "waits" in s.core.jobs.ended and not of(out, ExecutorCommand)
+    out = s.on_tick(tick(62), replaying=False)
+    [timed_out] = [e for e in of(out, JobLifecycleEvent) if e.state is JobState.TIMED_OUT]
+    assert timed_out.job_id == "runs" and "max_runtime_s 60" in timed_out.reason
+    stops = [c for c in of(out, ExecutorCommand) if c.action is CommandAction.STOP]
+    assert sorted(c.node_id for c in stops) == sorted(c.node_id for c in bound)  # stopped gracefully, every pod
+    assert [b.state for b in of(out, CellBinding)] == ["released", "released"]
+    assert of(s.on_tick(tick(120), replaying=False), JobLifecycleEvent) == []  # decided once
+    # the executors' stopped reports of those stops do not move the job
+    assert s.on_lifecycle(pod_event(bound[0], JobState.STOPPED, 63), replaying=False) == []
