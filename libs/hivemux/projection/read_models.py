@@ -99,6 +99,7 @@ class JobSubmitted:
     pods: int
     gpus: int
     at: datetime
+    limits: dict[str, Any] | None = None  # max_runtime_s, queue_timeout_s, max_restarts (issue 29)
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,8 @@ def _row(event: Event, job_id: str, position: Position, kind: str, what: str, re
 def _submission(event: JobSubmission, at: Position) -> tuple[Change, ...]:
     gpus = sum(event.pod_sizes)
     return (
-        JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.priority_value, event.pods, gpus, event.occurred_at),
+        JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.priority_value, event.pods, gpus, event.occurred_at,
+                     {"max_runtime_s": event.max_runtime_s, "queue_timeout_s": event.queue_timeout_s, "max_restarts": event.max_restarts}),
         _row(event, event.job_id, at, "submitted", "submitted", "", {"vc": event.vc, "kind": event.kind.value,
              "priority": event.priority.value, "pods": event.pods, "gpus": gpus, "model": event.workload.model}
              | ({"principal": event.principal} if event.principal else {})),
