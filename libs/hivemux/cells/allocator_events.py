@@ -9,6 +9,11 @@ makes the one call, and turns the returned `Allocation` into events:
   (the binding log alone rebuilds the allocator, HiveD §4 "Fault tolerance") and a
   ``start_training`` (an online service's replica: ``start_online``) `ExecutorCommand` on the
   bound GPUs;
+  A training job's pods start together (issue 29, `gang`): its ``start_training`` commands are
+  published once every pod is bound, in rank order, each with its torch.distributed rendezvous;
+  the bindings name the run (``inputs["gang_run"]``). A ``pod_failed`` (or a node's eviction) of
+  the current run stops every pod and binds the gang again, or fails it past ``max_restarts``;
+  what earlier runs' pods report changes nothing;
 - `PodReleased` -> a ``released`` binding;
 - `PodPreempted` -> a ``preempted`` binding, an ``evict`` command and a ``preempted`` lifecycle
   event (the job waits to resume, HiveD §3.3);
@@ -41,6 +46,10 @@ one naming the replica's GPUs (``gpu_ids``: the executor stops that replica only
 of the same service on the same node serves on); or a `JobCommandRefused` with the reason (the
 VC's free guaranteed GPUs in its inputs). A recorded `JobResized` sets the service's size after a
 restart (`JobAllocator.resized`).
+
+Limits (issue 29, `jobs.limits`): on each clock tick consumed live, a training job past its
+``queue_timeout_s`` (not started) or ``max_runtime_s`` (since it started) has its pods stopped
+and its cells freed, and ends ``timed_out``.
 
 Events are stamped with the allocation's event time and their ids derived from its cause
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
