@@ -29,6 +29,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic online.latency
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic executor.reports
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic nodes.agents
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic gpu.health
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic health.state
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic node.pressure
@@ -88,6 +89,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic leadership.dlq
@@ -114,6 +116,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic leadership.dlq
@@ -140,6 +143,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic leadership.dlq
@@ -166,6 +170,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic leadership.dlq
@@ -192,6 +197,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic leadership.dlq
@@ -218,6 +224,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic leadership.dlq
@@ -244,6 +251,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic leadership.dlq
@@ -270,6 +278,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic leadership.dlq
@@ -296,6 +305,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic leadership.dlq
@@ -322,6 +332,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic placements.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic executor.commands.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic executor.reports.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic nodes.agents.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic clock.ticks.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic audit.journal.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic leadership.dlq

@@ -26,7 +26,7 @@ from .projection.online import slo_state
 from .topics import CELL_BINDINGS, EXECUTOR_REPORTS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, ONLINE_LATENCY, PLACEMENTS, Topic
 
 STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS, ONLINE_LATENCY, EXECUTOR_REPORTS)
-_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED, JobState.CANCELLED}
+_ENDED = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.REJECTED, JobState.CANCELLED, JobState.TIMED_OUT}
 _NOT_BOUND = {s.value for s in _ENDED} | {JobState.SUSPENDED.value}  # holds no cells now
 # A suspended job stays suspended until resumed or cancelled (or its workload had finished):
 # the stopped/waiting notes that follow the suspension do not change it (`jobs.control`).

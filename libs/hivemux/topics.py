@@ -41,6 +41,7 @@ from .events import (
     JobResized,
     JobSubmission,
     LeaderElected,
+    NodeAgent,
     NodePressure,
     NodeTelemetry,
     OnlineLatencyReport,
@@ -141,6 +142,9 @@ EXECUTOR_COMMANDS = Topic("executor.commands", ExecutorCommand, "node_id", 8, "d
 # Time passing (`events/clock.py`): every instance folds all ticks, so one partition.
 CLOCK_TICKS = Topic("clock.ticks", ClockTick, "ticker", 1, "delete", "Ticks that trigger periodic decisions at their event time")
 EXECUTOR_REPORTS = Topic("executor.reports", ExecutorReport, "node_id", 8, "delete", "Node executors' workload reports")
+# Compacted: a node agent's record is its whole state (its address, its checkpoint store); every
+# agent folds all of them (a gang's rendezvous address), so one partition.
+NODE_AGENTS = Topic("nodes.agents", NodeAgent, "node_id", 1, "compact", "Node agents: the address other nodes reach each at, its checkpoint store")
 # What each deciding service consumed, in order (`events/audit.py`): keyed by the instance, so
 # each incarnation's records stay in order on one partition; the audit replay reads it.
 AUDIT_JOURNAL = Topic("audit.journal", ConsumptionJournal, "source", 4, "delete", "Deciding services' consumption journals")
@@ -175,6 +179,7 @@ TOPICS: tuple[Topic, ...] = (
     PLACEMENTS,
     EXECUTOR_COMMANDS,
     EXECUTOR_REPORTS,
+    NODE_AGENTS,
     CLOCK_TICKS,
     AUDIT_JOURNAL,
     LEADERSHIP,

@@ -19,7 +19,9 @@ Two backends behind one interface (`NodeBackend`), chosen by ``HIVEMUX_EXECUTOR_
 
 The process agent starts only admitted work (`hivemux.executor.admission`): it folds
 ``jobs.submitted``, ``placements`` and ``cells.bindings`` and resolves each start from them
-(the submitted workload, run as an unprivileged uid), never from the command record.
+(the submitted workload, run as an unprivileged uid), never from the command record. It
+publishes its own address on ``nodes.agents`` when it starts and folds the other agents': a
+gang's rank 0 serves the rendezvous at its node's address (`hivemux.executor.rendezvous`).
 
 On start the executor reads what its nodes run from the log (`hivemux.executor.recovery`) and
 the backend deals with every run in progress: the process agent at once (re-adopts its live
@@ -30,14 +32,14 @@ group gives it, before it handles their records.
 from __future__ import annotations
 
 from hivemux.bus import RecordContext, Service
-from hivemux.events import CellBinding, Event, ExecutorCommand, GpuTelemetryBatch, JobSubmission, Placement
+from hivemux.events import CellBinding, Event, ExecutorCommand, GpuTelemetryBatch, JobSubmission, NodeAgent, Placement
 from hivemux.executor.backend import NodeBackend
 from hivemux.executor.node import ProcessNode
 from hivemux.executor.recovery import read_ledger
 from hivemux.executor.simulated_node import SimulatedExecutor
 from hivemux.observability import serve
 from hivemux.services.executor.settings import ExecutorSettings
-from hivemux.topics import CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_SUBMITTED, PLACEMENTS
+from hivemux.topics import CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_SUBMITTED, NODE_AGENTS, PLACEMENTS
 
 __all__ = ["NAME", "ExecutorSettings", "backend", "build", "main"]
 NAME = "executor"
@@ -90,10 +92,11 @@ def build(settings: ExecutorSettings) -> Service:
     service.on_start(start)
     service.fold(GPU_TELEMETRY, on_batch)
     if process:  # one node's agent: its own key's records only (see the module docstring)
-        def on_admission(event: JobSubmission | Placement | CellBinding, _: RecordContext) -> None:
+        def on_admission(event: JobSubmission | Placement | CellBinding | NodeAgent, _: RecordContext) -> None:
             node.on_admission(event)  # type: ignore[union-attr]
 
-        for topic in (JOBS_SUBMITTED, PLACEMENTS, CELL_BINDINGS):  # what a start may run (`admission`)
+        # what a start may run (`admission`), and where a gang's rank 0 is (`rendezvous`)
+        for topic in (JOBS_SUBMITTED, PLACEMENTS, CELL_BINDINGS, NODE_AGENTS):
             service.fold(topic, on_admission)
         service.pinned(EXECUTOR_COMMANDS, on_command, key=settings.node_id or "")
     else:

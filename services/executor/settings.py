@@ -59,9 +59,13 @@ class ExecutorSettings(ServiceSettings):
     workload_uid_per: Literal["job", "tenant"] = Field(default="job", description="One uid per job, or per tenant (vc)")
     admission_wait_s: float = Field(default=5.0, ge=0.0,
                                     description="How long a start waits for its job's submission and admission to be folded")
+    node_address: str = Field(default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]*$",
+                              description="The address other nodes and users reach this one at: a gang's MASTER_ADDR when its rank 0 "
+                              "runs here, an online service's endpoint (address:PORT)")
+    checkpoint_store: Path | None = Field(
+        default=None, description="The cluster's checkpoint store (a directory every node mounts, the same on every agent): "
+        "training pods checkpoint to <store>/<job>/rank-<rank>; None: node-local checkpoints")
 
-    address: str = Field(default="127.0.0.1", pattern=r"^[A-Za-z0-9._:\[\]-]+$",
-                         description="This node's address in online services' endpoints (address:PORT)")
     readiness_timeout_s: float = Field(default=300.0, gt=0.0, description="How long a service replica may take to pass its readiness probe")
 
     @model_validator(mode="after")
@@ -85,5 +89,6 @@ class ExecutorSettings(ServiceSettings):
             observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
             salus_policy=None if self.salus_policy == "off" else self.salus_policy,
             workload_users=WorkloadUsers(self.workload_uid_first, self.workload_uid_count, self.workload_uid_per),
-            admission_wait_s=self.admission_wait_s, address=self.address, readiness_timeout_s=self.readiness_timeout_s,
+            admission_wait_s=self.admission_wait_s, address=self.node_address, checkpoint_store=self.checkpoint_store,
+            readiness_timeout_s=self.readiness_timeout_s,
         )

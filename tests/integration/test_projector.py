@@ -259,3 +259,29 @@ async def test_a_gpus_last_sample_moves_only_forward_and_only_with_metrics(pg_ds
         assert [g["sample_metrics"] for g in await store.gpus(health="Healthy")] == [{"gpu_util": 2.0}]
     finally:
         await pool.close()
+
+
+async def test_a_jobs_limits_are_in_its_row_and_its_timed_out_end_is_final(pg_dsn: str) -> None:
+    """Issue 29 item 7: max_runtime_s, queue_timeout_s and max_restarts as submitted, in the row
+    `jobs describe` and the API show (`api.views.job_json`); ``timed_out`` is a finished state."""
+    from hivemux.api.views import job_json
+    from hivemux.events import JobKind, JobLifecycleEvent, JobState, JobSubmission, WorkloadSpec
+    from hivemux.projection import project
+    from hivemux.projection.read_models import Position
+    from tests.support.read_model_kit import T0
+
+    pool = await connect(pg_dsn)
+    await migrate(pool)
+    store = ReadModelStore(pool)
+    job = JobSubmission(occurred_at=T0, source="api/test", job_id="limited", vc="vc-a", kind=JobKind.TRAINING, pods=2,
+                        max_runtime_s=3600, queue_timeout_s=600, workload=WorkloadSpec(model="bert", batch_size=8, iterations=10))  # fmt: skip
+    ends = [JobLifecycleEvent(occurred_at=T0, source="cell-allocator/0", job_id="limited", state=s, reason=s.value)
+            for s in (JobState.TIMED_OUT, JobState.RUNNING)]  # fmt: skip
+    changes = [c for i, e in enumerate([job, *ends]) for c in project(e, Position("t", 0, i))]
+    await store.apply(changes, {}, {("t", 0): 3})
+    try:
+        row = await store.job("limited")
+        assert row is not None and (row.state, row.last_reason) == ("timed_out", "timed_out")  # never left
+        assert job_json(row)["limits"] == {"max_runtime_s": 3600.0, "queue_timeout_s": 600.0, "max_restarts": 3}
+    finally:
+        await pool.close()

@@ -33,6 +33,7 @@ from hivemux.events import (
     DeviceControl,
     GpuTelemetryBatch,
     GpuTelemetrySample,
+    NodeAgent,
     NodePressure,
     SysMonitorSnapshot,
     HealthState,
@@ -164,6 +165,7 @@ BUILDERS: dict[type[Event], Callable[[], Event]] = {
         **ENVELOPE, node_id="node-00", action=CommandAction.START_OFFLINE, job_id="off-1", gpu_ids=("node-00/gpu-0",),
         sm_share=60.0, memory_quota_mib=6144.0, workload=WORKLOAD, solo_iteration_time_ms=350.0,
     ),
+    NodeAgent: lambda: NodeAgent(**ENVELOPE, node_id="node-00", address="10.0.0.7", checkpoint_store="/mnt/checkpoints"),
     ExecutorReport: lambda: ExecutorReport(
         **ENVELOPE, node_id="node-00", job_id="off-1", command_id="c-1", state=ReportState.RUNNING,
         iterations_done=10, iterations_total=100, throughput_it_s=1.5,

@@ -73,6 +73,7 @@ WRITERS: Mapping[str, frozenset[str]] = {
     t.PLACEMENTS.name: frozenset({"matcher"}),
     t.EXECUTOR_COMMANDS.name: frozenset({"cell-allocator", "matcher", "health-processor"}),
     t.EXECUTOR_REPORTS.name: frozenset({"executor"}),
+    t.NODE_AGENTS.name: frozenset({"executor"}),
     t.CLOCK_TICKS.name: frozenset({"cell-allocator", "health-processor", "predictor"}),
     t.AUDIT_JOURNAL.name: frozenset(DECIDERS),
     t.LEADERSHIP.name: frozenset({"cell-allocator", "matcher"}),
@@ -80,6 +81,7 @@ WRITERS: Mapping[str, frozenset[str]] = {
 # (topic, principal) whose instance must be the record's node: a node agent speaks for its node.
 PER_NODE: frozenset[tuple[str, str]] = frozenset({
     (t.EXECUTOR_REPORTS.name, "executor"),
+    (t.NODE_AGENTS.name, "executor"),
     (t.SHARING_OBSERVATIONS.name, "executor"),
     (t.ONLINE_LATENCY.name, "executor"),
 })

@@ -157,6 +157,12 @@ class CellAllocator:
         self._saw(at)
         return self._allocation([*self.lanes.after(self.jobs.end(job_id)), *self.lanes.end(job_id)], at, cause)
 
+    def restart(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
+        """A gang's run ended on a pod's failure or eviction (`gang`): its cells are freed and it
+        is bound again as a new run."""
+        self._saw(at)
+        return self._allocation(self.lanes.after(self.jobs.restart(job_id)), at, cause)
+
     def suspend(self, job_id: str, *, at: datetime, cause: str) -> Allocation:
         """The job was suspended by its user: its cells are free, the queue is retried."""
         self._saw(at)

@@ -9,6 +9,11 @@ makes the one call, and turns the returned `Allocation` into events:
   (the binding log alone rebuilds the allocator, HiveD §4 "Fault tolerance") and a
   ``start_training`` (an online service's replica: ``start_online``) `ExecutorCommand` on the
   bound GPUs;
+  A training job's pods start together (issue 29, `gang`): its ``start_training`` commands are
+  published once every pod is bound, in rank order, each with its torch.distributed rendezvous;
+  the bindings name the run (``inputs["gang_run"]``). A ``pod_failed`` (or a node's eviction) of
+  the current run stops every pod and binds the gang again, or fails it past ``max_restarts``;
+  what earlier runs' pods report changes nothing;
 - `PodReleased` -> a ``released`` binding;
 - `PodPreempted` -> a ``preempted`` binding, an ``evict`` command and a ``preempted`` lifecycle
   event (the job waits to resume, HiveD §3.3);
@@ -42,6 +47,10 @@ of the same service on the same node serves on); or a `JobCommandRefused` with t
 VC's free guaranteed GPUs in its inputs). A recorded `JobResized` sets the service's size after a
 restart (`JobAllocator.resized`).
 
+Limits (issue 29, `jobs.limits`): on each clock tick consumed live, a training job past its
+``queue_timeout_s`` (not started) or ``max_runtime_s`` (since it started) has its pods stopped
+and its cells freed, and ends ``timed_out``.
+
 Events are stamped with the allocation's event time and their ids derived from its cause
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
 after a restart (``replaying``), decisions change the state but nothing is published: what they
@@ -72,6 +81,7 @@ from hivemux.events import (
     Event,
     ExecutorCommand,
     ExecutorReport,
+    FINISHED_STATES,
     HealthState,
     HealthTransition,
     JobKind,
@@ -90,18 +100,22 @@ from hivemux.events import (
     outcome_id,
 )
 from hivemux.gpu_ids import gpu_ids
+from hivemux.jobs.limits import Limits
 
 from . import api
 from .allocator import Allocation, CellAllocator
 from .binding_safety import BindingChange, double_bindings
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
+from .gang import RESTARTS_INPUT, RUN_INPUT, Fail, Gangs, rendezvous
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 from .lane_events import LaneEventMaker, candidate, needs_profile
 from .lane_choice import LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
 from .resize import ReplicasRefused
 from .takeover import BindingLedger, Ending, Release
 
-ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED})
+ENDED = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.TIMED_OUT})
+_POD_ENDS = frozenset({JobState.POD_FAILED, JobState.EVICTED, JobState.STOPPED})  # a gang pod's run over, not by the allocator
+GANG_RUN = "gang_run"  # a training pod's binding names the run it starts (`gang`)
 CELL_KINDS = frozenset({JobKind.TRAINING, JobKind.ONLINE})  # the jobs HiveD places on cells
 _START = {JobKind.TRAINING: CommandAction.START_TRAINING, JobKind.ONLINE: CommandAction.START_ONLINE}
 
@@ -156,6 +170,8 @@ class AllocatorEvents:
         self.decided: set[uuid.UUID] = set()  # resize outcomes decided or folded: a command id acts once
         self.lanes = LaneEventMaker(core.lanes, self.submissions, source)  # lane jobs and lane GPUs (issue 20)
         self.profiles: dict[str, Profile] = {}  # of lane jobs that gave no P and E (`on_profile`)
+        self.gangs = Gangs()  # training jobs' runs and failed runs (`gang`)
+        self.limits = Limits()  # queue_timeout_s and max_runtime_s, decided on clock ticks (`jobs.limits`)
 
     @_decides
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
@@ -166,6 +182,8 @@ class AllocatorEvents:
             reason = f"VC {job.vc} does not exist in the cell configuration (version {self.core.config_version})"
             return [self._lifecycle(job.job_id, JobState.REJECTED, job.occurred_at, str(job.event_id), reason)]
         self.submissions[job.job_id] = job
+        if job.kind is JobKind.TRAINING:
+            self.limits.submitted(job)
         lane = choose(candidate(job, self.profiles.get(job.job_id)), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
         if isinstance(lane, LaneJobWaiting):  # for its profile (`on_profile`)
             return [] if replaying else self.lanes.events(lane, job.occurred_at, str(job.event_id)) or []
@@ -230,6 +248,11 @@ class AllocatorEvents:
         if self.core.lanes.is_lane_gpu(binding.job_id):
             gpu = binding.gpu_ids[0] if binding.gpu_ids else None
             self.core.lanes.recorded_gpu(binding.job_id, binding.state, binding.node_ids[0] if binding.node_ids else None, gpu, binding.inputs)
+        if binding.state == "bound" and isinstance(run := binding.inputs.get(GANG_RUN), str):
+            self.gangs.started(binding.job_id, run)
+            self.limits.start(binding.job_id, binding.occurred_at)
+        elif binding.state in ("released", "preempted"):
+            self.gangs.stopped(binding.job_id)
         if binding.state == "bound" and binding.pod_spec and binding.bind_info:
             pod = api.Pod(binding.pod, pod_spec_from_annotation(binding.pod_spec))
             self.core.restore(binding.job_id, pod, bind_info_from_annotation(binding.bind_info))
@@ -254,6 +277,15 @@ class AllocatorEvents:
         self.core.heard(job_id, change.reason if change.state is JobState.WAITING and mine else None)  # what a restarted allocator told before
         self.core.lanes.heard(job_id, change.state.value, change.inputs, mine)  # a lane job's lane (folded before going live)
         self.lanes.heard(change, mine)  # a lane job's latest start (folded before going live)
+        if mine:
+            self.gangs.heard(job_id, change.inputs.get(RESTARTS_INPUT))
+        run = change.inputs.get(RUN_INPUT) if change.source.split("/")[0] == "executor" else None
+        if run is not None and change.state is not JobState.COMPLETED:  # a gang pod's report (`gang`)
+            if change.state in _POD_ENDS and self.gangs.current(job_id, run) and not replaying:
+                return self._gang_ended(change)
+            return []  # an earlier run's (the allocator's own stop or eviction ended it), or a step on the way
+        if change.state in FINISHED_STATES or (change.state in ENDED and not (change.state is JobState.STOPPED and job_id in self.stopped_on_command)):
+            self.limits.ended(job_id)
         match change.state:
             case JobState.CANCELLED | JobState.SUSPENDED:  # also for a job whose submission is not folded yet
                 self.stopped_on_command.add(job_id)
@@ -277,6 +309,23 @@ class AllocatorEvents:
             case _:
                 return []
         return [] if replaying else self.events(allocation)
+
+    def _gang_ended(self, change: JobLifecycleEvent) -> list[Event]:
+        """A pod of a gang's current run failed or was evicted by its node: the whole gang is
+        stopped, then bound again or, past its ``max_restarts``, failed (`gang.Gangs.pod_ended`)."""
+        job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
+        job = self.submissions.get(job_id)
+        what = f"a pod on {change.node_id or 'its node'} {change.state.value.replace('_', ' ')} ({change.reason})"
+        verdict = self.gangs.pod_ended(job_id, failed=change.state is JobState.POD_FAILED, what=what,
+                                       max_restarts=job.max_restarts if job is not None else 0)
+        inputs = {RESTARTS_INPUT: str(verdict.restarts), RUN_INPUT: change.inputs[RUN_INPUT]}
+        if isinstance(verdict, Fail):
+            allocation = self.core.end(job_id, at=at, cause=cause)
+            told = self._lifecycle(job_id, JobState.FAILED, at, cause, verdict.reason, inputs)
+        else:
+            allocation = self.core.restart(job_id, at=at, cause=cause)
+            told = self._lifecycle(job_id, JobState.WAITING, at, cause, verdict.reason, inputs)
+        return [*self._stops(allocation, job_id, verdict.reason), told, *self.events(allocation)]
 
     @_decides
     def on_priority(self, change: JobPriorityChanged, *, replaying: bool) -> list[Event]:
@@ -366,7 +415,18 @@ class AllocatorEvents:
         if replaying:
             self.core.saw(tick.occurred_at)
             return []
-        return self.events(self.core.tick(tick.occurred_at))
+        return [*self._timed_out(tick), *self.events(self.core.tick(tick.occurred_at))]
+
+    def _timed_out(self, tick: ClockTick) -> list[Event]:
+        """Jobs over their queue_timeout_s or max_runtime_s at the tick's event time (`jobs.limits`):
+        every pod is stopped gracefully, the cells are freed and the job ends ``timed_out``."""
+        out: list[Event] = []
+        for t in self.limits.due(tick.occurred_at):
+            self.stopped_on_command.add(t.job_id)  # the executors' stopped reports are not the job's end
+            allocation = self.core.end(t.job_id, at=tick.occurred_at, cause=str(tick.event_id))
+            told = self._lifecycle(t.job_id, JobState.TIMED_OUT, tick.occurred_at, str(tick.event_id), t.reason, t.inputs)
+            out += [*self._stops(allocation, t.job_id, t.reason), told, *self.events(allocation)]
+        return out
 
     def retry(self) -> list[Event]:
         self.core.folding(False)  # a pass asked for live
@@ -408,7 +468,31 @@ class AllocatorEvents:
         for decision in allocation.decisions:
             out += self._events(decision, at, cause)
         for placed in allocation.placed:
+            self.limits.start(placed.job_id, at)
+            out += self._gang_starts(placed.job_id, at, cause)
             out.append(self._lifecycle(placed.job_id, JobState.BOUND, at, cause, f"all pods bound: {placed.placement}"))
+        return out
+
+    def _gang_starts(self, job_id: str, at: datetime, cause: str) -> list[Event]:
+        """A training job whose every pod is now bound: one ``start_training`` per pod, in rank
+        order, each with its rendezvous (`gang.rendezvous`), as one new run of the gang."""
+        job = self.submissions.get(job_id)
+        pods = self.core.jobs.placed.get(job_id, {})
+        if job is None or job.kind is not JobKind.TRAINING or not pods:
+            return []
+        ranks = rendezvous(job_id, [(name, info.node) for name, (_, info) in pods.items()], run=cause,
+                           restarts=self.gangs.restarts(job_id))
+        self.gangs.started(job_id, cause)
+        out: list[Event] = []
+        for name, (_, info) in sorted(pods.items(), key=lambda item: ranks[item[0]].rank):
+            r = ranks[name]
+            out.append(ExecutorCommand(
+                event_id=derived_id("start", derived_id("bound", name, cause)), occurred_at=at, source=self.source,
+                node_id=info.node, action=CommandAction.START_TRAINING, job_id=job_id,
+                gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation), workload=job.workload, rendezvous=r,
+                reason=clip_reason(f"pod {name} bound to {info.node} GPUs {list(info.leaf_cell_isolation)}: rank {r.rank} of "
+                                   f"{r.world_size}, rendezvous at {r.master_node}:{r.master_port}"),
+            ))  # fmt: skip
         return out
 
     def _events(self, d: Decision, at: datetime, cause: str) -> list[Event]:
@@ -422,15 +506,17 @@ class AllocatorEvents:
             case PodBound(pod=pod, bind=bind):
                 key = derived_id("bound", pod.name, cause)
                 gpus = gpu_ids(bind.node, bind.leaf_cells)
+                gang = job is not None and job.kind is JobKind.TRAINING  # started with its gang (`_gang_starts`)
                 out: list[Event] = [
                     CellBinding(
                         event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="bound",
                         priority=priority, cell_type=bind.bind_info.cell_chain, pod=pod.name, node_ids=(bind.node,),
                         gpu_ids=gpus, reason=clip_reason(bind.reason or f"bound to {bind.node}"),
                         pod_spec=pod_spec_to_annotation(pod.spec), bind_info=bind_info_to_annotation(bind.bind_info),
+                        inputs={GANG_RUN: cause} if gang else {},
                     ),  # fmt: skip
                 ]
-                if job is not None:
+                if job is not None and not gang:
                     out.append(
                         ExecutorCommand(
                             event_id=derived_id("start", key), occurred_at=at, source=self.source, node_id=bind.node,
@@ -440,10 +526,12 @@ class AllocatorEvents:
                     )
                 return out
             case PodReleased(pod=pod, node=node):
+                self.gangs.stopped(d.job_id)
                 jobs = self.core.jobs
                 why = "job suspended" if d.job_id in jobs.suspended else "job ended" if d.job_id in jobs.ended else "replica removed by a resize"
                 return [self._released(d.job_id, pod.name, node, at, cause, f"{why}: its cells are free again")]
             case PodPreempted(pod=pod, node=node, by=by):
+                self.gangs.stopped(d.job_id)
                 reason = f"preempted by {by}"
                 key = derived_id("preempted", pod.name, cause)
                 return [

@@ -311,6 +311,16 @@ class JobAllocator:
         released = self._release(job_id)
         return [*released, *self.retry_waiting()] if released else []
 
+    def restart(self, job_id: str) -> list[Decision]:
+        """A gang's run ended on a pod's failure or eviction (`gang`): free its cells and bind it
+        again, first in line among its equals (its place in the queue is kept)."""
+        if job_id in self.ended or job_id in self.suspended or job_id not in self.jobs:
+            return []
+        self._drop_reservation(job_id)
+        released = self._release(job_id)
+        self.waiting[job_id] = ""
+        return [*released, *(self._try(self.jobs[job_id]) if self.deciding else [])]
+
     def suspend(self, job_id: str) -> list[Decision]:
         """Suspended by its user: free its cells and leave the queue until `resume`."""
         if job_id in self.ended or job_id in self.suspended:

@@ -83,7 +83,7 @@ def describe(job_id: str, as_json: bool) -> None:
     for name, value in _job_json(job).items():
         if name == "lane":
             continue  # said below (`_lane_lines`)
-        if name in ("placement", "binding"):
+        if name in ("placement", "binding", "limits"):
             value = json.dumps(value, sort_keys=True) if value else "-"
         click.echo(f"{name + ':':<14} {value if value not in (None, '') else '-'}")
     for line in _service_lines(service) if service else ():

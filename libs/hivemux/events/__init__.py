@@ -15,7 +15,7 @@ from .audit import ConsumedRange, ConsumptionJournal, PartitionsAssigned, Record
 from .base import REASON_MAX, Event, Reason, Record, clip_reason, derived_id
 from .clock import ClockTick
 from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChanged, JobResized, outcome_id
-from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, LaneGrant, ReportState, dead_letter_of
+from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, LaneGrant, NodeAgent, Rendezvous, ReportState, dead_letter_of
 from .jobs import (
     FINISHED_STATES,
     JobKind,
@@ -70,6 +70,8 @@ __all__ = [
     "Event",
     "ExecutorCommand",
     "LaneGrant",
+    "NodeAgent",
+    "Rendezvous",
     "ExecutorReport",
     "Fault",
     "FaultKind",

@@ -36,6 +36,42 @@ class LaneGrant(Record):
     policy: Literal["fifo", "pack", "srtf", "fair"] = Field(description="The GPU's iteration scheduling policy (Salus §4), set per VC")
 
 
+class Rendezvous(Record):
+    """A gang pod's place in its job's torch.distributed rendezvous (issue 29), decided by the cell
+    allocator from the gang's binding (`cells.gang`): the values torchrun gives each worker, one
+    worker per pod. The rank-0 pod's node (``master_node``) serves ``master_port``; each agent
+    resolves that node's address from the node agents' records (``nodes.agents``)."""
+
+    master_node: Name
+    master_port: int = Field(ge=1024, le=65535)
+    world_size: int = Field(ge=1, le=4096)
+    rank: int = Field(ge=0, le=4095)
+    local_rank: int = Field(ge=0, le=4095)
+    node_rank: int = Field(ge=0, le=4095)
+    nnodes: int = Field(ge=1, le=4096)
+    local_world_size: int = Field(ge=1, le=4096)
+    run: str = Field(min_length=1, max_length=200, description="The allocation that started this run of the gang: its pods' reports name it")
+    restarts: int = Field(default=0, ge=0, le=1000, description="Failed runs before this one (TORCHELASTIC_RESTART_COUNT)")
+
+    @model_validator(mode="after")
+    def _ranks_fit(self) -> "Rendezvous":
+        if self.rank >= self.world_size or self.node_rank >= self.nnodes or self.local_rank >= self.local_world_size:
+            raise ValueError(f"rank {self.rank}/{self.world_size}, node {self.node_rank}/{self.nnodes}, "
+                             f"local {self.local_rank}/{self.local_world_size}: a rank outside its world")
+        return self
+
+
+class NodeAgent(Event):
+    """A node agent's record of itself (issue 29), published when it starts: the address other
+    nodes reach it at (a gang's ``MASTER_ADDR``) and the checkpoint store it mounts. Compacted by
+    node: the last record is the node's."""
+
+    node_id: Name
+    address: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]*$",
+                         description="Host name or IP address other nodes reach this one at")
+    checkpoint_store: str | None = Field(default=None, max_length=4096, description="The cluster's checkpoint store as this node mounts it")
+
+
 class ExecutorCommand(Event):
     """What a node executor must do. Commands are idempotent by `event_id`."""
 
@@ -49,6 +85,7 @@ class ExecutorCommand(Event):
     workload: WorkloadSpec | None = None
     solo_iteration_time_ms: float | None = Field(default=None, gt=0, le=MAX_ITERATION_MS, description="Profiled solo speed, to normalize progress")
     lane: LaneGrant | None = Field(default=None, description="start_training in a Salus lane of a shared GPU (issue 20); None: the GPUs are the job's alone")
+    rendezvous: Rendezvous | None = Field(default=None, description="start_training of a gang's pod: its torch.distributed rendezvous (issue 29)")
     reason: Reason = ""
 
     @model_validator(mode="after")
@@ -60,6 +97,8 @@ class ExecutorCommand(Event):
             raise ValueError("a lane is granted to a start_training on one GPU")
         if self.lane is not None and self.lane.ephemeral_mib > self.lane.lane_size_mib:
             raise ValueError(f"the job's ephemeral memory {self.lane.ephemeral_mib} MiB exceeds its lane's {self.lane.lane_size_mib} MiB")
+        if self.rendezvous is not None and self.action is not CommandAction.START_TRAINING:
+            raise ValueError("a rendezvous is for start_training")
         if self.action is CommandAction.ADJUST and self.launch_target is None and self.sm_share is None:
             raise ValueError("adjust needs a launch_target or an sm_share")
         return self

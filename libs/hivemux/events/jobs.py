@@ -133,6 +133,12 @@ class JobSubmission(Event):
         description="lanes: share one GPU with other small jobs in Salus lanes (a 1-GPU training job); exclusive: whole GPUs; None: the scheduler's policy decides",
     )
     principal: Name | None = Field(default=None, description="Who asked (the API's token principal, tenant:token-id); None: a tool or a record from before issue 17")
+    max_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400,
+                                        description="Wall-clock limit of a run from its start: then it is stopped gracefully and ends timed_out; None: no limit")
+    queue_timeout_s: float | None = Field(default=None, gt=0, le=366 * 86400,
+                                          description="A job (a gang: all its pods) not started this long after its submission ends timed_out; None: it waits as long as it takes")
+    max_restarts: int = Field(default=3, ge=0, le=1000,
+                              description="Training: failed runs restarted (the whole gang, from its checkpoints) before the job ends failed")
 
     @model_validator(mode="before")
     @classmethod
@@ -225,10 +231,12 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
     SUSPENDED = "suspended"
     RESUMED = "resumed"
+    POD_FAILED = "pod_failed"  # a training pod's process failed (its node's executor); the cell allocator decides: restart the gang or failed
+    TIMED_OUT = "timed_out"  # over its max_runtime_s or queue_timeout_s (`jobs.limits`)
 
 
 # States after which nothing happens to a job any more.
-FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED})
+FINISHED_STATES = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.REJECTED, JobState.CANCELLED, JobState.TIMED_OUT})
 
 
 class JobLifecycleEvent(Event):

@@ -46,9 +46,12 @@ class NodeConfig:
     # How long a start waits for the folds of its job's submission and admission (`admission`)
     # before it is refused: the scheduler publishes them with the command, on other topics.
     admission_wait_s: float = 5.0
-    # An online service's own command (issue 29, `service_watch`): the address its endpoint is
-    # published with (address:PORT), how long a replica may take to pass its readiness probe,
-    # and the bound of one probe or scrape.
+    # Issue 29: the address other nodes and users reach this one at (a gang's MASTER_ADDR when
+    # its rank 0 runs here; an online service's endpoint, address:PORT), and the cluster's
+    # checkpoint store as this node mounts it (None: node-local checkpoints), `rendezvous`.
     address: str = "127.0.0.1"
+    checkpoint_store: Path | None = None
+    # An online service's own command (`service_watch`): how long a replica may take to pass its
+    # readiness probe, and the bound of one probe or scrape.
     readiness_timeout_s: float = 300.0
     probe_timeout_s: float = 2.0

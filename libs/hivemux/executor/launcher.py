@@ -5,7 +5,8 @@ needs (`launch` builds the environment and command line): offline work gets its 
 daemon (`GpuDaemons`, started on first use), its SM share, xCUDA preloaded with a node-owned
 control block (memory quota: ``memory_quota_fraction`` of the GPU, §6: "fixed to 40 %", or the
 command's when it is lower) and the offline cpuset; online services get MPS and the online cpuset;
-training pods get whole GPUs. Training and offline work also get the GPU's Salus lane server; a
+training pods get whole GPUs, a gang's rendezvous and their checkpoints in the cluster's store
+(`rendezvous`). Training and offline work also get the GPU's Salus lane server; a
 lane job (issue 20, `lane_jobs`) runs the training loop gated by it with its grant's P and E.
 A relaunch resumes at the last checkpoint (what ran after it is lost) and starts unfrozen.
 
@@ -29,6 +30,7 @@ from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
 from hivemux.executor.gpu_readings import GpuReadings
 from hivemux.executor.lane_jobs import lane_args
+from hivemux.executor.rendezvous import NodeAddresses, pod_env
 from hivemux.executor.launch import (
     MIB,
     create_xcuda_files,
@@ -48,13 +50,15 @@ log = logging.getLogger("hivemux.executor.launcher")
 
 class Launcher:
     def __init__(self, config: NodeConfig, *, base_env: Mapping[str, str], daemons: GpuDaemons, readings: GpuReadings,
-                 clock: Callable[[], float], admissions: Admissions | None = None) -> None:
+                 clock: Callable[[], float], admissions: Admissions | None = None,
+                 addresses: NodeAddresses | None = None) -> None:
         self.config = config
         self.admissions = admissions
         self.base_env = base_env
         self.daemons = daemons
         self.readings = readings
         self.clock = clock
+        self.addresses = addresses or NodeAddresses()
         self.cpusets = Cpusets(False, "not opened", Path("/"))
         self.services: ServiceWatch | None = None  # own-command online services: ports (`service_watch`)
 
@@ -90,6 +94,9 @@ class Launcher:
         env = workload_env(self.base_env, w.files, gpu_indices=indices, mps=mps_env,
                            sm_share=w.sm_share if w.kind == "offline" else None,
                            xcuda=w.control is not None, real_libcuda=self.config.real_libcuda)
+        # a gang pod's rendezvous and checkpoints in the cluster's store (`rendezvous`)
+        env.update(pod_env(w.command, job_id=w.job_id, kind=w.kind, owner=w.owner, addresses=self.addresses,
+                           checkpoint_store=self.config.checkpoint_store))
         lane = lane_args(w.command) if w.kind == "training" else ()
         if w.kind != "online" and self.config.salus_policy is not None:
             env[SALUS_SOCKET_ENV] = (await self.daemons.lane_server(indices[0])).socket_path

@@ -71,6 +71,7 @@ from hivemux.events import (
     ExecutorCommand,
     ExecutorReport,
     JobSubmission,
+    NodeAgent,
     Placement,
     GpuTelemetrySample,
     JobLifecycleEvent,
@@ -92,6 +93,7 @@ from hivemux.executor.launcher import Launcher
 from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
 from hivemux.executor.recovery import Ledger
+from hivemux.executor.rendezvous import NodeAddresses
 from hivemux.executor.remediation import Remediation
 from hivemux.executor.service_watch import ServiceWatch
 from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, replica_key
@@ -125,9 +127,10 @@ class ProcessNode:
         self.xcuda = XcudaFeed(config.node_id, c_h=config.launch_control.c_h, sampler=sampler)
         self.daemons = GpuDaemons(config, self.base_env)
         self.admissions = Admissions()
+        self.addresses = NodeAddresses()  # every node agent's address: a gang's rendezvous (`rendezvous`)
         self._admissions_moved = asyncio.Event()
         self.launcher = Launcher(config, base_env=self.base_env, daemons=self.daemons, readings=self.readings, clock=clock,
-                                 admissions=self.admissions)
+                                 admissions=self.admissions, addresses=self.addresses)
         self.mps_recovery = MpsRecovery(check_interval_s=config.mps_check_interval_s, daemons=self.daemons,
                                         workloads=self.table, launcher=self.launcher, reporter=self.reporter)
         self.graceful = GracefulExit(grace_s=config.grace_s, workloads=self.table, reporter=self.reporter, mps=self.mps_recovery)
@@ -186,13 +189,22 @@ class ProcessNode:
             self.launcher.cpusets = Cpusets(False, "no cgroup root configured (HIVEMUX_EXECUTOR_CGROUP_ROOT)", Path("/"))
         if not self.cpusets.available:
             log.warning("node %s runs without CPU isolation: %s", self.config.node_id, self.cpusets.reason)
-        out = await self.recover(ledger or Ledger())
+        agent = self.agent()
+        self.addresses.fold(agent)
+        out: list[Event] = [agent, *await self.recover(ledger or Ledger())]
         for gpu_id, name in sorted(self.config.online_services.items()):
             files = workload_files(self.config.work_dir, f"online-{gpu_index(gpu_id)}")
             w = Workload(name, "online", (gpu_id,), files, None)
             self.table.online[gpu_id] = w
             await self.launcher.launch(w)
         return out
+
+    def agent(self) -> NodeAgent:
+        """This agent's record of itself (``nodes.agents``): where other nodes reach it, the
+        checkpoint store it mounts (`rendezvous`)."""
+        store = self.config.checkpoint_store
+        return NodeAgent(occurred_at=self.at(), source=self.source, node_id=self.config.node_id, address=self.config.address,
+                         checkpoint_store=None if store is None else str(store))  # fmt: skip
 
     async def recover(self, ledger: Ledger) -> list[Event]:
         """Deal with every run the log says this node is in the middle of, and with every
@@ -321,9 +333,13 @@ class ProcessNode:
         return out
 
     # -- inputs -------------------------------------------------------------------------------
-    def on_admission(self, event: JobSubmission | Placement | CellBinding) -> None:
-        """Fold a submission, placement or cell binding (`admission`); waiting starts look again."""
-        self.admissions.fold(event)
+    def on_admission(self, event: JobSubmission | Placement | CellBinding | NodeAgent) -> None:
+        """Fold a submission, placement or cell binding (`admission`), or a node agent's address
+        (`rendezvous`); waiting starts look again."""
+        if isinstance(event, NodeAgent):
+            self.addresses.fold(event)
+        else:
+            self.admissions.fold(event)
         self._admissions_moved.set()
 
     async def _admit(self, command: ExecutorCommand) -> Admitted | Refusal:
@@ -334,6 +350,10 @@ class ProcessNode:
         while True:
             self._admissions_moved.clear()
             found = self.admissions.resolve(command, self.config.node_id)
+            r = command.rendezvous
+            if isinstance(found, Admitted) and r is not None and self.addresses.get(r.master_node) is None:
+                found = Refusal(f"the address of {r.master_node}, where the gang's rank 0 serves its rendezvous, is unknown "
+                                "(no nodes.agents record of it)")  # its agent's record may be on its way
             left = deadline - loop.time()
             if isinstance(found, Admitted) or left <= 0:
                 return found

@@ -148,10 +148,15 @@ def report(w: Workload, *, node_id: str, source: str, cause: UUID, state: Report
 
 def lifecycle(w: Workload, *, node_id: str, source: str, cause: UUID, state: JobState, at: datetime,
               reason: str) -> JobLifecycleEvent:
+    """A gang pod's (its start has a rendezvous) names its run, and its failure is ``pod_failed``:
+    the cell allocator decides what it does to the job (`hivemux.cells.gang`)."""
+    r = w.command.rendezvous if w.command is not None else None
+    if r is not None and state is JobState.FAILED:
+        state = JobState.POD_FAILED
     return JobLifecycleEvent(
         event_id=derived_id("lifecycle", cause, w.job_id, state.value),
         occurred_at=at, source=source, job_id=w.job_id, state=state, reason=clip_reason(reason),
-        node_id=node_id, gpu_ids=w.gpu_ids,
+        node_id=node_id, gpu_ids=w.gpu_ids, inputs={"run": r.run, "rank": str(r.rank)} if r is not None else {},
     )
 
 

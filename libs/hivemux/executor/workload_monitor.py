@@ -47,7 +47,8 @@ class WorkloadMonitor:
         report, lifecycle = self.reporter.report, self.reporter.lifecycle
         if exit_ is not None:
             self.workloads.forget(w)
-            if w.done and exit_.ok:
+            own = w.spec is not None and bool(w.spec.command) and w.kind == "training"  # a user's program ends by exiting 0
+            if (w.done or own) and exit_.ok:
                 self.workloads.finished.add(w.job_id)
                 out.append(report(w, cause, ReportState.COMPLETED, now, step="exited", exit_=exit_))
                 out.append(lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done"))

@@ -77,7 +77,7 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "executor.reports",
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
-FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled")
+FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled", "timed_out")
 # The states that end a suspension (`jobs.control`); any other change leaves a suspended job so.
 ENDS_SUSPENSION: tuple[str, ...] = ("completed", "failed", "cancelled", "suspended", "resumed")
 
@@ -99,6 +99,7 @@ class JobSubmitted:
     pods: int
     gpus: int
     at: datetime
+    limits: dict[str, Any] | None = None  # max_runtime_s, queue_timeout_s, max_restarts (issue 29)
 
 
 @dataclass(frozen=True)
@@ -285,7 +286,8 @@ def _row(event: Event, job_id: str, position: Position, kind: str, what: str, re
 def _submission(event: JobSubmission, at: Position) -> tuple[Change, ...]:
     gpus = sum(event.pod_sizes)
     return (
-        JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.priority_value, event.pods, gpus, event.occurred_at),
+        JobSubmitted(event.job_id, event.vc, event.kind.value, event.priority.value, event.priority_value, event.pods, gpus, event.occurred_at,
+                     {"max_runtime_s": event.max_runtime_s, "queue_timeout_s": event.queue_timeout_s, "max_restarts": event.max_restarts}),
         _row(event, event.job_id, at, "submitted", "submitted", "", {"vc": event.vc, "kind": event.kind.value,
              "priority": event.priority.value, "pods": event.pods, "gpus": gpus, "model": event.workload.model}
              | ({"principal": event.principal} if event.principal else {})),

@@ -49,12 +49,12 @@ _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
 
 _STATEMENTS: dict[type, str] = {
     JobSubmitted: """
-        INSERT INTO jobs (job_id, vc, kind, priority, priority_value, pods, gpus, submitted_at, updated_at)
-        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8)
+        INSERT INTO jobs (job_id, vc, kind, priority, priority_value, pods, gpus, submitted_at, updated_at, limits)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8, $9::jsonb)
         ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = EXCLUDED.kind, priority = EXCLUDED.priority,
             -- a priority change folded before the submission keeps its value (migration 0005)
             priority_value = CASE WHEN jobs.priority_changed_at IS NULL THEN EXCLUDED.priority_value ELSE jobs.priority_value END,
-            pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at,
+            pods = EXCLUDED.pods, gpus = EXCLUDED.gpus, submitted_at = EXCLUDED.submitted_at, limits = EXCLUDED.limits,
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
     # Applied once per batch over `fold_states` (one row per job): existing rows by what their
     # stored state makes of the batch, then the jobs not stored yet (see `_STATES_INSERT`).
@@ -217,7 +217,8 @@ def _json(value: Any) -> str | None:
 def _args(change: Change) -> tuple[Any, ...]:
     match change:
         case JobSubmitted():
-            return change.job_id, change.vc, change.kind, change.priority, change.priority_value, change.pods, change.gpus, change.at
+            return (change.job_id, change.vc, change.kind, change.priority, change.priority_value, change.pods, change.gpus, change.at,
+                    _json(change.limits))
         case JobPriorityChanged():
             return change.job_id, change.priority_value, change.at
         case JobStateChanged():

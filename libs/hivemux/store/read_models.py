@@ -73,6 +73,8 @@ class JobRow:
     last_reason: str
     # A lane job's latest lane (migration 0011, `store.lanes`): lane GPU, node, GPU, lane, policy.
     lane: dict[str, Any] | None = None
+    # Its limits as submitted (migration 0014, issue 29): max_runtime_s, queue_timeout_s, max_restarts.
+    limits: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class JobEventRecord:
 
 
 _JOB_COLUMNS = (
-    "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason, "
+    "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason, limits, "
     "(SELECT jsonb_build_object('lane_gpu', l.lane_gpu, 'node_id', l.node_id, 'gpu_id', l.gpu_id, 'lane_id', l.lane_id, 'policy', l.policy) "
     "FROM lane_jobs AS l WHERE l.job_id = jobs.job_id) AS lane"
 )
@@ -99,6 +101,7 @@ def _job(row: asyncpg.Record | Mapping[str, Any]) -> JobRow:
     values["placement"] = None if values["placement"] is None else json.loads(values["placement"])
     values["binding"] = json.loads(values["binding"])
     values["lane"] = None if values.get("lane") is None else json.loads(values["lane"])
+    values["limits"] = None if values.get("limits") is None else json.loads(values["limits"])
     return JobRow(**values)
 
 

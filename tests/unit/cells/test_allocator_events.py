@@ -195,8 +195,8 @@ def test_the_retry_pass_is_stamped_with_the_latest_event_time_and_replays_identi
 
     first, second = replayed(), replayed()
     assert [(type(e).__name__, getattr(e, "state", None)) for e in first] == [
-        ("CellBinding", "bound"), ("ExecutorCommand", None), ("CellBinding", "bound"), ("ExecutorCommand", None),
-        ("JobLifecycleEvent", JobState.BOUND), ("JobLifecycleEvent", JobState.BOUND),
+        ("CellBinding", "bound"), ("CellBinding", "bound"),  # a training job starts once all its pods are bound (its gang)
+        ("ExecutorCommand", None), ("JobLifecycleEvent", JobState.BOUND), ("ExecutorCommand", None), ("JobLifecycleEvent", JobState.BOUND),
     ]  # fmt: skip
     assert {e.occurred_at for e in first} == {at(7)}
     assert [e.model_dump() for e in first] == [e.model_dump() for e in second]

@@ -59,7 +59,8 @@ def test_submission_creates_the_job_and_its_first_event() -> None:
     event = JobSubmission(**BASE, job_id="j1", vc="vc-a", kind=JobKind.TRAINING, pods=2, gpus_per_pod=4,
                           priority=Priority.GUARANTEED, workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=10))  # fmt: skip
     submitted, row = project(event, POS)
-    assert submitted == JobSubmitted("j1", "vc-a", "training", "guaranteed", 0, 2, 8, AT)
+    limits = {"max_runtime_s": None, "queue_timeout_s": None, "max_restarts": 3}  # issue 29: the defaults
+    assert submitted == JobSubmitted("j1", "vc-a", "training", "guaranteed", 0, 2, 8, AT, limits)
     assert isinstance(row, JobEventRow) and (row.kind, row.what, row.position) == ("submitted", "submitted", POS)
     assert row.inputs["gpus"] == 8 and row.event_id == event.event_id
 
