@@ -26,6 +26,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cli --operation Write --topic jobs.commands
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cli --operation Write --topic cells.config
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.lifecycle
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.logs
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic online.latency
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic executor.reports
@@ -78,6 +79,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic online.latency.dlq
@@ -104,6 +106,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic online.latency.dlq
@@ -130,6 +133,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic online.latency.dlq
@@ -156,6 +160,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic online.latency.dlq
@@ -182,6 +187,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic online.latency.dlq
@@ -208,6 +214,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic online.latency.dlq
@@ -234,6 +241,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic online.latency.dlq
@@ -260,6 +268,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic online.latency.dlq
@@ -286,6 +295,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic online.latency.dlq
@@ -312,6 +322,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic online.latency.dlq

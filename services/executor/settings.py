@@ -12,6 +12,7 @@ from pydantic_settings import SettingsConfigDict
 
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.users import WorkloadUsers
+from hivemux.jobs.log_bound import LogBound
 from hivemux.settings import ServiceSettings
 
 
@@ -59,6 +60,9 @@ class ExecutorSettings(ServiceSettings):
     workload_uid_per: Literal["job", "tenant"] = Field(default="job", description="One uid per job, or per tenant (vc)")
     admission_wait_s: float = Field(default=5.0, ge=0.0,
                                     description="How long a start waits for its job's submission and admission to be folded")
+    log_head_bytes: int = Field(default=256 * 1024, ge=0, le=64 * 1024 * 1024, description="First bytes of each pod's output shipped on jobs.logs")
+    log_tail_bytes: int = Field(default=768 * 1024, ge=0, le=64 * 1024 * 1024,
+                                description="Last bytes of each pod's output shipped on jobs.logs (what lies between is dropped)")
 
     @model_validator(mode="after")
     def _process_needs_a_node(self) -> ExecutorSettings:
@@ -81,5 +85,5 @@ class ExecutorSettings(ServiceSettings):
             observation_window_s=self.observation_window_s, report_interval_s=self.report_interval_s,
             salus_policy=None if self.salus_policy == "off" else self.salus_policy,
             workload_users=WorkloadUsers(self.workload_uid_first, self.workload_uid_count, self.workload_uid_per),
-            admission_wait_s=self.admission_wait_s,
+            admission_wait_s=self.admission_wait_s, log_bound=LogBound(self.log_head_bytes, self.log_tail_bytes),
         )

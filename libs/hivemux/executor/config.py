@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hivemux.executor.users import WorkloadUsers
+from hivemux.jobs.log_bound import LogBound
 from hivemux.xcuda import LaunchControl
 
 
@@ -46,3 +47,5 @@ class NodeConfig:
     # How long a start waits for the folds of its job's submission and admission (`admission`)
     # before it is refused: the scheduler publishes them with the command, on other topics.
     admission_wait_s: float = 5.0
+    # What of each workload's output is shipped on jobs.logs (`log_shipping`): its head and tail.
+    log_bound: LogBound = LogBound()

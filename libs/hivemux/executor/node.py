@@ -15,6 +15,7 @@ telemetry and ticks and publishes what it returns. It coordinates one part per m
 | `xcuda` | `xcuda_feed` | ``(U_SM, C_SM)`` into every control block at ≥ 10 Hz (§4.1, eq. 1–2) |
 | `monitor` | `workload_monitor` | ticks: exits, progress, sharing observations, node memory pressure |
 | `memory_guard` | `memory_guard` | ticks: NVML's per-process GPU memory against each quota; evicts a workload over it |
+| `logs` | `log_shipping` | ticks and stop: each workload's output, bounded, on ``jobs.logs`` (issue 29) |
 
 Design note — states of one workload (`Workload`) and what moves it:
 
@@ -89,6 +90,7 @@ from hivemux.events.base import clip_reason
 from hivemux.executor.launch import UnsafeName, gpu_index, workload_files
 from hivemux.executor.lane_jobs import LaneJobs, lane_text
 from hivemux.executor.launcher import Launcher
+from hivemux.executor.log_shipping import LogShipper, pod_index
 from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
 from hivemux.executor.recovery import Ledger
@@ -140,6 +142,8 @@ class ProcessNode:
         # Salus lane jobs (issue 20): granted lanes on the GPUs' lane servers, released as each ends
         self.lane_jobs = LaneJobs(daemons=self.daemons, workloads=self.table, lanes_on=config.salus_policy is not None)
         self.table.on_forget = self.lane_jobs.release
+        self.logs = LogShipper(config.log_bound, self.reporter,
+                               lambda w: pod_index(self.admissions.bound.get(w.job_id, {}), config.node_id, w.gpu_ids))
         self._handled: OrderedDict[UUID, None] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -312,6 +316,7 @@ class ProcessNode:
         """End every workload and quit the per-GPU daemons (`GracefulExit.shutdown`)."""
         async with self._lock:
             out = await self.graceful.shutdown()
+            out += self.logs.ship(self.table.jobs.values())  # the ended workloads' last output
             await self.daemons.close()
             self.xcuda.close()
         return out
@@ -522,4 +527,5 @@ class ProcessNode:
             out += await self.mps_recovery.watch(now_s)
             out += await self.monitor.memory_watch()
             out += await self.memory_guard.watch()
+            out += self.logs.ship(self.table.jobs.values())
         return out
