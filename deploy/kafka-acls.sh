@@ -26,6 +26,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cli --operation Write --topic jobs.commands
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cli --operation Write --topic cells.config
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.lifecycle
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.logs
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic online.latency
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic executor.reports
@@ -79,6 +80,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:api --operation Write --topic online.latency.dlq
@@ -106,6 +108,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:cell-allocator --operation Write --topic online.latency.dlq
@@ -133,6 +136,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:executor --operation Write --topic online.latency.dlq
@@ -160,6 +164,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:health-processor --operation Write --topic online.latency.dlq
@@ -187,6 +192,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:job-controller --operation Write --topic online.latency.dlq
@@ -214,6 +220,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:matcher --operation Write --topic online.latency.dlq
@@ -241,6 +248,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:predictor --operation Write --topic online.latency.dlq
@@ -268,6 +276,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:profiler --operation Write --topic online.latency.dlq
@@ -295,6 +304,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:projector --operation Write --topic online.latency.dlq
@@ -322,6 +332,7 @@ kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.priorities.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.resizes.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.lifecycle.dlq
+kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.logs.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic jobs.profiled.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic sharing.observations.dlq
 kafka-acls --bootstrap-server "$KAFKA" --command-config "$ADMIN_CONFIG" --add --allow-principal User:telemetry-ingester --operation Write --topic online.latency.dlq

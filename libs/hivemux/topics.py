@@ -37,6 +37,7 @@ from .events import (
     JobCommand,
     JobCommandRefused,
     JobLifecycleEvent,
+    JobLogChunk,
     JobPriorityChanged,
     JobResized,
     JobSubmission,
@@ -118,6 +119,11 @@ JOBS_REFUSALS = Topic("jobs.refusals", JobCommandRefused, "job_id", 4, "delete",
 JOBS_PRIORITIES = Topic("jobs.priorities", JobPriorityChanged, "job_id", 4, "delete", "Training jobs' HiveD priority changes")
 JOBS_RESIZES = Topic("jobs.resizes", JobResized, "job_id", 4, "delete", "Resizes applied: replicas, SM share, memory quota, before and after")
 JOBS_LIFECYCLE = Topic("jobs.lifecycle", JobLifecycleEvent, "job_id", 4, "delete", "Job state changes with reasons")
+# Workloads' output (issue 29), keyed by job like the job log: one job's chunks are in order on one
+# partition, so a reader's cursor is the record offset. Bounded retention: the read model keeps
+# each job's head and tail for its configured time after the job ends (`projection.logs`); the
+# topic is transport, not the record of any decision.
+JOBS_LOGS = Topic("jobs.logs", JobLogChunk, "job_id", 4, "delete", "Workloads' output in bounded chunks (head and tail per pod)", "bounded")
 # Compacted: a profile is the job's whole solo profile; a newer one replaces it.
 JOBS_PROFILED = Topic("jobs.profiled", Profile, "job_id", 4, "compact", "Solo execution profiles of offline jobs")
 SHARING_OBSERVATIONS = Topic("sharing.observations", SharingObservation, "gpu_id", 4, "delete", "Measured effects of sharing a GPU")
@@ -169,6 +175,7 @@ TOPICS: tuple[Topic, ...] = (
     JOBS_PRIORITIES,
     JOBS_RESIZES,
     JOBS_LIFECYCLE,
+    JOBS_LOGS,
     JOBS_PROFILED,
     SHARING_OBSERVATIONS,
     ONLINE_LATENCY,

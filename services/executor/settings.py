@@ -12,6 +12,7 @@ from pydantic_settings import SettingsConfigDict
 
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.users import WorkloadUsers
+from hivemux.jobs.log_bound import LogBound
 from hivemux.settings import ServiceSettings
 
 
@@ -67,6 +68,9 @@ class ExecutorSettings(ServiceSettings):
         "training pods checkpoint to <store>/<job>/rank-<rank>; None: node-local checkpoints")
 
     readiness_timeout_s: float = Field(default=300.0, gt=0.0, description="How long a service replica may take to pass its readiness probe")
+    log_head_bytes: int = Field(default=256 * 1024, ge=0, le=64 * 1024 * 1024, description="First bytes of each pod's output shipped on jobs.logs")
+    log_tail_bytes: int = Field(default=768 * 1024, ge=0, le=64 * 1024 * 1024,
+                                description="Last bytes of each pod's output shipped on jobs.logs (what lies between is dropped)")
 
     @model_validator(mode="after")
     def _process_needs_a_node(self) -> ExecutorSettings:
@@ -91,4 +95,5 @@ class ExecutorSettings(ServiceSettings):
             workload_users=WorkloadUsers(self.workload_uid_first, self.workload_uid_count, self.workload_uid_per),
             admission_wait_s=self.admission_wait_s, address=self.node_address, checkpoint_store=self.checkpoint_store,
             readiness_timeout_s=self.readiness_timeout_s,
+            admission_wait_s=self.admission_wait_s, log_bound=LogBound(self.log_head_bytes, self.log_tail_bytes),
         )

@@ -19,6 +19,7 @@ from pydantic_settings import SettingsConfigDict
 from hivemux.bus import Service
 from hivemux.errors import ConfigurationError
 from hivemux.observability import serve
+from hivemux.projection import LogRetention
 from hivemux.settings import ServiceSettings
 from hivemux.store import connect, migrate
 from hivemux.store.projector import run_projector
@@ -36,6 +37,8 @@ class ProjectorSettings(ServiceSettings):
 
     max_batch: int = Field(default=5000, ge=1, description="Records per transaction at most")
     usage_every_s: float = Field(default=30.0, gt=0, description="How often the per-VC usage gauges are computed from the read models")
+    log_keep_s: float = Field(default=7 * 24 * 3600.0, ge=0, description="How long a job's logs are kept after it ends (event time)")
+    log_job_max_bytes: int = Field(default=64 * 1024 * 1024, ge=0, description="Bytes of one job's logs kept at most (all pods)")
 
 
 def _observe(records: int, undecodable: int) -> None:
@@ -69,7 +72,7 @@ def build(settings: ProjectorSettings) -> Service:
         pool: asyncpg.Pool = running["pool"]  # type: ignore[assignment]
         work = run_projector(
             settings.kafka_bootstrap_servers, pool, stop=stop, max_records=settings.max_batch, observe=_observe,
-            event_time=settings.event_time_bounds,
+            event_time=settings.event_time_bounds, logs=LogRetention(settings.log_keep_s, settings.log_job_max_bytes),
         )  # fmt: skip
         task = asyncio.create_task(work, name="projector")
         task.add_done_callback(lambda _: service.stop())  # a failed projector stops the process

@@ -5,7 +5,7 @@ session's PostgreSQL, with the projector, the job controller and the health proc
 Assertions are on the rendered page, which is never reloaded: an operator drains a GPU from its
 tile's panel and the tile turns Disabled; a job submitted through the API appears in its VC's
 queue and the jobs table; cancelling it from its panel changes its row; a tenant's console shows
-its own job and never another tenant's. Screenshots go to $HIVEMUX_TEST_ARTIFACTS/browser
+its own job and never another tenant's; a job's panel shows its output as text, never as HTML. Screenshots go to $HIVEMUX_TEST_ARTIFACTS/browser
 (default tests/artifacts/browser, git-ignored). `make install` installs /usr/bin/chromium.
 """
 
@@ -402,3 +402,32 @@ async def test_the_header_says_how_far_the_broker_archive_is_behind(console: Con
     finally:
         await conn.execute("DROP SCHEMA IF EXISTS bus_archive CASCADE")
         await conn.close()
+
+
+async def test_a_jobs_panel_shows_its_output_as_text(console: Console, new_page: Opener, broker: EmbeddedInfra) -> None:
+    """Two chunks an executor shipped for a tenant's job (issue 29 item 6), one of them HTML: the
+    job's panel shows the lines as text (no element made from them) and the span not kept."""
+    from hivemux.events import JobLogChunk
+
+    job = f"logweb-{uuid.uuid4().hex[:6]}"
+    await console.submit("a", job, "vc-a")
+    at = datetime.now(UTC)
+    texts = [(0, '<img src=x onerror="document.title=1">first line\n'), (4096, "last line\n")]
+    chunks = [JobLogChunk(occurred_at=at, source=f"executor/{NODE}", job_id=job, node_id=NODE, pod=0, offset=offset,
+                          length=len(text.encode()), text=text, head_bytes=1024, tail_bytes=1024) for offset, text in texts]  # fmt: skip
+    async with Publisher(broker.endpoints.bootstrap_servers, source="test") as publisher:
+        await publisher.publish_all(chunks)
+    page = await logged_in(new_page, console, "a")
+    row = page.locator(f'#jobs tr[data-job-id="{job}"]')
+    await expect(row).to_have_count(1, timeout=LIVE_S)
+    log = page.locator("#panel .job-log pre.log")
+    for _ in range(60):  # the chunks may be folded after the panel first loads: reopen it until they show
+        await row.click()
+        try:
+            await expect(log).to_contain_text("last line", timeout=500)
+            break
+        except AssertionError:
+            continue
+    await expect(log).to_contain_text('<img src=x onerror="document.title=1">first line')
+    await expect(log).to_contain_text("bytes not kept")
+    await expect(log.locator("img")).to_have_count(0)

@@ -129,7 +129,7 @@ def endpoints(job_id: str) -> list[tuple[str, str, dict[str, Any] | None]]:
     return [
         ("GET", "/api/v1/whoami", None), ("GET", "/api/v1/jobs", None), ("POST", "/api/v1/jobs", job_body(f"{job_id}-x", "vc-a")),
         ("GET", f"/api/v1/jobs/{job_id}", None), ("GET", f"/api/v1/jobs/{job_id}/history", None),
-        ("GET", f"/api/v1/jobs/{job_id}/explain", None), ("POST", f"/api/v1/jobs/{job_id}/cancel", {}),
+        ("GET", f"/api/v1/jobs/{job_id}/explain", None), ("GET", f"/api/v1/jobs/{job_id}/logs", None), ("POST", f"/api/v1/jobs/{job_id}/cancel", {}),
         ("POST", f"/api/v1/jobs/{job_id}/suspend", {}), ("POST", f"/api/v1/jobs/{job_id}/resume", {}),
         ("POST", f"/api/v1/jobs/{job_id}/priority", {"value": 3}), ("POST", f"/api/v1/jobs/{job_id}/resize", {"replicas": 2}),
         ("GET", "/api/v1/cluster/status", None), ("GET", "/api/v1/cluster/metrics", None), ("GET", "/api/v1/cluster/nodes", None), ("GET", "/api/v1/cluster/gpus", None),

@@ -21,6 +21,7 @@ from hivemux.events import (
     CellBinding,
     CellConfig,
     ClockTick,
+    JobLogChunk,
     ConsumedRange,
     ConsumptionJournal,
     CommandAction,
@@ -96,6 +97,8 @@ def gpu_batch(**overrides: Any) -> GpuTelemetryBatch:
 
 BUILDERS: dict[type[Event], Callable[[], Event]] = {
     ClockTick: lambda: ClockTick(**ENVELOPE, ticker="health-processor/0"),
+    JobLogChunk: lambda: JobLogChunk(**ENVELOPE, job_id="job-1", node_id="node-1", pod=0, offset=0, length=6, text="hello\n",
+                                     head_bytes=1024, tail_bytes=1024),
     ConsumptionJournal: lambda: ConsumptionJournal(
         **ENVELOPE, service="matcher", incarnation=uuid.UUID(int=7), seq=1, emitted=(uuid.UUID(int=9),),
         entries=(ConsumedRange(kind="records", loop="fold", replaying=False, topic="telemetry.gpu", partition=2, first=10, last=12),
@@ -204,9 +207,10 @@ def test_topic_declaration(topic: Any) -> None:
     assert by_name(dlq.name) == dlq and by_name(topic.name) is topic
 
 
-def test_the_record_is_kept_for_ever_and_only_raw_telemetry_and_dead_letters_are_bounded() -> None:
+def test_the_record_is_kept_for_ever_and_only_raw_telemetry_logs_and_dead_letters_are_bounded() -> None:
+    # jobs.logs carries workloads' output to a read model that keeps it for its own time (issue 29): no decision reads it
     bounded = {t.name for t in ALL_TOPICS if t.retention == "bounded"}
-    assert bounded == {"telemetry.gpu", "telemetry.node"} | {t.dead_letter.name for t in TOPICS}
+    assert bounded == {"telemetry.gpu", "telemetry.node", "jobs.logs"} | {t.dead_letter.name for t in TOPICS}
     assert by_name("jobs.submitted").configs == {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
     assert by_name("telemetry.gpu").configs == {"cleanup.policy": "delete"}  # the broker's default retention
     assert by_name("health.state").configs["cleanup.policy"] == "compact"

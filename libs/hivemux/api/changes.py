@@ -57,8 +57,9 @@ Offsets = dict[tuple[str, int], int]
 
 # Topics whose records write no job or GPU history row (`projection`): their positions move the
 # cursor, but no rows are looked up for them (an online service's latency window every few seconds;
-# the executors' progress reports, folded into job_progress only: a job's iterations show in its describe).
-_NO_HISTORY = frozenset({"online.latency", "sharing.observations", "executor.reports"})
+# the executors' progress reports, folded into job_progress only: a job's iterations show in its describe;
+# jobs' logs, read by their own endpoint; clock ticks, which only sweep old logs).
+_NO_HISTORY = frozenset({"online.latency", "sharing.observations", "executor.reports", "jobs.logs", "clock.ticks"})
 _RANGES = "unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[]) AS r(topic, partition, lo, hi)"
 # The ids first, each partition's range through the position index (LATERAL: joined plainly, the
 # planner walked all of job_events in id order, 0.5 s at a million rows), then their rows by key.

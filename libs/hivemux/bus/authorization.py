@@ -63,6 +63,7 @@ WRITERS: Mapping[str, frozenset[str]] = {
     t.JOBS_RESIZES.name: frozenset({"cell-allocator", "matcher"}),
     t.JOBS_PRIORITIES.name: frozenset({"job-controller"}),
     t.JOBS_LIFECYCLE.name: frozenset({"job-controller", "cell-allocator", "matcher", "profiler", "executor"}),
+    t.JOBS_LOGS.name: frozenset({"executor"}),
     t.JOBS_PROFILED.name: frozenset({"profiler"}),
     t.SHARING_OBSERVATIONS.name: frozenset({"executor"}),
     t.ONLINE_LATENCY.name: frozenset({"executor"}),
@@ -84,6 +85,7 @@ PER_NODE: frozenset[tuple[str, str]] = frozenset({
     (t.NODE_AGENTS.name, "executor"),
     (t.SHARING_OBSERVATIONS.name, "executor"),
     (t.ONLINE_LATENCY.name, "executor"),
+    (t.JOBS_LOGS.name, "executor"),
 })
 # (topic, principal) -> the actions its records may carry: who may start, stop or evict what
 # (a matcher does not stop training jobs, the health processor starts nothing).

@@ -19,6 +19,7 @@ from .bus_io import run_on_bus as _run_on_bus
 from .gpu_views import gpus_group
 from .jobs import jobs_group
 from . import job_views  # noqa: F401 - registers jobs list/describe/history on jobs_group
+from . import job_logs  # noqa: F401 - registers jobs logs on jobs_group
 from .projector import projector_group
 from .services import SERVICES
 from .tokens import tokens_group

@@ -6,7 +6,7 @@ decoded and validated once, converted to domain values by the code that consumes
 - ``jobs.py``: submissions, profiles, lifecycle; ``scheduling.py``: cell bindings and
   configuration, placements, speed models, sharing observations; ``executor.py``: executor
   commands and reports, dead letters; ``clock.py``: ticks that trigger periodic decisions; ``audit.py``: the deciding services'
-  consumption journal; ``leadership.py``: takeovers of single-active services; ``commands.py``: job commands (cancel,
+  consumption journal; ``leadership.py``: takeovers of single-active services; ``logs.py``: workloads' output shipped in bounded chunks; ``commands.py``: job commands (cancel,
   suspend, resume) and their refusals; ``telemetry.py``: columnar GPU batches, node samples,
   SysMonitor transitions and snapshots, faults, device control.
 """
@@ -28,6 +28,7 @@ from .jobs import (
     WorkloadSpec,
 )
 from .leadership import LeaderElected
+from .logs import JobLogChunk
 from .online import OnlineLatencyReport, SloProtectionAction
 from .scheduling import CellBinding, CellConfig, Placement, PredictorModel, SharingObservation
 from .telemetry import (
@@ -54,6 +55,7 @@ __all__ = [
     "FINISHED_STATES",
     "JobAction",
     "JobCommand",
+    "JobLogChunk",
     "JobCommandRefused",
     "JobPriorityChanged",
     "JobResized",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hivemux.executor.users import WorkloadUsers
+from hivemux.jobs.log_bound import LogBound
 from hivemux.xcuda import LaunchControl
 
 
@@ -55,3 +56,5 @@ class NodeConfig:
     # readiness probe, and the bound of one probe or scrape.
     readiness_timeout_s: float = 300.0
     probe_timeout_s: float = 2.0
+    # What of each workload's output is shipped on jobs.logs (`log_shipping`): its head and tail.
+    log_bound: LogBound = LogBound()

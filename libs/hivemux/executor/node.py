@@ -15,6 +15,7 @@ telemetry and ticks and publishes what it returns. It coordinates one part per m
 | `xcuda` | `xcuda_feed` | ``(U_SM, C_SM)`` into every control block at ≥ 10 Hz (§4.1, eq. 1–2) |
 | `monitor` | `workload_monitor` | ticks: exits, progress, sharing observations, node memory pressure |
 | `memory_guard` | `memory_guard` | ticks: NVML's per-process GPU memory against each quota; evicts a workload over it |
+| `logs` | `log_shipping` | ticks and stop: each workload's output, bounded, on ``jobs.logs`` (issue 29) |
 
 Design note — states of one workload (`Workload`) and what moves it:
 
@@ -90,6 +91,7 @@ from hivemux.events.base import clip_reason
 from hivemux.executor.launch import UnsafeName, gpu_index, workload_files
 from hivemux.executor.lane_jobs import LaneJobs, lane_text
 from hivemux.executor.launcher import Launcher
+from hivemux.executor.log_shipping import LogShipper, pod_index
 from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.executor.mps_recovery import MpsRecovery
 from hivemux.executor.recovery import Ledger
@@ -147,6 +149,8 @@ class ProcessNode:
         # online services' own commands (issue 29): ports at launch, readiness and scrapes on ticks
         self.services = ServiceWatch(config, workloads=self.table, reporter=self.reporter, graceful=self.graceful)
         self.launcher.services = self.services
+        self.logs = LogShipper(config.log_bound, self.reporter,
+                               lambda w: pod_index(self.admissions.bound.get(w.job_id, {}), config.node_id, w.gpu_ids))
         self._handled: OrderedDict[UUID, None] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -328,6 +332,7 @@ class ProcessNode:
         """End every workload and quit the per-GPU daemons (`GracefulExit.shutdown`)."""
         async with self._lock:
             out = await self.graceful.shutdown()
+            out += self.logs.ship(self.table.jobs.values())  # the ended workloads' last output
             await self.daemons.close()
             self.xcuda.close()
         return out
@@ -547,4 +552,5 @@ class ProcessNode:
             out += await self.mps_recovery.watch(now_s)
             out += await self.monitor.memory_watch()
             out += await self.memory_guard.watch()
+            out += self.logs.ship(self.table.jobs.values())
         return out

@@ -27,11 +27,18 @@ from .read_models import (
     fold_states,
     project,
 )
+from .logs import LogChunkStored, LogLine, LogRetention, LogsSwept, StoredChunk, log_lines
 from .lanes import LANE_GPU_KIND, JobProgress, LaneGpuChanged, LaneJobBound, fold_progress, lane_line
 from .online import OnlineServiceSubmitted, ProtectionStep, ReplicaEndpoint, ReplicaLatency, fold_latency, slo_state
 from .usage import JobEnded, SharingObserved, UsageEnded, UsageStarted
 
 __all__ = [
+    "LogChunkStored",
+    "LogLine",
+    "LogRetention",
+    "LogsSwept",
+    "StoredChunk",
+    "log_lines",
     "LANE_GPU_KIND",
     "JobProgress",
     "LaneGpuChanged",

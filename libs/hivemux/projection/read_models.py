@@ -32,6 +32,8 @@ projection equal to one rebuilt from the beginning):
   ``sharing.protection``).
 - ``lane_jobs``, ``job_progress`` and lane GPUs' ``jobs`` rows (kind ``lane-gpu``): Salus lanes
   (`lanes`; ``cells.bindings``, ``jobs.lifecycle``, ``executor.reports``).
+- ``job_log_chunks``, ``job_logs``: workloads' output, bounded, kept for a time after the job
+  ends (`logs`; ``jobs.logs``, swept on ``clock.ticks``).
 - ``vc_quotas``: each VC's guaranteed GPUs in the newest cell configuration (``cells.config``,
   one partition); the views ``vcs`` and ``vc_cells`` add what the jobs' bound pods use.
 
@@ -54,6 +56,7 @@ from uuid import UUID
 from ..cells.config import parse_config
 from ..errors import ConfigurationError
 from ..events import CellBinding, CellConfig, Event, Fault, HealthTransition, JobLifecycleEvent, JobSubmission, Placement
+from .logs import LogChange, chunk_stored, swept
 from .lanes import LaneChange, lane_gpu_binding, lane_job_bound, progress
 from .online import OnlineChange, endpoint, latency, online_submission, protection
 from .usage import UsageChange, binding_usage, lifecycle_usage, observation, placement_usage
@@ -75,6 +78,8 @@ PROJECTED_TOPICS: tuple[str, ...] = (
     "online.latency",
     "sharing.protection",
     "executor.reports",
+    "jobs.logs",
+    "clock.ticks",  # only the logs' retention sweep (`logs`): time passing, at the tick's event time
 )
 # A job in one of these states stays there (events.jobs.FINISHED_STATES, as text).
 FINISHED_STATES: tuple[str, ...] = ("completed", "failed", "rejected", "cancelled", "timed_out")
@@ -219,7 +224,7 @@ class VcQuotasChanged:
 
 Change = (
     VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow
-    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange | OnlineChange | LaneChange
+    | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange | OnlineChange | LaneChange | LogChange
 )
 
 
@@ -441,4 +446,6 @@ _PROJECTIONS: dict[str, Callable[[Any, Position], tuple[Change, ...]]] = {
     "OnlineLatencyReport": lambda event, _: (latency(event),),
     "SloProtectionAction": _protection,
     "ExecutorReport": lambda event, _: (*progress(event), *endpoint(event)),
+    "JobLogChunk": lambda event, at: chunk_stored(event, at.offset),
+    "ClockTick": lambda event, _: swept(event),
 }

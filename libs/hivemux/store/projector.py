@@ -32,7 +32,7 @@ from ..bus.codec import decode_key, decode_value
 from ..bus.tracking import Position, consume_tracked
 from ..errors import InvalidEvent
 from ..event_time import EventTimeBounds
-from ..projection import PROJECTED_TOPICS, Change
+from ..projection import PROJECTED_TOPICS, Change, LogRetention
 from ..projection import Position as RecordPosition
 from ..projection import project
 from ..topics import TOPICS
@@ -66,10 +66,12 @@ async def run_projector(
     max_records: int = 5000,
     observe: Callable[[int, int], None] | None = None,
     event_time: EventTimeBounds | None = None,
+    logs: LogRetention = LogRetention(),
 ) -> ProjectorStats:
     """Fold the projected topics into the read models from the stored offsets on; `observe`
-    is told (records, undecodable) after each committed batch (the service's metrics)."""
-    store = ReadModelStore(pool)
+    is told (records, undecodable) after each committed batch (the service's metrics); `logs`:
+    how long and how much of jobs' logs are kept (`projection.logs`)."""
+    store = ReadModelStore(pool, logs=logs)
     stats = stats if stats is not None else ProjectorStats()
     topics = {t.name: t for t in TOPICS}
     admission = Admission(signing.process_keyring(), event_time=event_time)

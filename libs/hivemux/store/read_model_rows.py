@@ -31,6 +31,9 @@ from ..projection import (
     JobSubmitted,
     LaneGpuChanged,
     LaneJobBound,
+    LogChunkStored,
+    LogRetention,
+    LogsSwept,
     OnlineServiceSubmitted,
     ProtectionStep,
     ReplicaEndpoint,
@@ -43,6 +46,8 @@ from ..projection import (
     fold_progress,
     fold_states,
 )
+
+from .logs import write_log_changes
 
 _FINISHED = "ARRAY[" + ", ".join(f"'{s}'" for s in FINISHED_STATES) + "]"
 
@@ -261,10 +266,15 @@ def _args(change: Change) -> tuple[Any, ...]:
     raise TypeError(f"not a read-model change: {change!r}")
 
 
-async def write_changes(conn: Any, changes: Sequence[Change]) -> None:
-    """`changes` in one go per kind, in a fixed order (kinds write disjoint columns)."""
+async def write_changes(conn: Any, changes: Sequence[Change], logs: LogRetention = LogRetention()) -> None:
+    """`changes` in one go per kind, in a fixed order (kinds write disjoint columns); jobs' logs
+    (their own tables) last, under ``logs`` (`store.logs`)."""
     grouped: dict[type, list[tuple[Any, ...]]] = {}
+    log_changes = []
     for change in changes:
+        if isinstance(change, LogChunkStored | LogsSwept):
+            log_changes.append(change)
+            continue
         grouped.setdefault(type(change), []).append(_args(change))
     for kind in _STATEMENTS:
         if kind not in grouped:
@@ -292,6 +302,8 @@ async def write_changes(conn: Any, changes: Sequence[Change]) -> None:
             await conn.execute(_STATEMENTS[kind])
         else:
             await conn.executemany(_STATEMENTS[kind], grouped[kind])
+    if log_changes:
+        await write_log_changes(conn, log_changes, logs)
 
 
 def without_nul(change: Change) -> Change:

@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 
 from ..errors import HivemuxError
-from ..projection import FINISHED_STATES, Change
+from ..projection import FINISHED_STATES, Change, LogRetention
 from ..projection.explain import QUEUED_STATES, vc_summary
 from .archive_watch import read_health
 from .lanes import lane_gpus, lane_jobs, status_row
@@ -33,8 +33,8 @@ __all__ = ["JobEventRecord", "JobRow", "ProjectionConflict", "ReadModelStore", "
 TopicPartition = tuple[str, int]
 READ_MODEL_TABLES = (
     "jobs", "job_events", "gpus", "gpu_events", "faults", "vc_quotas", "usage_intervals", "job_ends", "sharing_observations",
-    "online_services", "online_latency", "slo_protection_steps", "lane_jobs", "job_progress", "projector_offsets",
-    "online_endpoints",
+    "online_services", "online_latency", "slo_protection_steps", "lane_jobs", "job_progress", "job_log_chunks", "job_logs",
+    "online_endpoints", "projector_offsets",
 )  # fmt: skip
 _NOT_BOUND = "ARRAY[" + ", ".join(f"'{s}'" for s in (*FINISHED_STATES, "stopped", "suspended")) + "]"
 _NOT_BOUND_STATES = frozenset({*FINISHED_STATES, "stopped", "suspended"})  # the same, in Python
@@ -108,8 +108,9 @@ def _job(row: asyncpg.Record | Mapping[str, Any]) -> JobRow:
 class ReadModelStore:
     """The read-model tables through an asyncpg pool (migration 0003)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, logs: LogRetention = LogRetention()) -> None:
         self._pool = pool
+        self.logs = logs  # how long and how much of jobs' logs the projector keeps (`projection.logs`)
 
     # -- the projector's side -------------------------------------------------------------
     async def offsets(self) -> dict[TopicPartition, int]:
@@ -134,7 +135,7 @@ class ReadModelStore:
                 )  # fmt: skip
                 if moved is None:
                     raise ProjectionConflict(f"{topic}/{partition}: stored offset is no longer {start}; another projector is writing")
-            await write_changes(conn, changes)
+            await write_changes(conn, changes, self.logs)
 
     async def refusals(self, per_record: Sequence[Sequence[Change]]) -> dict[int, str]:
         """Which records' changes PostgreSQL refuses (a value out of a column's range, a NUL
@@ -149,7 +150,7 @@ class ReadModelStore:
                 for index, changes in enumerate(per_record):
                     try:
                         async with conn.transaction():
-                            await write_changes(conn, changes)
+                            await write_changes(conn, changes, self.logs)
                     except asyncpg.DataError as error:
                         refused[index] = f"{type(error).__name__}: {error}"
             finally:

@@ -98,7 +98,7 @@ def test_every_registry_topic_has_writers_and_only_registry_topics_are_listed() 
 def test_commands_come_only_from_the_api_and_the_cli() -> None:
     for topic in ("jobs.commands", "gpu.control", "cells.config"):
         assert WRITERS[topic] == {"api", "cli"}
-    assert topics_of("executor") == ["jobs.lifecycle", "sharing.observations", "online.latency", "executor.reports", "nodes.agents"]
+    assert topics_of("executor") == ["jobs.lifecycle", "jobs.logs", "sharing.observations", "online.latency", "executor.reports", "nodes.agents"]
     assert "jobs.lifecycle" in topics_of("cell-allocator") and "cells.bindings" in topics_of("cell-allocator")
     assert principal_of("executor/node-01") == "executor" and principal_of("cli") == "cli" and principal_of("api:2") == "api"
 

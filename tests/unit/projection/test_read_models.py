@@ -26,6 +26,7 @@ from hivemux.events.commands import JobAction, JobCommand, JobCommandRefused
 from hivemux.events.clock import ClockTick
 from hivemux.events.telemetry import MetricThreshold
 from hivemux.projection import (
+    LogsSwept,
     FaultRow,
     GpuEventRow,
     GpuHealthChanged,
@@ -159,8 +160,8 @@ def test_commands_and_refusals_are_job_events() -> None:
     assert (r.kind, r.reason, r.inputs["job_state"]) == ("refusal", "finished", "completed")
 
 
-def test_events_no_table_shows_project_to_nothing() -> None:
-    assert project(ClockTick(**BASE, ticker="x"), POS) == ()
+def test_a_clock_tick_only_sweeps_old_logs() -> None:
+    assert project(ClockTick(**BASE, ticker="x"), POS) == (LogsSwept(BASE["occurred_at"]),)
 
 
 def test_the_model_of_every_projected_topic_is_projected() -> None:

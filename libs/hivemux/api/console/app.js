@@ -13,6 +13,7 @@ import { renderServices } from "./services.js";
 import { renderVcs } from "./vcs.js";
 
 const JOB_LIMIT = 500;
+const LOG_LINES = 200; // the job panel shows the last lines of its output
 const state = {
   me: null, gpus: new Map(), vcs: [], services: [], lanes: { lane_gpus: [], lane_jobs: [] }, jobs: new Map(), filters: { state: "", vc: "", kind: "", text: "" },
   panel: null, // {type: "gpu" | "job", id}
@@ -218,10 +219,11 @@ async function refreshPanel(error) {
       keepDraft(root, panel, () => renderGpuPanel(root, x, { admin: state.me.admin, onDrain: drain }));
     } else {
       const id = encodeURIComponent(panel.id);
-      const [job, explain, history] = await Promise.all([api(`/api/v1/jobs/${id}`), api(`/api/v1/jobs/${id}/explain`), api(`/api/v1/jobs/${id}/history`)]);
+      const [job, explain, history, log] = await Promise.all([api(`/api/v1/jobs/${id}`), api(`/api/v1/jobs/${id}/explain`),
+        api(`/api/v1/jobs/${id}/history`), api(`/api/v1/jobs/${id}/logs?tail=${LOG_LINES}`)]);
       if (state.panel !== panel) return;
       state.jobs.set(job.job_id, job);
-      keepDraft(root, panel, () => renderJobPanel(root, { job, explain, history, mayAct: state.me.admin || state.me.vcs.includes(job.vc), onCommand: command, error }));
+      keepDraft(root, panel, () => renderJobPanel(root, { job, explain, history, log, mayAct: state.me.admin || state.me.vcs.includes(job.vc), onCommand: command, error }));
     }
   } catch (err) {
     if (state.panel === panel) replace(root, h("p", { class: "error", dataset: { status: err.status || "" } }, describe(err)));

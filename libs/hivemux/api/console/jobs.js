@@ -1,6 +1,8 @@
 // The jobs table (filtered by state, VC, kind on the server and by id/reason text here) and a
 // job's panel: what it is, its verdict and queue position, the explain chain (every decision in
-// order, repeats collapsed) and its full timeline; cancel/suspend/resume for whoever may act on it.
+// order, repeats collapsed) and its full timeline; its output (the last lines its executors
+// shipped, each line a text node: a workload's output is never HTML); cancel/suspend/resume for
+// whoever may act on it.
 
 import { fmtAgo, fmtNum, fmtTime, h, kv, replace } from "./dom.js";
 
@@ -57,7 +59,7 @@ function where(job) {
   return job.gpus ? `${job.pods || 1}x${job.gpus} GPU` : "-";
 }
 
-export function renderJobPanel(root, { job, explain, history, mayAct, onCommand, error }) {
+export function renderJobPanel(root, { job, explain, history, log, mayAct, onCommand, error }) {
   const reason = h("input", { type: "text", placeholder: "reason (optional)", class: "reason", maxlength: 500 });
   const over = FINISHED.has(job.state);
   const applies = { cancel: !over, suspend: !over && job.state !== "suspended", resume: job.state === "suspended" };
@@ -77,6 +79,7 @@ export function renderJobPanel(root, { job, explain, history, mayAct, onCommand,
     job.service ? serviceFacts(job.service) : null,
     job.lane ? laneFacts(job.lane) : null,
     job.lane_gpu ? laneGpuFacts(job.lane_gpu) : null,
+    log ? logPanel(log) : null,
     mayAct ? h("div", { class: "actions" }, reason, button("cancel", "Cancel", "danger"), button("suspend", "Suspend"), button("resume", "Resume")) : null,
     explain ? [
       h("h3", {}, `Explain chain (${explain.chain.length} decisions)`),
@@ -94,6 +97,16 @@ export function renderJobPanel(root, { job, explain, history, mayAct, onCommand,
         h("td", {}, e.reason, e.inputs && e.inputs.principal ? h("span", { class: "dim" }, ` (by ${e.inputs.principal})`) : ""),
         h("td", { class: "mono dim" }, `${e.topic}/${e.partition}@${e.offset}`)))))
     ] : null);
+}
+
+// The job's output (GET /api/v1/jobs/{id}/logs?tail=N): one text node per line, a span not kept said as such.
+function logPanel(log) {
+  const streams = new Set(log.lines.map((l) => `${l.pod} ${l.node_id}`));
+  const text = log.lines.map((l) => (streams.size > 1 ? `[pod ${l.pod} ${l.node_id}] ` : "") +
+    (l.dropped ? `[... ${l.dropped} bytes not kept ...]` : l.text)).join("\n");
+  return h("div", { class: "job-log", dataset: { lines: log.lines.length } },
+    h("h3", {}, `Output (last ${log.lines.length} lines)`, log.truncated ? " (older output left out)" : ""),
+    log.lines.length ? h("pre", { class: "log" }, text) : h("p", { class: "dim" }, "no output shipped yet"));
 }
 
 // A lane job's lane (the describe's `lane`: `store.lanes.lane_detail`), e.g. "lane 1 on node-00/gpu-2 (PACK) of lane-gpu:vc-a:1, ...".

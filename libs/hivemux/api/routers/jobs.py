@@ -1,4 +1,4 @@
-"""``/api/v1/jobs``: submit, cancel, suspend, resume, priority, resize, list, describe, history, explain.
+"""``/api/v1/jobs``: submit, cancel, suspend, resume, priority, resize, list, describe, history, explain, logs.
 
 Reads are the queries `hivemux jobs list|describe|history|explain` make (`store.read_models`);
 writes publish the commands `hivemux jobs` publishes (`hivemux.commands`) with the token's
@@ -19,7 +19,9 @@ from pydantic import ValidationError
 from ... import commands
 from ...events import JobSubmission, outcome_id
 from ...projection.explain import QUEUED_STATES, explain_job
+from ...projection.logs import log_lines
 from ...store.lanes import lane_detail
+from ...store.logs import follow_log, read_log
 from ...store.online import online_services
 from ...store.read_models import JobRow, ReadModelStore
 from ...store.tokens import Principal
@@ -100,6 +102,28 @@ async def explain(request: Request, job_id: str, who: Principal = Depends(princi
     store = _store(request)
     queue, since = await store.queue(job.vc, QUEUED_STATES) if job.vc else ([], {})
     return explain_job(job, await store.history(job_id), queue, since)
+
+
+@router.get("/{job_id}/logs", summary="A job's output as its executors shipped it (head and tail of each pod, dropped spans said); "
+            "`after` (a cursor from an earlier answer) follows it: what was shipped since, waiting up to wait_s")
+async def logs(
+    request: Request, job_id: str, who: Principal = Depends(principal),
+    tail: int | None = Query(None, ge=0, le=100_000, description="Only the last lines"),
+    pod: int | None = Query(None, ge=0, le=4096, description="Only this pod (replica)"),
+    after: int | None = Query(None, ge=-1, le=2**62, description="Follow: the chunks shipped after this cursor (-1: from the start)"),
+    wait_s: float = Query(0.0, ge=0.0, le=60.0, description="Follow: how long to wait for new output"),
+) -> dict[str, Any]:  # fmt: skip
+    await _own_job(request, who, job_id)
+    pool = request.app.state.pool
+    if after is None:
+        read = await read_log(pool, job_id, pod=pod)
+        lines = [{"pod": line.pod, "node_id": line.node_id, "text": line.text, "dropped": line.dropped}
+                 for line in log_lines(read.chunks, tail=tail)]  # fmt: skip
+        return {"job_id": job_id, "lines": lines, "cursor": read.cursor, "finished": read.finished, "truncated": read.truncated}
+    read = await follow_log(pool, job_id, pod=pod, after=after, wait_s=wait_s)
+    chunks = [{"pod": c.pod, "node_id": c.node_id, "offset": c.offset, "text": c.text, "dropped": gap}
+              for c, gap in zip(read.chunks, read.gaps, strict=True)]  # fmt: skip
+    return {"job_id": job_id, "chunks": chunks, "cursor": read.cursor, "finished": read.finished, "truncated": read.truncated}
 
 
 async def _command(
