@@ -66,7 +66,6 @@ class ExecutorSettings(ServiceSettings):
     checkpoint_store: Path | None = Field(
         default=None, description="The cluster's checkpoint store (a directory every node mounts, the same on every agent): "
         "training pods checkpoint to <store>/<job>/rank-<rank>; None: node-local checkpoints")
-
     readiness_timeout_s: float = Field(default=300.0, gt=0.0, description="How long a service replica may take to pass its readiness probe")
     log_head_bytes: int = Field(default=256 * 1024, ge=0, le=64 * 1024 * 1024, description="First bytes of each pod's output shipped on jobs.logs")
     log_tail_bytes: int = Field(default=768 * 1024, ge=0, le=64 * 1024 * 1024,
@@ -94,6 +93,5 @@ class ExecutorSettings(ServiceSettings):
             salus_policy=None if self.salus_policy == "off" else self.salus_policy,
             workload_users=WorkloadUsers(self.workload_uid_first, self.workload_uid_count, self.workload_uid_per),
             admission_wait_s=self.admission_wait_s, address=self.node_address, checkpoint_store=self.checkpoint_store,
-            readiness_timeout_s=self.readiness_timeout_s,
-            admission_wait_s=self.admission_wait_s, log_bound=LogBound(self.log_head_bytes, self.log_tail_bytes),
+            readiness_timeout_s=self.readiness_timeout_s, log_bound=LogBound(self.log_head_bytes, self.log_tail_bytes),
         )
