@@ -33,7 +33,7 @@ def test_process_backend_pins_its_node_and_feeds_xcuda(tmp_path: Path) -> None:
     service = build(settings)
     assert not service.subscriptions and [(p.topic.name, p.key) for p in service.pins] == [(EXECUTOR_COMMANDS.name, "node-07")]
     # what a start may run comes from the log, not from the command (hivemux.executor.admission)
-    assert set(service.folds) == {GPU_TELEMETRY.name, JOBS_SUBMITTED.name, PLACEMENTS.name, CELL_BINDINGS.name}
+    assert set(service.folds) == {GPU_TELEMETRY.name, JOBS_SUBMITTED.name, PLACEMENTS.name, CELL_BINDINGS.name, "nodes.agents"}
     assert node.source == "executor/node-07"  # an agent speaks for its node (bus authorization)
     assert [t.seconds for t in service.tickers] == [0.1, 0.05]
     assert len(service.start_hooks) == len(service.stop_hooks) == 1
