@@ -162,7 +162,18 @@ async def test_start_evict_timeline_and_redelivery(node: ProcessNode) -> None:
     pid = w.proc.pid
 
     ticks = await until(node, lambda: w.checkpoint is not None and w.iteration >= 15)
-    progress = [e for e in ticks if isinstance(e, ExecutorReport) and e.state is ReportState.RUNNING and e.iterations_done > 0]
+
+    def progress_reports() -> list[ExecutorReport]:
+        return [e for e in ticks if isinstance(e, ExecutorReport) and e.state is ReportState.RUNNING and e.iterations_done > 0]
+
+    # The iterations may be read before the report window that carries them closes: tick on
+    # until a report has said so (bounded), rather than race the window.
+    deadline = asyncio.get_running_loop().time() + 40.0
+    while not (progress_reports() and any(isinstance(e, SharingObservation) for e in ticks)):
+        assert asyncio.get_running_loop().time() < deadline, "no progress report within 40 s"
+        ticks += await node.tick()
+        await asyncio.sleep(0.05)
+    progress = progress_reports()
     assert progress and progress[-1].host_memory_mib > 20 and progress[-1].gpu_memory_mib == 0.0  # torch on CPU: no GPU memory
     assert progress[-1].throughput_it_s > 0 and progress[-1].step is None
     assert any(isinstance(e, SharingObservation) for e in ticks)
