@@ -372,6 +372,12 @@ def process_keyring() -> Keyring:
 
 
 def _own_keys() -> None:
+    # Nothing configured yet: the deployment's key files when the environment names them (a
+    # process started without going through a service's settings still signs as its deployment).
+    signing_key, keyring = os.environ.get("HIVEMUX_SIGNING_KEY"), os.environ.get("HIVEMUX_KEYRING")
+    if signing_key and keyring:
+        configure(signing_key, keyring)
+        return
     log.warning("no HIVEMUX_SIGNING_KEY/HIVEMUX_KEYRING: signing and verifying with keys of this process only")
     keys = generate(signers())
     _process.signer = Signer(keys)
