@@ -34,6 +34,7 @@ class ExecutorSettings(ServiceSettings):
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_timeout_s: float = Field(default=2.0, gt=0.0, description="An MPS command unanswered this long means a hung daemon")
     mps_check_interval_s: float = Field(default=1.0, gt=0.0)
+    mps: bool = Field(default=True, description="False: MPS disabled, every GPU time-sliced (said on its health record)")
     memory_quota_fraction: float = Field(default=0.4, gt=0.0, le=1.0, description="xCUDA quota when the command has none")
     gpu_memory_mib: float = Field(default=16384.0, gt=0.0, description="GPU memory until telemetry reports it")
     xcuda: bool = Field(default=True, description="Preload libxcuda.so into offline workloads")
@@ -81,7 +82,7 @@ class ExecutorSettings(ServiceSettings):
         assert self.node_id is not None
         return NodeConfig(
             node_id=self.node_id, work_dir=self.work_dir / self.node_id, mps_binary=self.mps_binary,
-            mps_timeout_s=self.mps_timeout_s, mps_check_interval_s=self.mps_check_interval_s, grace_s=self.grace_s,
+            mps_timeout_s=self.mps_timeout_s, mps_check_interval_s=self.mps_check_interval_s, mps=self.mps, grace_s=self.grace_s,
             checkpoint_every=self.checkpoint_every, train_extra_args=tuple(self.train_args),
             memory_quota_fraction=self.memory_quota_fraction, gpu_memory_mib=self.gpu_memory_mib,
             default_gpu_type=self.default_gpu_type, xcuda=self.xcuda, real_libcuda=self.real_libcuda,

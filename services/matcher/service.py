@@ -51,6 +51,7 @@ class MatcherSettings(ServiceSettings):
     vc_caps: dict[str, int] = Field(default_factory=dict, description="VC -> most offline slots it gets in a round")
     slo_cooldown_s: float = Field(default=900.0, ge=0, description="A GPU takes no offline job this long after an SLO eviction (doubling per repeat)")
     slo_history_s: float = Field(default=7200.0, gt=0, description="SLO evictions counted over this window; the evicted job stays off the GPU as long")
+    time_sliced_sharing: bool = Field(default=False, description="Place offline jobs on GPUs without MPS (time-sliced, its interference model)")
 
 
 class Matcher:
@@ -62,6 +63,7 @@ class Matcher:
             memory_quota_fraction=settings.memory_quota_fraction,
             restart_cost=settings.restart_cost,
             executor_silence_s=settings.executor_silence_s,
+            time_sliced_sharing=settings.time_sliced_sharing,
             fairness=VcFairness(settings.vc_weights, settings.vc_caps),
             slo_cooldown=CooldownPolicy(timedelta(seconds=settings.slo_cooldown_s), timedelta(seconds=settings.slo_history_s),
                                         timedelta(seconds=settings.slo_history_s)),

@@ -129,11 +129,13 @@ class ExecutorReport(Event):
     sm_share: Percent | None = None
     detail: Reason = ""
     cuda_error: int | None = Field(default=None, ge=0, le=100_000, description="A CUDA driver error the workload hit (e.g. 700, 805-810)")
-    mps_server: Literal["running", "crashed", "hung"] | None = Field(default=None, description="The MPS server's state as the executor saw it")
+    mps_server: Literal["running", "crashed", "hung", "unavailable"] | None = Field(
+        default=None, description="The MPS server's state as the executor saw it; unavailable: the GPU runs without MPS "
+        "(daemon down, hung past remediation, or disabled by configuration), a report of job mps:<gpu_id>")
     step: str | None = Field(
         default=None, max_length=64,
         description="The lifecycle step this report records (process executor): launched, frozen, sigterm, exited, "
-        "killed, mps_checked, restarting, relaunched, mps_restarted, cpuset, memory_pressure, ready (a service replica passed its readiness probe)",
+        "killed, mps_checked, restarting, relaunched, mps_restarted, mps_unavailable, mps_available, cpuset, memory_pressure, ready (a service replica passed its readiness probe)",
     )
     pid: int | None = Field(default=None, ge=1, le=MAX_PID, description="The workload's process (group leader) id, when it has one")
     exit_code: int | None = Field(default=None, ge=-128, le=255, description="Exit code, or -signal number, of the workload process")

@@ -338,6 +338,11 @@ class MetricThreshold(Record):
     threshold: float
 
 
+# A GPU's sharing mechanism (issue 30 item 4): MPS space sharing, or the driver's time slicing
+# when the GPU's MPS is unavailable.
+SharingMode = Literal["mps", "time_sliced"]
+
+
 class HealthTransition(Event):
     """A GPU's SysMonitor state changed; carries the metrics that decided it."""
 
@@ -350,13 +355,19 @@ class HealthTransition(Event):
     metrics: dict[Label, float] = Field(default_factory=dict, max_length=MAX_ENTRIES, description="The inputs of the decision")
     online_workload: Name | None = None
     sample_event_id: str | None = Field(default=None, max_length=200)
-    cause: Literal["metrics", "backoff_elapsed", "stale", "drained", "undrained", "fault"] = Field(
-        default="metrics", description="What moved the state: the metric guards, the Overlimit back-off, silence, an operator or a detected fault"
+    cause: Literal["metrics", "backoff_elapsed", "stale", "drained", "undrained", "fault", "mps"] = Field(
+        default="metrics", description="What moved the state: the metric guards, the Overlimit back-off, silence, an operator, "
+        "a detected fault, or the GPU's MPS availability (`sharing_mode` changed; the state may stay)"
     )
     evicted_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES, description="Offline workloads this transition evicts")
     thresholds: tuple[MetricThreshold, ...] = Field(
         default=(), max_length=MAX_ENTRIES, description="Each offending metric with its threshold (metric-driven transitions; derived)"
     )
+    sharing_mode: SharingMode = Field(
+        default="mps", description="How co-located workloads share the GPU now: mps (space-shared), or time_sliced when its "
+        "MPS is unavailable (daemon down, hung past remediation, or disabled by configuration; `mps_detail` says which)"
+    )
+    mps_detail: Reason = Field(default="", description="Why MPS is unavailable, as the node reported it ('' while available)")
 
 
 class FaultKind(StrEnum):
@@ -429,6 +440,8 @@ class SysMonitorSnapshot(Event):
     ecc_dbe: Count = 0
     online_workload: Name | None = None
     offline_workloads: tuple[Name, ...] = Field(default=(), max_length=MAX_NAMES)
+    sharing_mode: SharingMode = "mps"
+    mps_detail: Reason = ""
 
     @model_validator(mode="after")
     def _times_not_after_the_snapshot(self) -> "SysMonitorSnapshot":

@@ -19,6 +19,9 @@ class NodeConfig:
     mps_binary: str = "nvidia-cuda-mps-control"
     mps_timeout_s: float = 2.0
     mps_check_interval_s: float = 1.0
+    # False: MPS is disabled by configuration: no daemon is started, every GPU is time-sliced
+    # and said so on its health record (issue 30 item 4, `GpuDaemons.client_daemon`).
+    mps: bool = True
     grace_s: float = 10.0
     checkpoint_every: int = 20
     train_extra_args: tuple[str, ...] = ()

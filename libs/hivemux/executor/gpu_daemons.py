@@ -7,6 +7,12 @@ GPU access of the sharing jobs goes through it; §3.3 GPU lanes; §4 scheduling 
 a lane server (`hivemux.salus.server.LaneServer`, capacity: the GPU's memory) that training and
 offline workloads reach through ``HIVEMUX_SALUS_SOCKET``. Both are started on a
 workload's first use of the GPU and stopped with the agent.
+
+Time-slicing fallback (issue 30 item 4): a GPU whose MPS is unavailable — disabled by
+configuration (``NodeConfig.mps``), a daemon that cannot be started, or one still down after
+the recovery's restart — is kept in ``unavailable`` with the reason; its workloads start
+without MPS (the driver time-slices them) and `MpsRecovery.watch` says so on the GPU's health
+record (a report of job ``mps:<gpu_id>``).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import tempfile
 from collections.abc import Mapping
 
 from hivemux.executor.config import NodeConfig
-from hivemux.executor.mps_control import MpsDaemon
+from hivemux.executor.mps_control import MpsDaemon, MpsError
 from hivemux.salus.server import LaneServer
 
 
@@ -28,6 +34,25 @@ class GpuDaemons:
         self.mps: dict[int, MpsDaemon] = {}
         self.mps_state: dict[int, str] = {}  # gpu index -> the last known state of its MPS server
         self.lanes: dict[int, LaneServer] = {}
+        self.unavailable: dict[int, str] = {}  # gpu index -> why its MPS is unavailable (time-sliced)
+
+    def mps_down(self, gpu: int, why: str) -> None:
+        self.unavailable[gpu] = why
+        self.mps_state[gpu] = "unavailable"
+
+    async def client_daemon(self, gpu: int, uid: int | None = None) -> MpsDaemon | None:
+        """The GPU's MPS daemon for a new client (`daemon`), or None when the GPU's MPS is
+        unavailable (disabled, or its daemon cannot be started): the client runs time-sliced."""
+        if not self.config.mps:
+            self.mps_down(gpu, "MPS disabled by configuration (HIVEMUX_EXECUTOR_MPS=false)")
+            return None
+        if gpu in self.unavailable:
+            return None
+        try:
+            return await self.daemon(gpu, uid)
+        except MpsError as error:
+            self.mps_down(gpu, f"MPS daemon down: {error}")
+            return None
 
     async def daemon(self, gpu: int, uid: int | None = None) -> MpsDaemon:
         """The GPU's MPS daemon, with a server running — for ``uid``, the uid of its first client

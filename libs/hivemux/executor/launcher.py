@@ -84,7 +84,8 @@ class Launcher:
         w.files.create(w.owner)  # its private directory (its uid, 0700) and the agent's about it
         mps_env = None
         if w.kind in ("offline", "online"):
-            mps_env = (await self.daemons.daemon(indices[0], w.owner.uid if w.owner.switch else None)).client_env()
+            daemon = await self.daemons.client_daemon(indices[0], w.owner.uid if w.owner.switch else None)
+            mps_env = daemon.client_env() if daemon is not None else None  # None: no MPS, time-sliced
         if w.kind == "offline" and self.config.xcuda and w.control is None:
             ids = (w.owner.uid, w.owner.gid) if w.owner.switch else None
             w.control, w.state = create_xcuda_files(w.files, mem_quota_bytes=self.quota_bytes(w),

@@ -16,6 +16,14 @@ MPS and the workloads. This module is the node's side of that:
   killed: ``killed``), the daemon is restarted, and the clients are relaunched from their
   checkpoints (``mps_restarted``).
 
+Time-slicing fallback (issue 30 item 4): a restart that fails leaves the GPU without MPS
+(`GpuDaemons.unavailable`); its clients are relaunched without it (time-sliced), and each
+watch reports a change of a GPU's MPS availability as a report of job ``mps:<gpu_id>``
+(``mps_server`` ``unavailable`` with the reason, or ``running`` again; steps
+``mps_unavailable`` / ``mps_available``), which the health processor turns into the GPU's
+sharing mode on ``gpu.health``. A GPU whose daemon failed (not one disabled by configuration)
+is retried at each watch.
+
 The restart time is remembered per GPU (`restarted_since`): a ``restart_mps`` remedy for the
 fault the node already recovered from arrives after the restart and changes nothing. Times
 here are the node's clock: the executor observes its daemons.
@@ -27,12 +35,14 @@ import logging
 from datetime import datetime
 from uuid import UUID
 
-from hivemux.events import Event, ReportState, derived_id
+from hivemux.events import Event, ExecutorReport, ReportState, derived_id
+from hivemux.events.base import clip_reason
 from hivemux.executor.gpu_daemons import GpuDaemons
 from hivemux.executor.launch import gpu_index
 from hivemux.executor.launcher import Launcher
 from hivemux.executor.mps_control import MpsCheck, MpsError
 from hivemux.executor.workload import NodeWorkloads, Reporter
+from hivemux.gpu_ids import gpu_id
 
 log = logging.getLogger("hivemux.executor.mps_recovery")
 
@@ -46,6 +56,7 @@ class MpsRecovery:
         self.launcher = launcher
         self.reporter = reporter
         self.restarted_at: dict[int, float] = {}  # gpu index -> node time of its last MPS restart
+        self.said: dict[int, str] = {}  # gpu index -> the MPS unavailability last reported ("" : available again)
         self._last_watch = 0.0
 
     async def check(self, gpu: int) -> MpsCheck:
@@ -64,7 +75,7 @@ class MpsRecovery:
         if now_s - self._last_watch < self.check_interval_s:
             return []
         self._last_watch = now_s
-        out: list[Event] = []
+        out: list[Event] = await self.availability()
         for gpu, daemon in sorted(self.daemons.mps.items()):
             if daemon.server_pid is None:
                 continue
@@ -100,15 +111,52 @@ class MpsRecovery:
                     how = "terminate_client + " if terminated else ""
                     out.append(self.reporter.report(w, cause, ReportState.RUNNING, now, step="killed", exit_=exit_,
                                                     mps=check, detail=f"{why}; {how}{exit_.describe()}"))
-        await daemon.restart()
-        self.daemons.mps_state[gpu] = "running"
+        try:
+            await daemon.restart()
+        except MpsError as error:  # down past remediation: the clients go on time-sliced
+            log.error("node %s gpu %d: MPS restart failed: %s", self.reporter.node_id, gpu, error)
+            self.daemons.mps_down(gpu, f"MPS restart failed after {why}: {error}")
+        else:
+            self.daemons.mps_state[gpu] = "running"
         self.restarted_at[gpu] = self.reporter.clock()
         for w in clients:
             await self.launcher.launch(w)
             if w.command is not None:
                 out.append(self.reporter.report(
                     w, cause, ReportState.RUNNING, self.reporter.at(), step="mps_restarted",
-                    mps=MpsCheck("running", (daemon.server_pid or 0,), ""),
+                    mps=MpsCheck("running", (daemon.server_pid or 0,), "") if gpu not in self.daemons.unavailable else None,
                     detail=f"MPS server {daemon.server_pid} restarted; relaunched pid {w.proc.pid} "  # type: ignore[union-attr]
+                    f"from iteration {w.checkpoint or 0}" if gpu not in self.daemons.unavailable else
+                    f"MPS unavailable ({self.daemons.unavailable[gpu]}); relaunched pid {w.proc.pid} time-sliced "  # type: ignore[union-attr]
                     f"from iteration {w.checkpoint or 0}"))
+        return out + await self.availability()
+
+    async def availability(self) -> list[Event]:
+        """Report each change of a GPU's MPS availability (module docstring); a GPU whose daemon
+        failed is tried again first (MPS back: its new clients are space-shared again)."""
+        for gpu in sorted(self.daemons.unavailable):
+            if self.daemons.config.mps and self.said.get(gpu):
+                try:
+                    await self.daemons.daemon(gpu)
+                except MpsError:
+                    continue
+                del self.daemons.unavailable[gpu]
+        out: list[Event] = []
+        for gpu in sorted(set(self.daemons.unavailable) | set(self.said)):
+            why = self.daemons.unavailable.get(gpu, "")
+            if self.said.get(gpu, "") != why:
+                self.said[gpu] = why
+                out.append(self.mps_report(gpu, why))
         return out
+
+    def mps_report(self, gpu: int, unavailable: str) -> ExecutorReport:
+        """One GPU's MPS availability as a report of job ``mps:<gpu_id>`` (unavailable: why)."""
+        node, at = self.reporter.node_id, self.reporter.at()
+        gid = gpu_id(node, gpu)
+        step = "mps_unavailable" if unavailable else "mps_available"
+        return ExecutorReport(
+            event_id=derived_id("mps-availability", node, gpu, step, at.isoformat()), occurred_at=at,
+            source=self.reporter.source, node_id=node, job_id=f"mps:{gid}", command_id=f"mps:{gid}",
+            state=ReportState.RUNNING, gpu_ids=(gid,), mps_server="unavailable" if unavailable else "running", step=step,
+            detail=clip_reason(unavailable or f"MPS daemon of GPU {gpu} running again: space sharing"),
+        )  # fmt: skip

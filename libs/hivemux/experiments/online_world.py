@@ -40,11 +40,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hivemux.sharing.time_slicing import KERNEL_FRACTION  # its one home, shared with the time-sliced model
 from hivemux.simulated.fleet import CLOCK_DROP, DIURNAL_SHAPE, IDLE_POWER, QPS_MAX, QPS_MIN
 from hivemux.simulated.gpu_types import GPU_TYPES
 from hivemux.simulated.interference import online_gpu_util_arrays
 
-KERNEL_FRACTION = 0.7  # share of an online request's latency spent in GPU kernels (ours)
 SM_LOW = 5.0
 
 

@@ -15,7 +15,8 @@ utilization, a and u the offline job's solo SM activity and GPU utilization, s i
   ``min(s, q_max / a)`` (0 when the online workload alone is over the target: xCUDA holds
   the launches). ``a_C`` is eq. 2 at the GPU's clock with the executor's defaults scaled to
   the GPU type (T_SM = 0.755 x max clock, C_H = max clock, a_L = 1, a_H = 0.2, target 0.7).
-* ``time-sharing`` — Gandiva-like: the driver time-slices the two contexts. The offline job gets
+* ``time-sharing`` — Gandiva-like: the driver time-slices the two contexts (the formula's one
+  home is `hivemux.sharing.time_slicing`, which the matcher uses for GPUs without MPS). The offline job gets
   the GPU time the online workload leaves, ``g = 1 - u_on``; its kernels (the fraction u of a
   solo iteration) stretch by ``1 / g``: ``T = eta / ((1 - u) + u / g)`` with ``eta = 0.9`` for
   context switches (ours). While it holds the GPU (busy ``b = u T / eta``), online kernels wait
@@ -39,11 +40,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hivemux.sharing.time_slicing import time_sliced
 from hivemux.simulated.interference import shared_execution_arrays
-from .online_world import KERNEL_FRACTION
 
 MODES = ("mps", "time-sharing", "pb-time-sharing", "pb-multi-stream")
-TIME_SLICE_EFFICIENCY = 0.9
 PREEMPT_WAIT = 0.1
 
 
@@ -97,12 +97,7 @@ def share_gpu(mode: str, *, o: np.ndarray, u_on: np.ndarray, a: np.ndarray, u: n
         t, sd, sm, util = shared_execution_arrays(a, u, s, o)
         return Shared(t, sd, sm, util)
     if mode in ("time-sharing", "pb-time-sharing"):
-        g = np.maximum(1.0 - u_on / 100.0, 1e-6)
-        uf = u / 100.0
-        t = TIME_SLICE_EFFICIENCY / ((1.0 - uf) + uf / g)
-        busy = np.minimum(uf * t / TIME_SLICE_EFFICIENCY, g)
-        wait = 1.0 if mode == "time-sharing" else PREEMPT_WAIT
-        slowdown = KERNEL_FRACTION * busy * wait
+        t, slowdown, busy = time_sliced(u_on, u, wait=1.0 if mode == "time-sharing" else PREEMPT_WAIT)
         sm = np.minimum(100.0, o + busy * a)
         util = np.minimum(100.0, u_on + 100.0 * busy)
         return Shared(t, slowdown, sm, util)

@@ -78,6 +78,8 @@ class SysMonitorState(NamedTuple):
     ecc_dbe: int
     online_workload: str | None
     offline_workloads: tuple[str, ...]
+    sharing_mode: str = "mps"  # `SysMonitor.sharing_mode`
+    mps_detail: str = ""
 
 
 class GpuVerdict(NamedTuple):

@@ -184,7 +184,7 @@ class HealthEdge:
             SysMonitorState(  # positional, in SysMonitorState's field order (a restart folds every GPU)
                 s.gpu_id, s.node_id, s.gpu_type, s.state, s.as_of, s.revision, s.partition, s.overlimit_entries,
                 s.backoff_s, s.below_overlimit_since, s.disabled_cause, s.high_util_since, s.xid_errors, s.ecc_sbe,
-                s.ecc_dbe, s.online_workload, s.offline_workloads,
+                s.ecc_dbe, s.online_workload, s.offline_workloads, s.sharing_mode, s.mps_detail,
             )
         )  # fmt: skip
 
@@ -218,6 +218,7 @@ class HealthEdge:
                 evicted_workloads=t.evicted,
                 thresholds=tuple(MetricThreshold(metric=o.metric, value=o.value, op=o.op, level=o.level, threshold=o.threshold)  # type: ignore[arg-type]
                                  for o in t.offending),
+                sharing_mode=state.sharing_mode, mps_detail=clip_reason(state.mps_detail),  # type: ignore[arg-type]
             )
         ]  # fmt: skip
         if t.evicted:
@@ -285,4 +286,6 @@ class HealthEdge:
             ecc_dbe=state.ecc_dbe,
             online_workload=state.online_workload,
             offline_workloads=state.offline_workloads,
+            sharing_mode=state.sharing_mode,  # type: ignore[arg-type]
+            mps_detail=clip_reason(state.mps_detail),
         )

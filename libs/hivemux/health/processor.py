@@ -39,6 +39,7 @@ from .observations import Drain, GpuObservation, NodeObservation, WorkloadReport
 from .sysmonitor import DISABLED, INIT, HealthState, SysMonitor
 
 UNKNOWN_TYPE = "unknown"
+MPS_JOB_PREFIX = "mps:"  # an executor report of job ``mps:<gpu_id>`` is about the GPU's MPS, not a workload
 _NEVER = float("-inf")
 
 
@@ -175,6 +176,8 @@ class HealthProcessorCore:
             self.progress.record(report.job_id, report.iterations_done, at)
         if report.mps_server is None and report.cuda_error is None:
             return []
+        if report.job_id.startswith(MPS_JOB_PREFIX):  # the node on one GPU's MPS (issue 30 item 4)
+            return self._mps(report)
         # A report that names no GPU of a job we never saw on one is judged at node level.
         gpu_ids = report.gpu_ids or self._gpus_of(report.job_id, report.node_id) or (report.node_id,)
         out: list[GpuVerdict] = []
@@ -182,6 +185,19 @@ class HealthProcessorCore:
             monitor = self._monitor(finding.gpu_id, report.node_id)
             remedy = self._remedy(monitor, finding, at)
             out.append(GpuVerdict(at, (), (remedy,), self._record(monitor)))
+        return out
+
+    def _mps(self, report: WorkloadReport) -> list[GpuVerdict]:
+        """A GPU's MPS availability as its node reports it (``mps:<gpu_id>``, `MPS_JOB_PREFIX`):
+        unavailable makes the GPU time-sliced, running makes it space-shared again."""
+        if report.mps_server not in ("unavailable", "running"):
+            return []
+        out: list[GpuVerdict] = []
+        for gpu_id in report.gpu_ids or (report.job_id.removeprefix(MPS_JOB_PREFIX),):
+            monitor = self._monitor(gpu_id, report.node_id)
+            transition = monitor.mps(report.at, report.mps_server == "running", report.detail or "reported by the node")
+            if transition is not None:
+                out.append(GpuVerdict(report.at, (transition,), (), self._record(monitor)))
         return out
 
     def on_drain(self, drain: Drain) -> GpuVerdict:
@@ -222,6 +238,8 @@ class HealthProcessorCore:
             ecc_dbe=state.ecc_dbe,
             high_util_since=state.high_util_since,
             revision=state.revision,
+            sharing_mode=state.sharing_mode,
+            mps_detail=state.mps_detail,
         )
         if state.partition is not None:
             self.partition_of[state.gpu_id] = state.partition
@@ -291,5 +309,7 @@ class HealthProcessorCore:
             ecc_dbe=monitor.ecc_dbe,
             online_workload=monitor.online_workload,
             offline_workloads=monitor.offline_workloads,
+            sharing_mode=monitor.sharing_mode,
+            mps_detail=monitor.mps_detail,
         )
 

@@ -154,7 +154,7 @@ class Transition:
     from_state: HealthState
     to_state: HealthState
     at: float  # event time, epoch seconds
-    cause: str  # metrics | backoff_elapsed | stale | drained | undrained | fault
+    cause: str  # metrics | backoff_elapsed | stale | drained | undrained | fault | mps (`SysMonitor.mps`)
     reason: str
     metrics: dict[str, float]
     evicted: tuple[str, ...] = ()  # offline workloads to evict (entering Overlimit/Disabled)
@@ -183,6 +183,10 @@ class SysMonitor:
     ecc_dbe: int = 0
     high_util_since: float | None = None
     revision: int = 0  # bumped at every state record (see `HealthProcessorCore._record`)
+    # How co-located workloads share the GPU (issue 30 item 4): "mps", or "time_sliced" while the
+    # node reports its MPS unavailable (`mps_detail`: why). Orthogonal to the state machine.
+    sharing_mode: str = "mps"
+    mps_detail: str = ""
 
     # -- the edges --------------------------------------------------------------------------
     def _move(
@@ -274,6 +278,19 @@ class SysMonitor:
         self.disabled_cause = "stale" if cause == "stale" else "drained"
         self.below_overlimit_since = None
         return self._move(DISABLED, at, cause, reason, {})
+
+    def mps(self, at: float, available: bool, detail: str) -> Transition | None:
+        """The node reports the GPU's MPS available again or unavailable: the sharing mode changes
+        (a transition of cause ``mps`` that keeps the state; None when the mode stays). Who takes
+        offline work off a time-sliced GPU is the matcher's setting, so nothing is evicted here."""
+        mode = "mps" if available else "time_sliced"
+        if mode == self.sharing_mode:
+            if not available:
+                self.mps_detail = detail
+            return None
+        self.sharing_mode, self.mps_detail = mode, "" if available else detail
+        reason = "MPS available again: space sharing" if available else f"MPS unavailable, the GPU is time-sliced: {detail}"
+        return Transition(self.gpu_id, self.state, self.state, at, "mps", reason, {})
 
     def undrain(self, at: float, reason: str) -> Transition | None:
         if self.state is not DISABLED or self.disabled_cause != "drained":

@@ -26,6 +26,12 @@ record, not predicted from (see `hivemux.prediction.speed_predictor`). Barred pa
 and the GPU of a barred pair each form a class of their own, so the class-level matching stays
 exact.
 
+Time-sliced GPUs (issue 30 item 4: the GPU's MPS is unavailable, as its health record says,
+and the policy allows time-sliced sharing): no MPS share applies, so the speed model does not;
+their pairs are weighed by the time-slicing interference model (`hivemux.sharing.time_slicing`,
+the simulator's ``time-sharing`` mode) from the online GPU utilization in whole percent
+(rounded up) and the job's solo utilization, and are a class of their own.
+
 Worked example: T4 GPUs whose online SM activity over the interval was 39.2 % and 39.9 %
 (4,000 MiB used) are one class (activity class 40, share 60 %); an A10 at 39.9 % is another.
 Three jobs of one model and one of another are two job classes: the T4 model is asked 1 x 2
@@ -41,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hivemux.prediction.features import COLUMN, FEATURES, PairFeatures, SpeedModel
+from hivemux.sharing.time_slicing import time_sliced
 
 from .policy import MatchingPolicy, feasible_pairs
 
@@ -55,6 +62,7 @@ class OnlineGpu:
     gpu_util: float  # %
     memory_total_mib: float
     memory_used_mib: float  # by the online workload
+    time_sliced: bool = False  # no MPS on the GPU (issue 30 item 4): pairs weighed by `sharing.time_slicing`
 
 
 @dataclass(frozen=True)
@@ -170,8 +178,11 @@ def build_graph(
     used = np.array([g.memory_used_mib for g in gpus], dtype=float)
     under_quota = np.searchsorted(peaks, policy.memory_quota_mib(totals), side="right").tolist()
     under_free = np.searchsorted(peaks, totals - used, side="right").tolist()
+    # a time-sliced GPU (no MPS) is weighed by the online workload's utilization instead: its whole
+    # percent joins the key (-1 for MPS GPUs)
     keys = [
-        (g.gpu_type, online_activity_class(g.sm_activity), q, f, g.gpu_id if g.gpu_id in barred_gpus else "")
+        (g.gpu_type, online_activity_class(g.sm_activity), q, f, g.gpu_id if g.gpu_id in barred_gpus else "",
+         online_activity_class(g.gpu_util) if g.time_sliced else -1)
         for g, q, f in zip(gpus, under_quota, under_free, strict=True)
     ]
     class_keys = sorted(set(keys))
@@ -193,8 +204,8 @@ def build_graph(
     versions: list[int | None] = [None] * n_classes
     for gpu_type in sorted({k[0] for k in class_keys}):
         model = models.get(gpu_type)
-        members = np.array([i for i, k in enumerate(class_keys) if k[0] == gpu_type])
-        if model is None or n_profiles == 0:
+        members = np.array([i for i, k in enumerate(class_keys) if k[0] == gpu_type and k[5] < 0])
+        if model is None or n_profiles == 0 or not len(members):
             continue
         has_model[members] = True
         for i in members:
@@ -204,6 +215,10 @@ def build_graph(
         t, s = _predict(model, values, profiles, np.array([policy.share_for(v) for v in values], dtype=float))
         throughput[members] = t[where]
         slowdown[members] = s[where]
+    sliced = np.array([i for i, k in enumerate(class_keys) if k[5] >= 0], dtype=np.int64)
+    if len(sliced) and n_profiles:  # the time-slicing model: online utilization x the job's solo utilization
+        t, s, _ = time_sliced(np.array([class_keys[i][5] for i in sliced], dtype=float)[:, None], profiles[None, :, 1])
+        throughput[sliced], slowdown[sliced], has_model[sliced] = t, s, True
     bar_mask, bar_reasons = None, {}
     if barred:
         gpu_index = {g.gpu_id: i for i, g in enumerate(gpus)}

@@ -146,6 +146,7 @@ class _Run:
 class ClusterView:
     gpus: dict[str, GpuWindow] = field(default_factory=dict)
     health: dict[str, HealthState] = field(default_factory=dict)
+    time_sliced: dict[str, str] = field(default_factory=dict)  # GPU without MPS (health record) -> why
     submissions: dict[str, tuple[int, OfflineSubmission]] = field(default_factory=dict)  # not finished, with arrival order
     profiles: dict[str, SoloProfile] = field(default_factory=dict)
     finished: set[str] = field(default_factory=set)
@@ -269,6 +270,7 @@ class ClusterView:
                     gpu_util=sum(v.gpu_util) / len(v.gpu_util) if v.gpu_util else 0.0,
                     memory_total_mib=v.memory_total_mib,
                     memory_used_mib=used,
+                    time_sliced=gpu_id in self.time_sliced,
                 )
             )
         in_round = {g.gpu_id for g in candidates}

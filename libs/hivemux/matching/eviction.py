@@ -46,6 +46,14 @@ class HealthChange:
     reason: str
     metrics: Mapping[str, float]
     evicted_workloads: tuple[str, ...] = ()  # offline workloads SysMonitor sends the command for
+    sharing_mode: str = "mps"  # "time_sliced": the GPU's MPS is unavailable (`mps_detail`: why)
+    mps_detail: str = ""
+
+
+def time_sliced_reason(mps_detail: str) -> str:
+    """What a job is told about a GPU without MPS while time-sliced sharing is not allowed."""
+    return (f"is time-sliced (MPS unavailable: {mps_detail or 'reported by its node'}); offline jobs are not placed on "
+            "time-sliced GPUs (HIVEMUX_MATCHER_TIME_SLICED_SHARING=false)")
 
 
 def matcher_sends_command(job_id: str, change: HealthChange) -> bool:
@@ -53,10 +61,24 @@ def matcher_sends_command(job_id: str, change: HealthChange) -> bool:
     return job_id not in change.evicted_workloads
 
 
-def evictions(running: Iterable[PlacementRecord], change: HealthChange) -> tuple[PlacementChange, ...]:
-    """The offline jobs to evict from ``change``'s GPU (none unless it turned Overlimit or Disabled)."""
+def evictions(running: Iterable[PlacementRecord], change: HealthChange, *, time_sliced_sharing: bool = False) -> tuple[PlacementChange, ...]:
+    """The offline jobs to evict from ``change``'s GPU: none unless it turned Overlimit or
+    Disabled, or it lost MPS (time-sliced) while the policy places no offline job on such a GPU
+    (issue 30 item 4; the matcher sends those commands: SysMonitor evicts nothing for MPS)."""
     if change.state not in EVICTING:
-        return ()
+        if change.sharing_mode != "time_sliced" or time_sliced_sharing:
+            return ()
+        return tuple(
+            PlacementChange(
+                action="evict", decision_id=derived_id("evict", placed.decision_id, change.cause_id), at=change.at,
+                job_id=placed.job_id, gpu_id=placed.gpu_id, node_id=placed.node_id, sm_share=placed.sm_share,
+                policy=placed.policy, reason=f"GPU {placed.gpu_id} {time_sliced_reason(change.mps_detail)}",
+                inputs={"sharing_mode": change.sharing_mode, "mps_detail": change.mps_detail, "time_sliced_sharing": 0.0},
+                waits=True, send_command=True,
+            )
+            for placed in running
+            if placed.gpu_id == change.gpu_id
+        )  # fmt: skip
     return tuple(
         PlacementChange(
             action="evict",

@@ -50,6 +50,7 @@ def pair_inputs(graph: BipartiteGraph, gi: int, ji: int, name: str) -> dict[str,
         "slowdown_bound": graph.policy.slowdown_bound,
         "predicted_normalized_throughput": float(graph.throughput[a, b]),
         "predicted_online_slowdown": float(graph.slowdown[a, b]),
+        "sharing_mode": "time_sliced" if g.time_sliced else "mps",
     }
 
 
@@ -61,6 +62,8 @@ def placement_reason(graph: BipartiteGraph, gi: int, ji: int, why: str, moved_fr
     quota = policy.memory_quota_mib(g.memory_total_mib)
     free = g.memory_total_mib - g.memory_used_mib
     move = f" (moved from {moved_from}: the gain exceeds its restart cost {policy.restart_cost:.3f})" if moved_from else ""
+    if g.time_sliced:  # issue 30 item 4: no MPS share; the time-slicing model at the online utilization
+        move += f" time-sliced (no MPS; online GPU utilization {g.gpu_util:.1f}%, time-slicing model)"
     return (
         f"{j.job_id} -> {g.gpu_id} on {g.node_id} beside {g.online_workload}{move} "
         f"(online SM activity {g.sm_activity:.1f}%): SM share {share:.1f}%, predicted normalized "

@@ -223,7 +223,8 @@ class MatcherCore:
         return self.publish(self.scheduler.on_control(control, live=live)).events
 
     def on_health(self, t: HealthTransition, *, live: bool) -> list[Event]:
-        change = HealthChange(t.event_id, t.gpu_id, t.to_state, t.occurred_at, t.reason, t.metrics, t.evicted_workloads)
+        change = HealthChange(t.event_id, t.gpu_id, t.to_state, t.occurred_at, t.reason, t.metrics, t.evicted_workloads,
+                              t.sharing_mode, t.mps_detail)
         return self.publish(self.scheduler.on_health(change, live=live)).events
 
     def on_protection(self, action: SloProtectionAction) -> None:

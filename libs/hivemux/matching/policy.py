@@ -52,6 +52,10 @@ class MatchingPolicy:
     # A placement whose executor has not reported for this long (event time) expires: its GPU
     # is free again and the job waits (`expiry`). None: placements never expire.
     executor_silence_s: float | None = 60.0
+    # A GPU without MPS (its health record's sharing mode ``time_sliced``, issue 30 item 4):
+    # False, no offline job is placed there and one running there is evicted; True, pairs on it
+    # are weighed with the time-slicing model (`hivemux.sharing.time_slicing`).
+    time_sliced_sharing: bool = False
     # Tenants' shares of a round's offline slots: weighted max-min fairness (`fairness`).
     fairness: VcFairness = field(default_factory=VcFairness)
     # After an SLO eviction: how long the GPU takes no offline job, and the evicted job not at all (`slo_cooldown`).

@@ -22,7 +22,10 @@ the substance is what the job waits for (a feasible job not chosen waits for its
 the round said "at its fair share" or "the matching gave its GPUs to others"), and a job told
 once is told again no sooner than `events.base.RETELL_AFTER` of event time later (`told_at`,
 from the log's waiting events after a restart), so reasons that alternate cannot flood the log.
-Evictions follow health transitions (`eviction`), outside rounds. After an SLO-driven
+Evictions follow health transitions (`eviction`), outside rounds. A GPU whose health record
+says it is time-sliced (its MPS unavailable, issue 30 item 4) is left out of the rounds and its
+offline job evicted, unless the policy allows time-sliced sharing (then its pairs are weighed
+by the time-slicing model, `bipartite_graph`); jobs that wait are told which GPU and why. After an SLO-driven
 eviction (`slo_cooldown`, folded from ``sharing.protection``) the GPU is left out of the rounds'
 candidates while it cools down and the evicted job is kept off it for longer (a barred pair of
 the plan); jobs that wait are told so. A job running on a cooling GPU is left alone there.
@@ -50,7 +53,7 @@ from .bipartite_graph import OnlineGpu
 from .cluster_view import ClusterView, GpuReading, JobControlled, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
 from .decisions import Decisions, OfflineStart, PlacementChange, Waiting
 from .efficiency import EfficiencyReport
-from .eviction import HealthChange, evictions
+from .eviction import HealthChange, evictions, time_sliced_reason
 from .expiry import ReportClock
 from .plan import PendingJob, PlannedPlacement, plan_fcfs, plan_matching
 from .policy import MatchingPolicy
@@ -126,9 +129,13 @@ class Scheduler:
 
     def on_health(self, change: HealthChange, *, live: bool) -> Decisions:
         self.view.health[change.gpu_id] = change.state
+        if change.sharing_mode == "time_sliced":
+            self.view.time_sliced[change.gpu_id] = change.mps_detail
+        else:
+            self.view.time_sliced.pop(change.gpu_id, None)
         if not live:
             return Decisions()
-        evicted = evictions(list(self.view.running.values()), change)
+        evicted = evictions(list(self.view.running.values()), change, time_sliced_sharing=self.policy.time_sliced_sharing)
         for eviction in evicted:
             self.view.running.pop(eviction.job_id, None)
         return Decisions(evicted)
@@ -188,9 +195,12 @@ class Scheduler:
         cooling = sorted(g.gpu_id for g in candidates if g.gpu_id in closed.gpus)
         if cooling:  # closed to offline placement; a job running there is left alone (not in the round)
             candidates, jobs = self._without(cooling, candidates, jobs)
-        if not jobs or (not candidates and not cooling):
+        sliced = [] if self.policy.time_sliced_sharing else sorted(g.gpu_id for g in candidates if g.time_sliced)
+        if sliced:  # no MPS and time-sliced sharing not allowed (issue 30 item 4): closed to offline work
+            candidates, jobs = self._without(sliced, candidates, jobs)
+        if not jobs or (not candidates and not cooling and not sliced):
             return Decisions()
-        note = _cooling_note(cooling, closed)
+        note = "; ".join(n for n in (_cooling_note(cooling, closed), self._sliced_note(sliced)) if n)
         if not candidates:
             why = f"no online GPU can take an offline job this round: {note}"
             return Decisions(tuple(Waiting(derived_id("waiting", j.job_id, at.isoformat()), at, j.job_id, why)
@@ -211,6 +221,12 @@ class Scheduler:
         """The round without the cooling GPUs, and without the jobs running on them (left alone)."""
         closed = set(cooling)
         return [g for g in candidates if g.gpu_id not in closed], [j for j in jobs if j.running_on not in closed]
+
+    def _sliced_note(self, sliced: list[str]) -> str:
+        """What a waiting job is told about the GPUs without MPS ("" for none)."""
+        if not sliced:
+            return ""
+        return f"{len(sliced)} GPU(s) closed to offline work: e.g. {sliced[0]} {time_sliced_reason(self.view.time_sliced.get(sliced[0], ''))}"
 
     def _news(self, job_id: str, reason: str, at: datetime) -> bool:
         """Whether to tell the job `reason` now (module docstring): its substance differs from

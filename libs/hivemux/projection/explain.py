@@ -301,6 +301,12 @@ def explain_gpu(gpu: Mapping[str, Any] | None, events: Sequence[EventLike]) -> d
               for e in events if e.kind == "health"]  # fmt: skip
     placements = [{**_placement(e), "job_id": e.inputs.get("job_id")} for e in events if e.kind == "placement"]
     faults = [{"at": _iso(e.occurred_at), "kind": e.what, "detail": e.reason, **e.inputs} for e in events if e.kind == "fault"]
+    # the sharing mode (issue 30 item 4): the latest health record's (a record from before it: MPS)
+    latest = max((e for e in events if e.kind == "health"), key=lambda e: e.occurred_at, default=None)
+    sharing = {"mode": latest.inputs.get("sharing_mode", "mps") if latest else "mps",
+               "mps_detail": latest.inputs.get("mps_detail", "") if latest else ""}
+    for s, e in zip(states, (e for e in events if e.kind == "health"), strict=True):
+        s["sharing_mode"] = e.inputs.get("sharing_mode", "mps")
     time_in: dict[str, int] = {}
     for s in states:
         time_in[s["to"]] = time_in.get(s["to"], 0) + 1
@@ -309,8 +315,16 @@ def explain_gpu(gpu: Mapping[str, Any] | None, events: Sequence[EventLike]) -> d
         "cause": now.get("health_cause"), "reason": now.get("health_reason"), "metrics": now.get("health_metrics") or {},
         "online_workload": now.get("online_workload"), "offline_job": now.get("offline_job"), "sm_share": now.get("sm_share"),
         "offline_since": _iso(now.get("offline_since")), "changed_at": _iso(now.get("changed_at")), "last_sample": last_sample(now),
-        "transitions": states, "entries_by_state": time_in, "placements": placements, "faults": faults,
+        "sharing": {**sharing, "text": sharing_line(sharing)}, "transitions": states, "entries_by_state": time_in, "placements": placements, "faults": faults,
     }  # fmt: skip
+
+
+def sharing_line(sharing: Mapping[str, Any] | None) -> str:
+    """How co-located workloads share the GPU, as `gpus explain` and the console say it."""
+    if not sharing or sharing.get("mode", "mps") == "mps":
+        return "MPS (space-shared)"
+    return (f"time-sliced: MPS unavailable ({sharing.get('mps_detail') or 'reported by its node'}); offline jobs are placed "
+            "here only with HIVEMUX_MATCHER_TIME_SLICED_SHARING=true, weighed by the time-slicing model")
 
 
 def render_gpu(x: Mapping[str, Any]) -> str:
@@ -318,7 +332,8 @@ def render_gpu(x: Mapping[str, Any]) -> str:
     lines = [f"{x['gpu_id']} ({x['gpu_type'] or '-'} on {x['node_id'] or '-'}): {x['health'] or 'unknown'}"
              + (f" ({x['cause']}: {x['reason']})" if x["reason"] else ""),
              f"  online: {x['online_workload'] or '-'}; offline: {offline}; metrics: {_inputs(x['metrics']) or '-'}",
-             f"  last sample: {render_sample(x.get('last_sample'))}"]  # fmt: skip
+             f"  last sample: {render_sample(x.get('last_sample'))}",
+             f"  sharing: {sharing_line(x.get('sharing'))}"]  # fmt: skip
     if x["transitions"]:
         lines.append("state history:")
         for s in x["transitions"]:

@@ -359,7 +359,7 @@ def _health(event: HealthTransition, at: Position) -> tuple[Change, ...]:
     history = GpuEventRow(event.gpu_id, event.event_id, event.occurred_at, at, "health", event.to_state.value, event.reason,
                           {"metrics": dict(event.metrics), "from_state": event.from_state.value, "cause": event.cause,
                            "online_workload": event.online_workload, "evicted": list(event.evicted_workloads),
-                           "thresholds": thresholds})  # fmt: skip
+                           "thresholds": thresholds, "sharing_mode": event.sharing_mode, "mps_detail": event.mps_detail})  # fmt: skip
     return (changed, history, *evictions)
 
 

@@ -178,3 +178,20 @@ def test_a_requeued_job_ranks_by_when_it_entered_the_queue_again() -> None:
     x = explain_job(resumed, [ev(0, "submitted", "submitted"), ev(8, "lifecycle", "resumed")], [later, resumed], {"r": at(8)})
     assert (x["queue"]["position"], x["queue"]["ahead"]) == (2, ["l"])
     assert explain_job(resumed, [], [later, resumed])["queue"]["position"] == 1  # by submission when not requeued
+
+
+def test_a_gpu_without_mps_shows_it_is_time_sliced_and_why() -> None:
+    """Issue 30 item 4: the latest health record's sharing mode, in `gpus explain` and the console."""
+    gpu = {"gpu_id": "n1/gpu-1", "node_id": "n1", "gpu_type": "T4", "health": "Healthy"}
+    lost = "MPS daemon down: cannot run nvidia-cuda-mps-control"
+    events = [ev(0, "health", "Healthy", "first sample", metrics={}, from_state="Init", cause="metrics", evicted=[]),  # before issue 30: MPS
+              ev(3, "health", "Healthy", f"MPS unavailable, the GPU is time-sliced: {lost}", metrics={}, from_state="Healthy",
+                 cause="mps", evicted=[], sharing_mode="time_sliced", mps_detail=lost)]  # fmt: skip
+    x = explain_gpu(gpu, events)
+    assert x["sharing"]["mode"] == "time_sliced" and x["sharing"]["mps_detail"] == lost
+    assert [t["sharing_mode"] for t in x["transitions"]] == ["mps", "time_sliced"]
+    text = render_gpu(x)
+    assert f"sharing: time-sliced: MPS unavailable ({lost})" in text and "HIVEMUX_MATCHER_TIME_SLICED_SHARING=true" in text
+    assert "Healthy -> Healthy (mps)" in text
+    assert x["sharing"]["text"] in text  # what the console shows
+    assert "sharing: MPS (space-shared)" in render_gpu(explain_gpu(gpu, events[:1]))

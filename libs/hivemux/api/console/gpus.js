@@ -57,6 +57,7 @@ export function renderGpuPanel(root, x, { admin, onDrain }) {
       fact("online service", x.online_workload || "-"),
       fact("offline job", x.offline_job ? `${x.offline_job} (${fmtNum(x.sm_share, 0)}% SM since ${x.offline_since || "?"})` : "-"),
       fact("last sample", x.last_sample ? `${fmtTime(x.last_sample.at)}  ${metricText(x.last_sample.metrics)}` : "-"),
+      fact("sharing", x.sharing ? x.sharing.text : "MPS (space-shared)"),
       fact("entries by state", Object.entries(x.entries_by_state || {}).map(([s, n]) => `${s} ${n}`).join(", ") || "-")),
     actions,
     h("h3", {}, `State history (${transitions.length}, newest first)`),
