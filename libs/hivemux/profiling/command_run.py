@@ -127,7 +127,7 @@ async def _watch(proc: Supervised, progress: Path, log: Path, *, device: str, it
     if exit_ is not None and not exit_.ok:
         return _failed(f"the command {exit_.describe()}", log)
     if rate is None:
-        why = "exited without progress" if exit_ is not None else f"no progress within {timeout_s:g} s"
+        why = "exited without progress" if exit_ is not None else f"showed no progress within {timeout_s:g} s"
         return _failed(f"the command {why} (progress lines with iterations in $HIVEMUX_PROGRESS_FILE)", log)
     if exit_ is not None:
         stopped = "exited"
