@@ -250,13 +250,16 @@ class JobLifecycleEvent(Event):
     )
 
 
+ProfileFeature = Literal["gpu_util", "sm_activity", "sm_occupancy", "memory_peak_mib", "persistent_memory_mib"]
+
+
 class Profile(Event):
     """An offline job's solo execution features (MuxFlow §5 profiler)."""
 
     job_id: Name
     signature: str = Field(min_length=8, max_length=128, description="Hash of the workload spec; equal specs reuse a profile")
     gpu_type: Name
-    method: Literal["simulated", "torch-cpu", "torch-cuda"]
+    method: Literal["simulated", "torch-cpu", "torch-cuda", "command-cpu", "command-cuda"]
     iteration_time_ms: float = Field(gt=0, le=MAX_ITERATION_MS)
     gpu_util: Percent
     sm_activity: Percent
@@ -264,3 +267,11 @@ class Profile(Event):
     memory_peak_mib: Mebibytes
     persistent_memory_mib: Mebibytes
     reused: bool = False
+    profile_source: Literal["measured", "catalog"] = Field(
+        default="catalog",
+        description="measured: a dry run of the job's own command (issue 29); catalog: the job has no command, its model family's figures (or a dry run of a catalog model) stand in",
+    )
+    unmeasured: tuple[ProfileFeature, ...] = Field(
+        default=(), max_length=5,
+        description="Features the profiling device could not measure (a CPU has no SM activity); their values are the catalog's for the model family, not measurements",
+    )

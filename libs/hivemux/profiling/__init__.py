@@ -5,8 +5,12 @@ DCGM/NVML metrics). The profiler service (`hivemux.services.profiler`) stores an
 
 Modules, by the paper's parts:
 - `profiler`   the rules: reuse the profile of an identical workload (its signature), else
-               measure (the calibrated catalog, or a torch dry run with the catalog's GPU
-               counters where no GPU was sampled); the `Profile` and PROFILED events;
+               measure (the job's own command; without one, the calibrated catalog, or a torch
+               dry run with the catalog's GPU counters where no GPU was sampled); the
+               `Profile` and PROFILED events;
+- `command_run` the dry run of a job's own command (issue 29): launched as the executor would,
+               bounded by iterations and time, killed (process group) at the end;
+- `progress_rate` its solo speed, read from the progress protocol its program writes;
 - `runner`     the dry run (§3, §6): a few timed training steps, iteration time, persistent
                memory (Salus' P_i) and memory peak;
 - `workloads`  the torch models of each catalog family that the dry run trains;

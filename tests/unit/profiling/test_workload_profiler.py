@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 import pytest
 
 from hivemux.events import JobLifecycleEvent, JobState, JobSubmission, Profile, WorkloadSpec, derived_id
+from hivemux.profiling.command_run import DryRun
 from hivemux.profiling.profiler import WorkloadProfiler, measured_record, reuse_profile, signature_of
+from hivemux.profiling.progress_rate import Rate
 from hivemux.profiling.runner import Counters, TorchProfile
 from hivemux.simulated.catalog import solo_profile
 
@@ -72,3 +74,34 @@ def test_profiled_events(reused: bool) -> None:
     assert lifecycle.state is JobState.PROFILED and lifecycle.event_id == derived_id("profiled", job.event_id)
     assert lifecycle.reason.startswith("solo profile on T4: ")
     assert lifecycle.reason.endswith("(reused from an identical workload)") is reused
+
+
+def test_a_commands_dry_run_is_measured_and_says_what_it_could_not_measure() -> None:
+    job = submission("job-c")
+    run = DryRun(Rate(iterations=20, seconds=0.5, done=False), "cpu", 123.0, "iterations")
+    record = PROFILER.command_record(job, run)
+    assert (record.method, record.iteration_time_ms, record.memory_peak_mib) == ("command-cpu", pytest.approx(25.0), 123.0)
+    assert (record.gpu_util, record.sm_activity, record.sm_occupancy, record.persistent_memory_mib) == (None,) * 4  # not made up
+    profile, lifecycle = PROFILER.profiled(job, record, reused=False, source="profiler/0")
+    catalog = solo_profile("resnet50", 16, "T4")
+    assert (profile.profile_source, profile.method, profile.iteration_time_ms) == ("measured", "command-cpu", pytest.approx(25.0))
+    assert profile.unmeasured == ("gpu_util", "sm_activity", "sm_occupancy", "persistent_memory_mib")
+    assert (profile.sm_activity, profile.memory_peak_mib) == (catalog.sm_activity, 123.0)  # labelled stand-in; measured peak
+    assert "submitted command" in lifecycle.reason and "40 it/s" in lifecycle.reason
+    assert "not measured on this device: gpu_util, sm_activity, sm_occupancy, persistent_memory_mib" in lifecycle.reason
+
+
+def test_catalog_profiles_say_so() -> None:
+    job = submission("job-s")
+    profile, _ = PROFILER.profiled(job, PROFILER.catalog_record(job), reused=False, source="profiler/0")
+    assert (profile.profile_source, profile.unmeasured) == ("catalog", ())
+    torch_cpu = measured_record(PROFILER.catalog_record(job), dry_run(None, "cpu"))
+    profile, lifecycle = PROFILER.profiled(job, torch_cpu, reused=False, source="profiler/0")
+    assert (profile.profile_source, profile.unmeasured) == ("catalog", ("gpu_util", "sm_activity", "sm_occupancy"))
+
+
+def test_a_rejection_is_clipped_and_derived_from_the_submission() -> None:
+    job = submission("job-f")
+    (event,) = PROFILER.rejected(job, "dry run failed: " + "x" * 5000, source="profiler/0")
+    assert isinstance(event, JobLifecycleEvent) and event.state is JobState.REJECTED
+    assert event.event_id == derived_id("rejected", job.event_id) and len(event.reason) <= 2000
