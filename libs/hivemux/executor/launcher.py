@@ -35,7 +35,7 @@ from hivemux.executor.launch import (
     train_argv,
     workload_env,
 )
-from hivemux.executor.supervisor import launch
+from hivemux.executor.sandbox import Sandbox
 from hivemux.executor.users import Owner
 from hivemux.executor.workload import Workload
 from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
@@ -54,6 +54,7 @@ class Launcher:
         self.readings = readings
         self.clock = clock
         self.cpusets = Cpusets(False, "not opened", Path("/"))
+        self.sandbox = Sandbox(config.sandbox, config.sandbox_shared)
 
     def quota_bytes(self, w: Workload) -> int:
         """xCUDA's memory quota of ``w``: the node's cap (a fraction of its GPU's memory), or its
@@ -67,7 +68,7 @@ class Launcher:
         """The uid ``w`` runs as (`users.WorkloadUsers`), kept in its node directory."""
         users = self.config.workload_users
         name = w.files.root.name
-        key = users.key(w.job_id if w.kind != "online" else name, w.tenant)
+        key = users.key(w.job_id if w.kind != "online" else name, w.tenant, gpu=gpu_index(w.gpu))
         return users.owner(w.files.node.parent, name, key)
 
     async def launch(self, w: Workload) -> None:
@@ -106,7 +107,7 @@ class Launcher:
                               checkpoint_every=self.config.checkpoint_every, extra=(*self.config.train_extra_args, *lane))
         if w.launches:
             w.iteration = w.checkpoint or 0  # what ran after the last checkpoint is lost; it resumes there
-        w.proc = await launch(argv, env=env, cwd=w.files.root, log_path=w.files.log, owner=w.owner)
+        w.proc = await self.sandbox.launch(argv, env=env, files=w.files, owner=w.owner)  # `sandbox`
         w.reader = w.reader or ProgressReader(w.files.progress)
         w.launches += 1
         adoption.record(w.files.node, pid=w.proc.pid, launches=w.launches, command=w.command)  # for a restarted agent
