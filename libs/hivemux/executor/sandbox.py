@@ -147,3 +147,28 @@ class Sandbox:
         os.replace(tmp, path)
         outer_env = {"PATH": env.get("PATH", os.defpath), "LANG": "C.UTF-8"}
         return await launch(sandbox_argv(path, argv), env=outer_env, cwd=Path("/"), log_path=files.log, owner=None)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return sorted(found)
+
+
+def workload_pid(leader: int) -> int:
+    """The node's pid of the workload a sandbox runs (the first child of its init, the child of
+    the supervised ``leader``); ``leader`` itself when it runs no sandbox (or not yet one)."""
+    try:
+        if INIT.name not in Path(f"/proc/{leader}/cmdline").read_bytes().decode(errors="replace"):
+            return leader
+    except OSError:
+        return leader
+    for init in _children(leader):
+        for pid in _children(init):
+            return pid
+    return leader
