@@ -12,7 +12,7 @@ interpreter with ``-I -S``: no dependency beyond the kernel; ``unshare(2)`` and 
 | its private directory writable | the work root hidden under a tmpfs; ``<work>/<job>`` bound back read-write |
 | the agent's files about it read-only | ``<work>/.node/<job>`` (log, xCUDA control block: the limits) bound back read-only; the xCUDA state file (the workload's own account, no limit in it) read-write |
 | checkpoints | ``HIVEMUX_CHECKPOINT_DIR`` when outside the private directory (a cluster-wide store): its parent hidden, the job's directory bound read-write |
-| MPS | the GPU's pipe directory read-write (the only shared writable path with the device nodes), its log directory read-only |
+| MPS, Salus | the GPU's MPS pipe directory read-write (the only shared writable path with the device nodes), its log directory read-only; the directory of the GPU's lane server socket (``HIVEMUX_SALUS_SOCKET``), read-only |
 | ``/tmp``, ``/var/tmp``, ``/dev/shm`` | private tmpfs |
 | privileges | the workload's uid/gid, no supplementary groups, umask 077, ``no_new_privs`` |
 
@@ -42,6 +42,7 @@ from pathlib import Path
 from hivemux.executor.launch import WorkloadFiles
 from hivemux.executor.supervisor import Supervised, launch
 from hivemux.executor.users import Owner
+from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
 from hivemux.workloads.progress import CHECKPOINT_DIR_ENV
 
 log = logging.getLogger("hivemux.executor.sandbox")
@@ -95,6 +96,8 @@ def workload_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | N
         binds.append(Bind(Path(env["CUDA_MPS_PIPE_DIRECTORY"]), True))
     if env.get("CUDA_MPS_LOG_DIRECTORY"):
         binds.append(Bind(Path(env["CUDA_MPS_LOG_DIRECTORY"]), False, optional=True))
+    if env.get(SALUS_SOCKET_ENV):  # the directory of the GPU's lane server socket (connecting needs no writable mount)
+        binds.append(Bind(Path(env[SALUS_SOCKET_ENV]).parent, False))
     binds += [Bind(p, False, optional=True) for p in shared]
     switch = owner is not None and owner.switch
     return SandboxSpec(cwd=files.root, env=dict(env), uid=owner.uid if switch and owner else None,
