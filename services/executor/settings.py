@@ -58,7 +58,10 @@ class ExecutorSettings(ServiceSettings):
     # Who workloads run as (hivemux.executor.users): never root; a numeric uid/gid from a range.
     workload_uid_first: int = Field(default=200_000, ge=1000, description="First uid (and gid) workloads run as")
     workload_uid_count: int = Field(default=65_536, ge=1, description="How many uids the range holds")
-    workload_uid_per: Literal["job", "tenant"] = Field(default="job", description="One uid per job, or per tenant (vc)")
+    workload_uid_per: Literal["gpu", "job", "tenant"] = Field(
+        default="gpu", description="One uid per GPU (every MPS client of a GPU: served at once), per job, or per tenant (vc)")
+    sandbox: bool = Field(default=True, description="Each workload in its own mount/PID/IPC namespaces (root agents)")
+    sandbox_shared: list[Path] = Field(default_factory=list, description="Node paths workloads may read that the sandbox would hide")
     admission_wait_s: float = Field(default=5.0, ge=0.0,
                                     description="How long a start waits for its job's submission and admission to be folded")
     node_address: str = Field(default="127.0.0.1", min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]*$",
@@ -95,4 +98,5 @@ class ExecutorSettings(ServiceSettings):
             workload_users=WorkloadUsers(self.workload_uid_first, self.workload_uid_count, self.workload_uid_per),
             admission_wait_s=self.admission_wait_s, address=self.node_address, checkpoint_store=self.checkpoint_store,
             readiness_timeout_s=self.readiness_timeout_s, log_bound=LogBound(self.log_head_bytes, self.log_tail_bytes),
+            sandbox=self.sandbox, sandbox_shared=tuple(self.sandbox_shared),
         )

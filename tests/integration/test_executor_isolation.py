@@ -6,14 +6,20 @@ skipped (the agent cannot switch, and its workloads run as itself, which is not 
 - a start for an admitted job runs the *submitted* command, not the one the record carries;
 - a start for a job placed on another node is refused with the reason;
 - a ``../`` job id is refused before any file is made, nothing appears outside the work root;
-- a workload runs as a non-zero uid in its own process group, in a 0700 directory of its own,
-  and cannot read another job's directory."""
+- a workload runs as a non-zero uid in its sandbox (pid 2 of its own PID namespace), in a 0700
+  directory of its own, and cannot see another job's directory;
+- issue 30: two offline jobs of different tenants on one GPU run as the GPU's one uid, as MPS
+  clients of one server at the same time (the faithful fake MPS), and neither can read, list or
+  plant the other's files, list, signal or trace its processes, write either's xCUDA control
+  block or the node's files; the uid-per-job setup of before is served in turn by the same fake."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import stat
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +43,7 @@ from hivemux.events import (
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.node import ProcessNode
 from hivemux.executor.users import WorkloadUsers
+from support import fake_mps
 from support.admission import admit, admitted, reachable_by_workload_uids
 
 NODE = "node-00"
@@ -151,12 +158,149 @@ async def test_a_workload_is_not_root_and_cannot_read_another_jobs_directory(nod
     uid = int(files["uid"])
     assert uid != 0 and uid == owner_b and 310_000 <= uid < 311_000 and owner_a is not None and owner_a.uid != uid
     assert files["groups"] == str(uid)  # no supplementary groups (root's are dropped)
-    assert files["pgid"] == files["pid"]  # its own process group (session leader)
-    assert files["stolen"] == "" and "Permission denied" in files["cat-error"]
-    assert files["listed"] == "" and "Permission denied" in files["ls-error"]
-    assert "Permission denied" in files["write-error"] and not (work / "job-a" / "planted").exists()
-    assert files["log-stolen"] == "" and "Permission denied" in files["log-error"]
-    assert "Permission denied" in files["node-error"]  # the agent's directory lists nothing
+    # its sandbox: pid 2 of its own PID namespace (after the sandbox's init), in the process group
+    # of the sandbox's outer process (the agent's supervised pid, outside the namespace: 0 here)
+    assert files["pid"] == "2" and files["pgid"] == "0"
+    assert files["stolen"] == "" and "No such file or directory" in files["cat-error"]
+    assert files["listed"] == "" and "No such file or directory" in files["ls-error"]
+    assert "Directory nonexistent" in files["write-error"] and not (work / "job-a" / "planted").exists()
+    assert files["log-stolen"] == "" and "No such file or directory" in files["log-error"]
+    assert files["node-listed"] == "job-b"  # the agent's directory shows its own entry only
     mode = os.stat(work / "job-a")
     assert stat.S_IMODE(mode.st_mode) == 0o700 and mode.st_uid == owner_a.uid
     assert stat.S_IMODE(os.stat(work).st_mode) == 0o711 and os.stat(work).st_uid == 0
+
+
+# Issue 30: two tenants' offline jobs on one GPU. Each is a fake MPS client (support/fake_mps/client.py)
+# that also probes its neighbour while both run; it prints one JSON line into its log.
+PROBE = """
+import ctypes, json, os, signal, sys, time
+sys.path.insert(0, sys.argv[4])
+from client import Context
+me, other, work = sys.argv[1:4]
+def attempt(act):
+    try:
+        act()
+        return "allowed"
+    except OSError as error:
+        return error.strerror
+own = os.environ["HIVEMUX_CHECKPOINT_DIR"]
+with open(own + "/secret", "w") as f:
+    f.write("secret of " + me)
+out = {"uid": os.getuid(), "pid": os.getpid()}
+context = Context()
+out["server"], out["connected_at"] = context.server, time.time()
+targets = os.path.join(work, me, "targets.json")
+deadline = time.time() + 20
+while not os.path.exists(targets) and time.time() < deadline:
+    time.sleep(0.05)
+pids = json.load(open(targets))
+node = os.path.join(work, ".node")
+out["read_other"] = attempt(lambda: open(os.path.join(work, other, "checkpoints", "secret")).read())
+out["list_other"] = attempt(lambda: os.listdir(os.path.join(work, other)))
+out["plant_other"] = attempt(lambda: open(os.path.join(work, other, "planted"), "w"))
+out["read_other_log"] = attempt(lambda: open(os.path.join(node, other, "log")).read())
+out["write_other_control"] = attempt(lambda: open(os.path.join(node, other, "xcuda.control"), "r+b"))
+out["write_other_state"] = attempt(lambda: open(os.path.join(node, other, "xcuda.state"), "r+b"))
+out["write_own_control"] = attempt(lambda: open(os.environ["XCUDA_CONTROL"], "r+b"))
+out["chmod_own_control"] = attempt(lambda: os.chmod(os.environ["XCUDA_CONTROL"], 0o666))
+out["write_node"] = attempt(lambda: open("/etc/hivemux-planted", "w"))
+out["processes"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+out["signal_other"] = [attempt(lambda p=p: os.kill(p, signal.SIGKILL)) for p in pids]
+libc = ctypes.CDLL(None, use_errno=True)
+out["ptrace_other"] = [os.strerror(ctypes.get_errno()) if libc.ptrace(16, p, 0, 0) != 0 else "allowed" for p in pids]
+out["no_new_privs"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("NoNewPrivs")][0]
+time.sleep(0.3)
+out["released_at"] = time.time()
+context.close()
+print(json.dumps(out), flush=True)
+"""
+
+
+def offline(job: str, other: str, work: Path) -> ExecutorCommand:
+    command = (sys.executable, "-c", PROBE, job, other, str(work), str(fake_mps.CLIENT.parent))
+    return ExecutorCommand(
+        occurred_at=T0, source="matcher/test", node_id=NODE, action=CommandAction.START_OFFLINE, job_id=job,
+        gpu_ids=(f"{NODE}/gpu-0",), sm_share=40.0, solo_iteration_time_ms=10.0,
+        workload=WorkloadSpec(model="custom", batch_size=1, iterations=1, command=command),
+    )  # fmt: skip
+
+
+def group_pids(leader: int) -> list[int]:
+    """The processes of ``leader``'s process group (seen from the node: global pids)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) == leader:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def last_json(log: Path) -> dict:
+    lines = [x for x in log.read_text().splitlines() if x.startswith("{")]
+    assert lines, log.read_text()
+    return json.loads(lines[-1])
+
+
+@pytest.fixture
+async def shared_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> AsyncIterator[ProcessNode]:
+    per = request.param
+    fake_mps.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", fake_mps.path_with(tmp_path / "bin"))
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidia0").write_bytes(b"")
+    monkeypatch.setenv("FAKE_CUDA_DEVICES", str(tmp_path / "dev"))
+    reachable_by_workload_uids([tmp_path])
+    # the MPS check is slow here: with a uid per job the fake's server of the first uid is replaced
+    # while the agent watches it (what real MPS does); this test is about who is served when
+    config = NodeConfig(NODE, tmp_path / "work", cgroup_root=None, salus_policy=None, grace_s=2.0, admission_wait_s=0.2,
+                        mps_check_interval_s=60.0, workload_users=WorkloadUsers(first=330_000, count=1000, per=per),
+                        sandbox=per == "gpu", sandbox_shared=(tmp_path / "dev",))  # fmt: skip
+    n = ProcessNode(config, source="executor/node-00")
+    await n.start()
+    yield n
+    await n.stop()
+
+
+@pytest.mark.skipif(not ROOT, reason="only a root agent switches uid and builds sandboxes")
+@pytest.mark.parametrize("shared_gpu", ["job", "gpu"], indirect=True, ids=["uid-per-job-before", "uid-per-gpu-sandboxed"])
+async def test_two_tenants_on_one_gpu_run_at_once_and_cannot_touch_each_other(shared_gpu: ProcessNode) -> None:
+    node, per = shared_gpu, shared_gpu.config.workload_users.per
+    work = node.config.work_dir
+    a, b = offline("job-a", "job-b", work), offline("job-b", "job-a", work)
+    for event in admitted(a, vc="vc-a") + admitted(b, vc="vc-b"):
+        node.on_admission(event)
+    for start in (a, b):
+        out = await node.on_command(start)
+        assert [e.state for e in out if isinstance(e, ExecutorReport)] == [ReportState.ACCEPTED], out
+    wa, wb = node.workloads["job-a"], node.workloads["job-b"]
+    assert wa.owner is not None and wb.owner is not None
+    if per == "gpu":
+        assert wa.owner.uid == wb.owner.uid == 330_000  # GPU 0's uid: first + 0
+    else:
+        assert wa.owner.uid != wb.owner.uid
+    for me, other in ((wa, wb), (wb, wa)):  # each learns its neighbour's pids (global) once both run
+        assert me.proc is not None and other.proc is not None
+        (work / me.job_id / "targets.json").write_text(json.dumps(group_pids(other.proc.pid)))
+    await ended(node, "job-a")
+    await ended(node, "job-b")
+    ra, rb = last_json(work / ".node" / "job-a" / "log"), last_json(work / ".node" / "job-b" / "log")
+    overlap = ra["connected_at"] < rb["released_at"] and rb["connected_at"] < ra["released_at"]
+    if per == "job":  # before: MPS serves one uid at a time, so the two tenants took turns
+        assert not overlap and ra["server"] != rb["server"], (ra, rb)
+        return
+    assert overlap and ra["server"] == rb["server"], (ra, rb)  # one server, both clients at once
+    for mine in (ra, rb):
+        assert mine["uid"] == 330_000 and mine["pid"] == 2 and mine["no_new_privs"] == "1"
+        for probe in ("read_other", "list_other", "plant_other", "read_other_log", "write_other_control", "write_other_state"):
+            assert mine[probe] == "No such file or directory", (probe, mine)
+        assert mine["write_own_control"] in ("Permission denied", "Read-only file system"), mine
+        assert mine["chmod_own_control"] in ("Operation not permitted", "Read-only file system"), mine
+        assert mine["write_node"] == "Read-only file system"
+        assert mine["processes"][:2] == [1, 2] and len(mine["processes"]) <= 3  # its init, itself (a helper at most)
+        assert mine["signal_other"] and set(mine["signal_other"]) == {"No such process"}
+        assert set(mine["ptrace_other"]) == {"No such process"}
+    assert not (work / "job-a" / "planted").exists() and not (work / "job-b" / "planted").exists()
+    assert not Path("/etc/hivemux-planted").exists()

@@ -31,6 +31,7 @@ from hivemux.events import (
 )
 from hivemux.executor.launch import MIB
 from hivemux.executor.node import NodeConfig, ProcessNode
+from hivemux.executor.sandbox import workload_pid
 from hivemux.xcuda import ControlBlock, build, library_path
 from hivemux.xcuda.library import XcudaNotBuilt
 from support import fake_mps
@@ -56,9 +57,13 @@ def command(action: CommandAction, job_id: str = "offline-a", **fields: object) 
 
 
 def environ(pid: int) -> dict[str, str]:
-    """The environment the workload was exec'd with (a just-forked child still shows ours)."""
+    """The environment the workload was exec'd with (a just-forked child still shows ours); of
+    the workload inside its sandbox when ``pid`` (the supervised process) runs one."""
     for _ in range(200):
-        raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        try:
+            raw = Path(f"/proc/{workload_pid(pid)}/environ").read_bytes().split(b"\0")
+        except OSError:  # the sandbox's workload exec'd between the look-up and the read
+            raw = []
         env = dict(item.decode().split("=", 1) for item in raw if b"=" in item)
         if "HIVEMUX_PROGRESS_FILE" in env:
             return env

@@ -45,8 +45,13 @@ class NodeConfig:
     # Salus lanes: one lane server per GPU that training and offline workloads can use through
     # `hivemux.salus` (HIVEMUX_SALUS_SOCKET is set for them); None turns lanes off.
     salus_policy: str | None = "fifo"
-    # Who workloads run as (`users`): a uid per job (or tenant) from a range, never root.
+    # Who workloads run as (`users`): a uid per GPU (MPS's one client uid; or per job, or tenant)
+    # from a range, never root.
     workload_users: WorkloadUsers = WorkloadUsers()
+    # Each workload in its own mount/PID/IPC namespaces (`sandbox`); ``sandbox_shared``: node
+    # paths a private /tmp or the hidden work root would hide that workloads may read.
+    sandbox: bool = True
+    sandbox_shared: tuple[Path, ...] = ()
     # How long a start waits for the folds of its job's submission and admission (`admission`)
     # before it is refused: the scheduler publishes them with the command, on other topics.
     admission_wait_s: float = 5.0

@@ -72,10 +72,14 @@ class GpuDaemons:
         """The GPU's Salus lane server (capacity: the GPU's memory)."""
         server = self.lanes.get(gpu)
         if server is None:
-            socket = str(self.config.work_dir / f"salus-{gpu}.sock")
-            if len(socket) > 100:  # a Unix socket path holds at most 107 bytes
+            # in a directory of its own: a workload's sandbox binds that directory, so a lane
+            # server restarted with a new socket is reachable there again (`sandbox`)
+            folder = str(self.config.work_dir / f"salus-{gpu}")
+            if len(folder) > 90:  # a Unix socket path holds at most 107 bytes
                 digest = hashlib.sha1(str(self.config.work_dir).encode()).hexdigest()[:12]
-                socket = os.path.join(tempfile.gettempdir(), f"hivemux-salus-{digest}-{gpu}.sock")
+                folder = os.path.join(tempfile.gettempdir(), f"hivemux-salus-{digest}-{gpu}")
+            os.makedirs(folder, mode=0o755, exist_ok=True)
+            socket = os.path.join(folder, "lane.sock")
             server = LaneServer(socket, capacity_mib=self.config.gpu_memory_mib, policy=self.config.salus_policy or "fifo")
             await server.start()
             os.chmod(socket, 0o666)  # workloads run as their own uids (`users`) and must connect

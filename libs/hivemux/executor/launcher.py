@@ -39,7 +39,7 @@ from hivemux.executor.launch import (
     workload_env,
 )
 from hivemux.executor.service_watch import ServiceWatch, runs_own_command
-from hivemux.executor.supervisor import launch
+from hivemux.executor.sandbox import Sandbox
 from hivemux.executor.users import Owner
 from hivemux.executor.workload import Workload
 from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
@@ -61,6 +61,7 @@ class Launcher:
         self.addresses = addresses or NodeAddresses()
         self.cpusets = Cpusets(False, "not opened", Path("/"))
         self.services: ServiceWatch | None = None  # own-command online services: ports (`service_watch`)
+        self.sandbox = Sandbox(config.sandbox, config.sandbox_shared)
 
     def quota_bytes(self, w: Workload) -> int:
         """xCUDA's memory quota of ``w``: the node's cap (a fraction of its GPU's memory), or its
@@ -74,7 +75,7 @@ class Launcher:
         """The uid ``w`` runs as (`users.WorkloadUsers`), kept in its node directory."""
         users = self.config.workload_users
         name = w.files.root.name
-        key = users.key(w.job_id if w.kind != "online" else name, w.tenant)
+        key = users.key(w.job_id if w.kind != "online" else name, w.tenant, gpu=gpu_index(w.gpu))
         return users.owner(w.files.node.parent, name, key)
 
     async def launch(self, w: Workload) -> None:
@@ -121,7 +122,7 @@ class Launcher:
                               checkpoint_every=self.config.checkpoint_every, extra=(*self.config.train_extra_args, *lane))
         if w.launches:
             w.iteration = w.checkpoint or 0  # what ran after the last checkpoint is lost; it resumes there
-        w.proc = await launch(argv, env=env, cwd=w.files.root, log_path=w.files.log, owner=w.owner)
+        w.proc = await self.sandbox.launch(argv, env=env, files=w.files, owner=w.owner)  # `sandbox`
         w.reader = w.reader or ProgressReader(w.files.progress)
         w.launches += 1
         adoption.record(w.files.node, pid=w.proc.pid, launches=w.launches, command=w.command)  # for a restarted agent

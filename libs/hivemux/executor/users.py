@@ -1,4 +1,4 @@
-"""Who a workload runs as: an unprivileged numeric uid per job (or per tenant), never root.
+"""Who a workload runs as: an unprivileged numeric uid per GPU (or per job, or tenant), never root.
 
 MuxFlow's executor (preprint §4 "safe space-sharing") runs workloads of many users on one node;
 a workload must not act as the agent (root: it could rewrite its limits, its neighbours' files,
@@ -6,10 +6,15 @@ the node). The agent therefore starts each workload as a numeric uid/gid taken f
 (``first`` .. ``first + count - 1``; no system user is created: `subprocess` sets the ids),
 without supplementary groups, in a session of its own, with umask 077.
 
-Design note — allocation. ``per="job"`` (default) gives every job its own uid, so jobs cannot
-read each other's private directories (0700); ``per="tenant"`` gives one uid to all jobs of a
-virtual cluster (they then share access to each other's files, on purpose). A key (job id or
-tenant) starts at the slot its SHA-256 names and takes the next free uid of the range; the
+Design note — allocation. ``per="gpu"`` (default) gives every workload whose (first) GPU is
+GPU ``i`` of the node the same uid, ``first + i`` (the next free one if a directory of another
+key holds it): NVIDIA MPS serves the clients of one uid per GPU at a time (a client of another
+uid waits until the active server's clients are gone), so an online service and its offline
+neighbour must share a uid to run at once. Co-located jobs are then kept apart by their
+sandboxes (`sandbox`: mount, PID and IPC namespaces), not by uids. ``per="job"`` gives every
+job its own uid (MPS clients of one GPU are then served in turn: only for nodes without MPS
+sharing); ``per="tenant"`` one uid to all jobs of a virtual cluster. A job or tenant key starts
+at the slot its SHA-256 names and takes the next free uid of the range; the
 choice is written into the job's node-owned directory (``user.json``) so a restarted agent keeps
 it, and a uid some other key holds on this node is never handed out again while its directory
 exists.
@@ -43,13 +48,15 @@ class Owner:
 class WorkloadUsers:
     first: int = 200_000
     count: int = 65_536
-    per: Literal["job", "tenant"] = "job"
+    per: Literal["gpu", "job", "tenant"] = "gpu"
 
     def __post_init__(self) -> None:
         if self.first < 1000 or self.count < 1:
             raise ValueError(f"workload uids {self.first}+{self.count}: the range must start at 1000 or above (no system ids)")
 
-    def key(self, job_id: str, tenant: str | None) -> str:
+    def key(self, job_id: str, tenant: str | None, gpu: int | None = None) -> str:
+        if self.per == "gpu" and gpu is not None:
+            return f"gpu:{gpu}"
         return f"tenant:{tenant}" if self.per == "tenant" and tenant else f"job:{job_id}"
 
     def owner(self, node_dirs: Path, name: str, key: str) -> Owner:
@@ -72,7 +79,10 @@ class WorkloadUsers:
         return Owner(uid, uid, key, switch=True)
 
     def _free(self, key: str, holders: dict[int, str]) -> int:
-        start = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % self.count
+        if key.startswith("gpu:") and key[4:].isdigit():
+            start = int(key[4:]) % self.count  # GPU i: first + i
+        else:
+            start = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % self.count
         for step in range(self.count):
             uid = self.first + (start + step) % self.count
             if uid not in holders:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).with_name("fake_mps_control.py")
+CLIENT = Path(__file__).with_name("client.py")  # the fake CUDA driver: a workload's MPS client or own context
 
 
 def install(bin_dir: Path) -> Path:
