@@ -31,6 +31,7 @@ from hivemux.events import (
     Priority,
     ReportState,
 )
+from hivemux.executor.sandbox import workload_pid
 from hivemux.executor.node import NodeConfig, ProcessNode
 from hivemux.sharing.latency_histogram import Histogram, bucket_of
 
@@ -91,7 +92,7 @@ async def test_the_users_server_is_ready_scraped_and_its_p99_agrees_with_the_loa
     ready = [e for e in seen if isinstance(e, ExecutorReport) and e.step == "ready"]
     serving = [e for e in seen if isinstance(e, JobLifecycleEvent)]
     assert ready[0].endpoint == f"127.0.0.1:{ports['PORT']}" and serving[0].state is JobState.RUNNING
-    environ = Path(f"/proc/{w.proc.pid}/environ").read_bytes().split(b"\0")
+    environ = Path(f"/proc/{workload_pid(w.proc.pid)}/environ").read_bytes().split(b"\0")  # the sandboxed workload
     assert f"PORT={ports['PORT']}".encode() in environ and f"METRICS_PORT={ports['METRICS_PORT']}".encode() in environ
     async with aiohttp.ClientSession() as session:  # the exposition is on METRICS_PORT too, as the server says
         async with session.get(f"http://127.0.0.1:{ports['METRICS_PORT']}/metrics") as r:

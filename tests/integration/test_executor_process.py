@@ -147,7 +147,8 @@ async def test_start_evict_timeline_and_redelivery(node: ProcessNode) -> None:
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "60" and env["CUDA_VISIBLE_DEVICES"] == "0"
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == str(daemon.pipe_dir) and env["CUDA_MPS_LOG_DIRECTORY"] == str(daemon.log_dir)
     assert str(library_path()) in env["LD_PRELOAD"] and env["XCUDA_CONTROL"] == str(w.files.control)
-    assert "40" not in env.get("XCUDA_CONTROL", "") and oct(w.files.control.stat().st_mode)[-3:] == "644"
+    # the limit lives in the node-owned control block, never in the environment
+    assert not any(str(int(0.4 * 16384 * MIB)) in value for value in env.values()) and oct(w.files.control.stat().st_mode)[-3:] == "644"
     block = ControlBlock.open(w.files.control)
     assert block.read()["mem_quota_bytes"] == int(0.4 * 16384 * MIB)  # default quota: 40 % of the GPU
 

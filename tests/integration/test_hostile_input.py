@@ -42,6 +42,7 @@ from hivemux.bus import Publisher, Service
 from hivemux.bus.authorization import PER_NODE, WRITERS
 from hivemux.bus.codec import encode_key
 from hivemux.events import (
+    JobLogChunk,
     CellBinding,
     CellConfig,
     ClockTick,
@@ -117,6 +118,8 @@ def template(topic: str) -> Event:
         "executor.reports": lambda: ExecutorReport(**common, node_id=node, job_id=job, command_id=n, state=ReportState.RUNNING, gpu_ids=(gpu,)),
         "executor.commands": lambda: ExecutorCommand(**common, node_id=node, action=CommandAction.STOP, job_id=job),
         "clock.ticks": lambda: ClockTick(**common, ticker=f"hostile-{n}"),
+        "jobs.logs": lambda: JobLogChunk(**common, job_id=job, node_id=node, pod=0, offset=0, length=6, text="hello\n",
+                                         head_bytes=1024, tail_bytes=1024),  # fmt: skip
         # The demo cluster again as version 1: older than or equal to the one in use, a no-op.
         "cells.config": lambda: CellConfig(**common, version=1, config=load_config(None)),
         "jobs.submitted": lambda: JobSubmission(**common, job_id=job, vc="vc-a", kind=JobKind.OFFLINE, workload=workload),
@@ -178,6 +181,7 @@ ABSURD: dict[str, list[tuple[str, Any]]] = {
                          ("gpu_memory_mib", 1e15), ("command_id", "c" * 5000)],  # fmt: skip
     "executor.commands": [("sm_share", 150.0), ("memory_quota_mib", -1.0), ("solo_iteration_time_ms", 1e15)],
     "clock.ticks": [("ticker", "t" * 5000)],
+    "jobs.logs": [("pod", 10**6), ("offset", -1), ("length", 0), ("text", "x" * 100_000)],
     "cells.config": [("version", 10**15), ("version", 0), ("config", {"physicalCluster": {}, "virtualClusters": {}}),
                      ("config.virtualClusters", {})],  # fmt: skip
     "jobs.submitted": [("pods", 10**6), ("gpus_per_pod", 1000), ("workload.iterations", 10**12), ("workload.batch_size", 0),
@@ -211,6 +215,7 @@ EXTREME: dict[str, list[tuple[str, Any]]] = {
     "executor.reports": [("iterations_done", 10_000_000), ("state", "completed"), ("normalized_throughput", 100.0)],
     "executor.commands": [("action", "evict"), ("gpu_ids", [f"hostile/gpu-{i}" for i in range(1024)])],
     "clock.ticks": [("ticker", "predictor/0"), ("ticker", "health-processor/0")],
+    "jobs.logs": [("pod", 4096), ("offset", 2**40), ("head_bytes", 0)],
     "cells.config": [("version", 1)],
     "jobs.submitted": [("kind", "training"), ("pods", 4096), ("workload.iterations", 10_000_000)],
     "cells.bindings": [("state", "bound"), ("pod_spec", {"garbage": [1, 2, 3]}), ("bind_info", {"garbage": {"x": None}})],

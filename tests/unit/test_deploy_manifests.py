@@ -279,7 +279,8 @@ def test_executor_privileges(workloads: dict[str, dict[str, Any]]) -> None:
     security = agent["securityContext"]
     assert security["privileged"] is False and security["allowPrivilegeEscalation"] is False  # no_new_privs, inherited
     assert security["capabilities"]["drop"] == ["ALL"]
-    assert set(security["capabilities"]["add"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETUID", "SETGID"}
+    # SYS_ADMIN: the workloads' sandboxes (mount, PID and IPC namespaces; executor/sandbox.py)
+    assert set(security["capabilities"]["add"]) == {"CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETUID", "SETGID", "SYS_ADMIN"}
     env = {e["name"]: e.get("value") for e in agent["env"]}
     assert int(env["HIVEMUX_EXECUTOR_WORKLOAD_UID_FIRST"]) >= 1000  # workloads: unprivileged uids
     for name, workload in workloads.items():
