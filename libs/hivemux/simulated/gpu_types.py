@@ -16,6 +16,12 @@ capacity in MiB (16 GB -> 16384 MiB); NVML reports slightly less on real boards 
 15360 MiB on a T4) because of reserved memory; the simulation uses the nominal value.
 ``max_sm_clock_mhz`` is the maximum boost clock, the value NVML reports as
 ``clocks.max.sm`` and SysMonitor divides the current SM clock by.
+
+CPU devices (`hivemux.executor.cpu_devices`, the mode of `hivemux up --executor process` on a
+machine without GPUs): a device that NVML names ``"hivemux CPU device T4"`` is a CPU-backed
+stand-in for a T4 cell. Its type label is ``"T4-cpu"`` (`cpu_device_type`), so every reader of
+the type (status, console, describe) says what it is, while the catalog and the speed models
+use the figures of the type it stands in for (`gpu_type("T4-cpu")` is the T4).
 """
 
 from __future__ import annotations
@@ -44,6 +50,25 @@ GPU_TYPES: dict[str, GpuType] = {
 }
 
 
+# The NVML name of a CPU-backed device starts with this; the rest is the type it stands in for.
+CPU_DEVICE_NAME = "hivemux CPU device"
+CPU_DEVICE_SUFFIX = "-cpu"
+
+
+def cpu_device_type(stand_in: str) -> str:
+    """The type label of a CPU-backed device standing in for ``stand_in``: ``"T4"`` -> ``"T4-cpu"``."""
+    return f"{stand_in}{CPU_DEVICE_SUFFIX}"
+
+
+def is_cpu_device(type_label: str | None) -> bool:
+    return bool(type_label) and str(type_label).endswith(CPU_DEVICE_SUFFIX)
+
+
+def stand_in_of(type_label: str) -> str:
+    """The GPU type a label's figures come from: ``"T4-cpu"`` -> ``"T4"``, ``"A10"`` -> ``"A10"``."""
+    return type_label.removesuffix(CPU_DEVICE_SUFFIX) if is_cpu_device(type_label) else type_label
+
+
 def gpu_type(name: str) -> GpuType:
     """The `GpuType` called ``name`` (exact, case-sensitive, as NVML-derived type labels are).
 
@@ -51,7 +76,7 @@ def gpu_type(name: str) -> GpuType:
     40
     """
     try:
-        return GPU_TYPES[name]
+        return GPU_TYPES[stand_in_of(name)]  # a CPU device: the figures of the type it stands in for
     except KeyError:
         known = ", ".join(sorted(GPU_TYPES))
         raise KeyError(f"unknown GPU type {name!r}; known types: {known}") from None

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hivemux.simulated.gpu_types import CPU_DEVICE_NAME, cpu_device_type
+
 
 @dataclass(frozen=True)
 class ProcessReading:
@@ -76,7 +78,10 @@ _TYPE_MARKERS: tuple[tuple[str, str], ...] = (
 
 def gpu_type_of(model_name: str) -> str:
     """``"Tesla T4"`` -> ``"T4"``, ``"NVIDIA A100-SXM4-40GB"`` -> ``"A100"``; unknown names are
-    kept, with characters outside the event `Name` pattern replaced by ``-``."""
+    kept, with characters outside the event `Name` pattern replaced by ``-``. A CPU-backed device
+    (``"hivemux CPU device T4"``, `hivemux.executor.cpu_devices`) is ``"T4-cpu"``."""
+    if model_name.startswith(CPU_DEVICE_NAME):
+        return cpu_device_type(gpu_type_of(model_name.removeprefix(CPU_DEVICE_NAME).strip() or "unknown"))
     upper = model_name.upper()
     for marker, short in _TYPE_MARKERS:
         if marker in upper.replace("-", " ").split() or upper.startswith(marker) or f" {marker}" in upper:
