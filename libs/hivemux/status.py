@@ -23,7 +23,7 @@ from .events import (
     Placement,
 )
 from .projection.online import slo_state
-from .simulated.gpu_types import is_cpu_device, stand_in_of
+from .telemetry.readings import is_cpu_device, stand_in_of
 from .topics import CELL_BINDINGS, EXECUTOR_REPORTS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, ONLINE_LATENCY, PLACEMENTS, Topic
 
 STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS, ONLINE_LATENCY, EXECUTOR_REPORTS)

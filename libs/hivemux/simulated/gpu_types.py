@@ -21,12 +21,15 @@ CPU devices (`hivemux.executor.cpu_devices`, the mode of `hivemux up --executor 
 machine without GPUs): a device that NVML names ``"hivemux CPU device T4"`` is a CPU-backed
 stand-in for a T4 cell. Its type label is ``"T4-cpu"`` (`cpu_device_type`), so every reader of
 the type (status, console, describe) says what it is, while the catalog and the speed models
-use the figures of the type it stands in for (`gpu_type("T4-cpu")` is the T4).
+use the figures of the type it stands in for (`gpu_type("T4-cpu")` is the T4). The naming lives
+with the other NVML names, in `hivemux.telemetry.readings`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from hivemux.telemetry.readings import stand_in_of
 
 
 @dataclass(frozen=True)
@@ -48,25 +51,6 @@ GPU_TYPES: dict[str, GpuType] = {
         GpuType("A100", sm_count=108, memory_mib=40960, base_sm_clock_mhz=1095, max_sm_clock_mhz=1410, tdp_w=400.0),
     )
 }
-
-
-# The NVML name of a CPU-backed device starts with this; the rest is the type it stands in for.
-CPU_DEVICE_NAME = "hivemux CPU device"
-CPU_DEVICE_SUFFIX = "-cpu"
-
-
-def cpu_device_type(stand_in: str) -> str:
-    """The type label of a CPU-backed device standing in for ``stand_in``: ``"T4"`` -> ``"T4-cpu"``."""
-    return f"{stand_in}{CPU_DEVICE_SUFFIX}"
-
-
-def is_cpu_device(type_label: str | None) -> bool:
-    return bool(type_label) and str(type_label).endswith(CPU_DEVICE_SUFFIX)
-
-
-def stand_in_of(type_label: str) -> str:
-    """The GPU type a label's figures come from: ``"T4-cpu"`` -> ``"T4"``, ``"A10"`` -> ``"A10"``."""
-    return type_label.removesuffix(CPU_DEVICE_SUFFIX) if is_cpu_device(type_label) else type_label
 
 
 def gpu_type(name: str) -> GpuType:

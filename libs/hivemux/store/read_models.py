@@ -178,7 +178,7 @@ class ReadModelStore:
 
     async def job_devices(self, job_id: str) -> dict[str, int]:
         """The device types of the GPUs the job was ever bound to or placed on, with how many of
-        each (a CPU device's type says so: `hivemux.simulated.gpu_types.cpu_device_type`)."""
+        each (a CPU device's type says so: `hivemux.telemetry.readings.cpu_device_type`)."""
         rows = await self._pool.fetch(
             "SELECT g.gpu_type, count(DISTINCT g.gpu_id) AS n FROM gpus AS g WHERE g.gpu_type IS NOT NULL AND g.gpu_id IN ("
             "SELECT jsonb_array_elements_text(inputs -> 'gpu_ids') FROM job_events WHERE job_id = $1 AND kind = 'binding' AND what = 'bound' "

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hivemux.simulated.gpu_types import CPU_DEVICE_NAME, cpu_device_type
-
 
 @dataclass(frozen=True)
 class ProcessReading:
@@ -62,6 +60,25 @@ class NodeReading:
     kswapd_active: bool = False  # kswapd reclaimed pages since the previous reading
     online_workloads: tuple[str, ...] = ()
     offline_workloads: tuple[str, ...] = ()
+
+
+# The NVML name of a CPU-backed device starts with this; the rest is the type it stands in for.
+CPU_DEVICE_NAME = "hivemux CPU device"
+CPU_DEVICE_SUFFIX = "-cpu"
+
+
+def cpu_device_type(stand_in: str) -> str:
+    """The type label of a CPU-backed device standing in for ``stand_in``: ``"T4"`` -> ``"T4-cpu"``."""
+    return f"{stand_in}{CPU_DEVICE_SUFFIX}"
+
+
+def is_cpu_device(type_label: str | None) -> bool:
+    return bool(type_label) and str(type_label).endswith(CPU_DEVICE_SUFFIX)
+
+
+def stand_in_of(type_label: str) -> str:
+    """The GPU type a label's figures come from: ``"T4-cpu"`` -> ``"T4"``, ``"A10"`` -> ``"A10"``."""
+    return type_label.removesuffix(CPU_DEVICE_SUFFIX) if is_cpu_device(type_label) else type_label
 
 
 # Marketing names as NVML/DCGM report them -> the short type names the rest of hivemux uses.

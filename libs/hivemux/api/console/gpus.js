@@ -7,7 +7,7 @@ import { fmtAgo, fmtNum, fmtTime, h, replace } from "./dom.js";
 export const HEALTH = ["Init", "Healthy", "Unhealthy", "Overlimit", "Disabled"];
 
 // A CPU device (`hivemux up --executor process` without GPUs) has the type "<type>-cpu"
-// (hivemux.simulated.gpu_types.cpu_device_type): say what it is wherever a type shows.
+// (hivemux.telemetry.readings.cpu_device_type): say what it is wherever a type shows.
 export const isCpuDevice = (type) => typeof type === "string" && type.endsWith("-cpu");
 export function deviceLabel(type) {
   if (!type) return "-";

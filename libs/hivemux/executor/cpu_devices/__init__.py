@@ -14,7 +14,7 @@ cell configuration). They are the same fakes the test suite drives, shipped here
 Workloads are ordinary processes on the host's CPUs (training loops with the CPU build of
 torch, or the user's own command); nothing pretends they ran on a GPU. Every device says what
 it is: NVML names it ``"hivemux CPU device <type>"``, and its type label is ``"<type>-cpu"``
-(`hivemux.simulated.gpu_types.cpu_device_type`), which `hivemux status`, the console and
+(`hivemux.telemetry.readings.cpu_device_type`), which `hivemux status`, the console and
 `hivemux jobs describe` show; the catalog and speed models use the figures of the type it
 stands in for (the cell configuration's, e.g. T4).
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hivemux.errors import ConfigurationError
-from hivemux.simulated.gpu_types import CPU_DEVICE_NAME
+from hivemux.telemetry.readings import CPU_DEVICE_NAME
 
 HERE = Path(__file__).resolve().parent
 NVML_SOURCE = HERE / "fake_nvml.c"
