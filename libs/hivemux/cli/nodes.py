@@ -24,6 +24,7 @@ Which devices (`--devices`):
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -38,6 +39,9 @@ import yaml
 from ..cells.config import HivedConfig, PhysicalCellConfig, load_config, parse_config
 from ..errors import ConfigurationError
 from ..executor import cpu_devices
+from ..telemetry.readings import cpu_device_type
+
+PREDICTED_TYPES = ("T4", "A10", "V100", "A100")  # the predictor's default (`HIVEMUX_PREDICTOR_GPU_TYPES`)
 
 Devices = Literal["auto", "gpus", "cpu"]
 
@@ -50,6 +54,7 @@ class NodeAgents:
     executor_env: dict[str, dict[str, str]] = field(default_factory=dict)
     ingester_env: dict[str, dict[str, str]] = field(default_factory=dict)
     cell_config: str | None = None  # a cell configuration written for this machine (gpus)
+    env: dict[str, str] = field(default_factory=dict)  # for every service (unless the environment sets it)
 
     def describe(self) -> str:
         nodes = ", ".join(self.executor_env)
@@ -120,8 +125,11 @@ def plan(workdir: Path, env: dict[str, str], devices: Devices = "auto") -> NodeA
         cpu_devices.build()
     bin_dir = workdir / "bin"
     mps = cpu_devices.install_mps(bin_dir)
-    agents = NodeAgents("cpu")
-    for node, gpus in physical_gpus(config).items():
+    nodes = physical_gpus(config)
+    # the predictor trains a speed model per device type it is told of: the CPU devices' too
+    types = sorted({cpu_device_type(t) for gpus in nodes.values() for _, t in gpus} | set(PREDICTED_TYPES))
+    agents = NodeAgents("cpu", env={"HIVEMUX_PREDICTOR_GPU_TYPES": json.dumps(types)})
+    for node, gpus in nodes.items():
         if [index for index, _ in gpus] != list(range(len(gpus))):
             raise click.ClickException(f"{node}: GPU cells {[i for i, _ in gpus]}; CPU devices need indexes 0..n-1")
         devices_env = cpu_devices.prepare_node(workdir / "cpu-devices", node, [t for _, t in gpus]).env()

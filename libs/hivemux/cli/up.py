@@ -430,6 +430,7 @@ def run_up(options: UpOptions) -> dict[str, Any]:
         agents = None
         if options.executor == "process":  # node agents on this machine (cli/nodes.py)
             agents = plan(options.workdir, env, options.devices)
+            env = {**agents.env, **env}
             if agents.cell_config:
                 env["HIVEMUX_ALLOCATOR_CONFIG"] = agents.cell_config
             print(agents.describe(), flush=True)

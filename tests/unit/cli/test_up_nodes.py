@@ -3,6 +3,7 @@ with what environment, in the CPU devices mode; and how CPU devices are named an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def test_cpu_devices_give_each_node_an_executor_and_an_ingester(tmp_path: Path, 
     monkeypatch.setattr("hivemux.cli.nodes.reachable_by_workloads", lambda path: None)
     agents = plan(tmp_path / "work", {}, "cpu")
     assert agents.devices == "cpu" and list(agents.executor_env) == ["node-00", "node-01", "node-02", "node-03"]
+    assert json.loads(agents.env["HIVEMUX_PREDICTOR_GPU_TYPES"]) == ["A10", "A100", "T4", "T4-cpu", "V100"]  # a speed model for them
     executor, ingester = agents.executor_env["node-02"], agents.ingester_env["node-02"]
     assert executor["HIVEMUX_EXECUTOR_BACKEND"] == "process" and executor["HIVEMUX_EXECUTOR_NODE_ID"] == "node-02"
     assert Path(executor["HIVEMUX_EXECUTOR_MPS_BINARY"]).name == "nvidia-cuda-mps-control"
