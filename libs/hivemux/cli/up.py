@@ -3,6 +3,9 @@
 Starts the embedded broker and database (or uses the configured ones), runs every service as
 its own process (as production runs them: one process or container per instance), waits until
 each answers on /healthz, replays a job list, and at the end folds the topics into a summary.
+The nodes are the simulated fleet (``--executor simulated``, `make demo`), or real processes on
+this machine (``--executor process``: an executor agent and an NVML ingester per node, on its
+GPUs or on CPU devices; cli/nodes.py), which run the jobs users submit (no demo job list).
 Children die with this process even when it is killed (parent-death signal). The single-active
 deciders (cell allocator, matcher) run twice, instances 0 and 1: one decides, the other stands
 by and takes over when it dies (`bus.leadership`); on the embedded broker the leadership
