@@ -53,7 +53,7 @@ def service(name: str) -> None:
 @click.option("--summary", "summary_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the end-of-run summary as JSON to this file.")
 @click.option("--jobs", "jobs_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
-              help="Job list to replay once the services are up (default: the bundled demo jobs).")
+              help="Job list to replay once the services are up (default: the bundled demo jobs; none with --executor process).")
 @click.option("--workdir", type=click.Path(path_type=Path, file_okay=False), default=Path(".hivemux"),
               help="Where service logs and the embedded servers' data go; `up` started again on it resumes its history.")
 @click.option("--fresh", is_flag=True, help="Forget the history kept in the work directory (empty topics and database).")
