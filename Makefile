@@ -9,9 +9,11 @@ DEMO_SECONDS ?= 90
 
 install: $(STAMP) native chromium
 
-# The xCUDA shim, its fake driver and test programs (native/xcuda).
+# The xCUDA shim, its fake driver and test programs (native/xcuda), and the CPU devices mode's
+# fake NVML (`hivemux up --executor process` without GPUs: libs/hivemux/executor/cpu_devices).
 native:
 	@$(MAKE) -s --no-print-directory -C native/xcuda
+	@$(MAKE) -s --no-print-directory -C libs/hivemux/executor/cpu_devices
 
 # Debian's chromium, which the console's browser tests (tests/browser) drive through Playwright;
 # installed only when missing (silent when it is there), with sudo unless run as root.
@@ -72,4 +74,5 @@ proto: install
 
 clean:
 	-$(MAKE) -C native/xcuda clean
+	-$(MAKE) -C libs/hivemux/executor/cpu_devices clean
 	rm -rf $(VENV) build *.egg-info libs/*.egg-info

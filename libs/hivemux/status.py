@@ -23,6 +23,7 @@ from .events import (
     Placement,
 )
 from .projection.online import slo_state
+from .telemetry.readings import is_cpu_device, stand_in_of
 from .topics import CELL_BINDINGS, EXECUTOR_REPORTS, GPU_HEALTH, JOBS_LIFECYCLE, JOBS_SUBMITTED, ONLINE_LATENCY, PLACEMENTS, Topic
 
 STATUS_TOPICS: tuple[Topic, ...] = (GPU_HEALTH, JOBS_SUBMITTED, JOBS_LIFECYCLE, PLACEMENTS, CELL_BINDINGS, ONLINE_LATENCY, EXECUTOR_REPORTS)
@@ -45,6 +46,7 @@ class Sharing:
 @dataclass
 class ClusterStatus:
     gpu_state: dict[str, str] = field(default_factory=dict)
+    gpu_type: dict[str, str] = field(default_factory=dict)
     job_kind: dict[str, str] = field(default_factory=dict)
     job_state: dict[str, str] = field(default_factory=dict)
     job_reason: dict[str, str] = field(default_factory=dict)
@@ -68,6 +70,7 @@ class ClusterStatus:
         match event:
             case HealthTransition():
                 self.gpu_state[event.gpu_id] = event.to_state.value
+                self.gpu_type[event.gpu_id] = event.gpu_type
             case JobSubmission():
                 self.job_kind[event.job_id] = event.kind.value
                 self.job_vc[event.job_id] = event.vc
@@ -124,6 +127,7 @@ class ClusterStatus:
         placed = (set(self.shared_ever) | set(self.bound_ever) | set(self.lanes)) - self.lane_gpus
         return {
             "gpus_by_health": dict(sorted(Counter(self.gpu_state.values()).items())),
+            "gpus_by_type": dict(sorted(Counter(self.gpu_type.values()).items())),
             "jobs": {
                 "submitted": len(self.job_kind),
                 "placed": len(placed),
@@ -209,11 +213,24 @@ def _against_slo(r: dict[str, Any]) -> str:
     return f" p99 {_ms(r['p99_ms'])} / SLO {_ms(r['slo_p99_ms'])}" + ("" if state == "unknown" else f" ({state})")
 
 
+def device_label(gpu_type: str | None) -> str:
+    """A device type as people should read it: a CPU device says that it is one."""
+    if is_cpu_device(gpu_type):
+        return f"{gpu_type} (CPU device: a CPU-backed stand-in for a {stand_in_of(str(gpu_type))}, not a GPU)"
+    return gpu_type or "-"
+
+
+def render_device_types(by_type: dict[str, int]) -> list[str]:
+    lines = [f"  {count} x {device_label(kind)}" for kind, count in by_type.items()]
+    return ["Devices by type:", *lines] if lines else []
+
+
 def render_summary(summary: dict[str, Any]) -> str:
     """The human-readable summary `make demo` prints."""
     jobs = summary["jobs"]
     lines = ["GPUs by health state:"]
     lines += [f"  {state:<10} {count}" for state, count in summary["gpus_by_health"].items()] or ["  (no GPU reported yet)"]
+    lines += render_device_types(summary.get("gpus_by_type") or {})
     lines.append(f"Jobs: submitted {jobs['submitted']}, placed {jobs['placed']}, completed {jobs['completed']}")
     lines += [f"  {state:<10} {count}" for state, count in jobs["by_state"].items()]
     lines.append("Offline jobs sharing online GPUs (SM share = 100 - online SM activity):")

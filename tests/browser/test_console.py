@@ -118,12 +118,13 @@ async def _started(server: uvicorn.Server) -> bool:
 
 
 async def _seed_gpus(bootstrap: str) -> None:
-    """Four GPUs turn Healthy, as the health processor reports them after their first sample."""
+    """Four GPUs turn Healthy, as the health processor reports them after their first sample; the
+    last is a CPU device (`hivemux up --executor process` without GPUs: type T4-cpu)."""
     at = datetime.now(UTC)
     async with Publisher(bootstrap, source="health-processor/0") as publisher:
         for i, gpu in enumerate(GPUS):
             await publisher.publish(HealthTransition(
-                occurred_at=at, source="health-processor/0", gpu_id=gpu, node_id=NODE, gpu_type="T4", from_state=HealthState.INIT,
+                occurred_at=at, source="health-processor/0", gpu_id=gpu, node_id=NODE, gpu_type="T4-cpu" if i == 3 else "T4", from_state=HealthState.INIT,
                 to_state=HealthState.HEALTHY, reason="initialization finished: first sample", cause="metrics",
                 metrics={"gpu_util": 40.0 + 10 * i, "sm_activity": 30.0 + 10 * i}, online_workload=f"infer-{i}" if i % 2 == 0 else None,
             ))  # fmt: skip
@@ -191,6 +192,9 @@ async def test_a_drained_gpu_tile_changes_state(console: Console, new_page: Open
     await expect(page.locator("[data-gpu-id]")).to_have_count(len(GPUS))
     await expect(tile).to_contain_text("on: -")
     await expect(page.locator(f'[data-gpu-id="{GPUS[0]}"]')).to_contain_text("on: infer-0")
+    # a CPU device says so on its tile (issue 29), a GPU does not
+    await expect(page.locator(f'[data-gpu-id="{GPUS[3]}"] [data-cpu-device]')).to_contain_text("CPU device")
+    await expect(page.locator(f'[data-gpu-id="{GPUS[0]}"] [data-cpu-device]')).to_have_count(0)
     await tile.click()  # its panel: state history with causes, and the admin's drain
     panel = page.locator("#panel")
     await expect(panel.locator("h2")).to_contain_text(GPUS[1])

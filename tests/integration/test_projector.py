@@ -179,6 +179,7 @@ async def test_read_commands_on_a_projected_database(infra: Endpoints, pg_dsn: s
     folded = fold_status(events).summary()
     shown = json.loads(run("status", "--json"))
     assert shown["gpus_by_health"] == folded["gpus_by_health"]
+    assert shown["gpus_by_type"] == folded["gpus_by_type"]  # a CPU device says so in both (issue 29)
     for part in ("offline_sharing", "offline_shared", "waiting", "training_bound", "training_bound_now"):
         assert [r for r in shown[part] if r["job_id"].startswith(prefix)] == [r for r in folded[part] if r["job_id"].startswith(prefix)], part
     # An online service (issue 19) is listed apart from the training jobs, with its replicas' GPUs

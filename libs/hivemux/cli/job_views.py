@@ -11,6 +11,7 @@ import click
 from ..api.client import event_record, job_row
 from ..api.views import job_json as _job_json
 from ..store.read_models import JobRow, ReadModelStore
+from ..status import device_label
 from .api_io import api_call, api_client
 from .jobs import jobs_group
 from .read_model_io import run_on_read_models
@@ -64,21 +65,24 @@ def describe(job_id: str, as_json: bool) -> None:
     if client is not None:
         body = api_call(client, "GET", f"/api/v1/jobs/{job_id}")
         job, service, lanes = job_row(body), body.get("service"), {k: body[k] for k in ("lane", "lane_gpu") if body.get(k)}
+        devices: dict[str, int] = body.get("devices") or {}
     else:
 
-        async def read(pool: Any) -> tuple[JobRow | None, dict[str, Any] | None, dict[str, Any]]:
+        async def read(pool: Any) -> tuple[JobRow | None, dict[str, Any] | None, dict[str, Any], dict[str, int]]:
             from ..store.lanes import lane_detail
             from ..store.online import online_services
 
-            row = await ReadModelStore(pool).job(job_id)
+            store = ReadModelStore(pool)
+            row = await store.job(job_id)
             services = await online_services(pool, job_ids=[job_id]) if row is not None and row.kind == "online" else []
-            return row, services[0] if services else None, await lane_detail(pool, row) if row is not None else {}
+            lanes = await lane_detail(pool, row) if row is not None else {}
+            return row, services[0] if services else None, lanes, await store.job_devices(job_id)
 
-        job, service, lanes = run_on_read_models(read)
+        job, service, lanes, devices = run_on_read_models(read)
     if job is None:
         raise click.ClickException(f"no job {job_id} in the read model")
     if as_json:
-        click.echo(json.dumps(_job_json(job) | ({"service": service} if service else {}) | lanes, indent=2, default=str))
+        click.echo(json.dumps(_job_json(job) | {"devices": devices} | ({"service": service} if service else {}) | lanes, indent=2, default=str))
         return
     for name, value in _job_json(job).items():
         if name == "lane":
@@ -86,6 +90,7 @@ def describe(job_id: str, as_json: bool) -> None:
         if name in ("placement", "binding", "limits"):
             value = json.dumps(value, sort_keys=True) if value else "-"
         click.echo(f"{name + ':':<14} {value if value not in (None, '') else '-'}")
+    click.echo(f"{'devices:':<14} {', '.join(f'{n} x {device_label(t)}' for t, n in devices.items()) or '-'}")
     for line in _service_lines(service) if service else ():
         click.echo(line)
     for line in _lane_lines(lanes):

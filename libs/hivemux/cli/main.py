@@ -54,16 +54,25 @@ def service(name: str) -> None:
 @click.option("--summary", "summary_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the end-of-run summary as JSON to this file.")
 @click.option("--jobs", "jobs_path", type=click.Path(path_type=Path, dir_okay=False, exists=True), default=None,
-              help="Job list to replay once the services are up (default: the bundled demo jobs).")
+              help="Job list to replay once the services are up (default: the bundled demo jobs; none with --executor process).")
 @click.option("--workdir", type=click.Path(path_type=Path, file_okay=False), default=Path(".hivemux"),
               help="Where service logs and the embedded servers' data go; `up` started again on it resumes its history.")
 @click.option("--fresh", is_flag=True, help="Forget the history kept in the work directory (empty topics and database).")
-def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None, workdir: Path, fresh: bool) -> None:
-    """Embedded infrastructure + every service as its own process + simulated fleet + a job replay."""
+@click.option("--executor", type=click.Choice(["simulated", "process"]), default="simulated", show_default=True,
+              help="simulated: the simulated fleet (the demo); process: an executor agent and an ingester per node on this "
+                   "machine, running your jobs' commands as real processes.")
+@click.option("--devices", type=click.Choice(["auto", "gpus", "cpu"]), default="auto", show_default=True,
+              help="With --executor process: this machine's GPUs (NVML), or CPU devices (CPU-backed stand-ins for the cell "
+                   "configuration's GPUs); auto: GPUs when NVML shows any.")
+def up(duration: float | None, summary_path: Path | None, jobs_path: Path | None, workdir: Path, fresh: bool, executor: str,
+       devices: str) -> None:  # fmt: skip
+    """Embedded infrastructure + every service as its own process + the nodes (simulated, or real
+    processes on this machine) + a job replay."""
     from .services import SINGLE_ACTIVE
     from .up import UpOptions, run_up
 
-    summary = run_up(UpOptions(duration=duration, jobs_path=jobs_path, workdir=workdir, standbys=SINGLE_ACTIVE, fresh=fresh))
+    summary = run_up(UpOptions(duration=duration, jobs_path=jobs_path, workdir=workdir, standbys=SINGLE_ACTIVE, fresh=fresh,
+                               executor=executor, devices=devices))  # type: ignore[arg-type]  # fmt: skip
     if summary_path is not None:
         summary_path.parent.mkdir(parents=True, exist_ok=True)
         summary_path.write_text(json.dumps(summary, indent=2) + "\n")

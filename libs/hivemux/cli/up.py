@@ -3,6 +3,9 @@
 Starts the embedded broker and database (or uses the configured ones), runs every service as
 its own process (as production runs them: one process or container per instance), waits until
 each answers on /healthz, replays a job list, and at the end folds the topics into a summary.
+The nodes are the simulated fleet (``--executor simulated``, `make demo`), or real processes on
+this machine (``--executor process``: an executor agent and an NVML ingester per node, on its
+GPUs or on CPU devices; cli/nodes.py), which run the jobs users submit (no demo job list).
 Children die with this process even when it is killed (parent-death signal). The single-active
 deciders (cell allocator, matcher) run twice, instances 0 and 1: one decides, the other stands
 by and takes over when it dies (`bus.leadership`); on the embedded broker the leadership
@@ -34,7 +37,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -45,6 +48,7 @@ from ..infra import EmbeddedInfra, InfraSettings, die_with_parent, embedded_infr
 from ..status import STATUS_TOPICS, fold_status, render_summary
 from ..topics import ALL_TOPICS
 from .jobfile import parse_jobs
+from .nodes import Devices, NodeAgents, plan
 from .history import History, render_history
 from .services import SERVICES
 from .supervisor import CrashLoop, RestartPolicy, Supervisor, describe_exit
@@ -81,6 +85,8 @@ class UpOptions:
     ready_timeout_s: float = 120.0
     restart_policy: RestartPolicy = RestartPolicy()
     fresh: bool = False  # forget the history kept in `<workdir>/infra` (start with empty topics and database)
+    executor: Literal["simulated", "process"] = "simulated"  # process: node agents on this machine (cli/nodes.py)
+    devices: Devices = "auto"  # with the process executor: this machine's GPUs, or CPU devices
 
 
 @dataclass
@@ -194,22 +200,35 @@ def service_keys(workdir: Path, env: dict[str, str], services: tuple[str, ...]) 
     return {name: str(path) for name, path in written.items()}
 
 
-def start_services(options: UpOptions, env: dict[str, str], keys: dict[str, str] | None = None) -> list[Child]:
+def service_units(options: UpOptions, agents: NodeAgents | None = None) -> list[tuple[str, str, int, dict[str, str]]]:
+    """(unit, service, instance, its own environment) of every process to run: a service's
+    instances, or with node `agents` (`--executor process`) an executor and an ingester per node
+    (units ``executor@node-00``, ``telemetry-ingester@node-00``)."""
+    units = []
+    for name in options.services:
+        per_node = None if agents is None else {"executor": agents.executor_env, "telemetry-ingester": agents.ingester_env}.get(name)
+        if per_node is not None:
+            units += [(f"{name}@{node}", name, i, node_env) for i, (node, node_env) in enumerate(per_node.items())]
+            continue
+        units += [(name if i == 0 else f"{name}.{i}", name, i, {}) for i in range(2 if name in options.standbys else 1)]
+    return units
+
+
+def start_services(options: UpOptions, env: dict[str, str], keys: dict[str, str] | None = None,
+                   agents: NodeAgents | None = None) -> list[Child]:  # fmt: skip
     """Each service's process; `keys` (`service_keys`) gives each its own key file and the keyring."""
     logs = options.workdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     keys = keys if keys is not None else service_keys(options.workdir, env, options.services)
     children = []
-    for name in options.services:
-        for instance in range(2 if name in options.standbys else 1):
-            unit = name if instance == 0 else f"{name}.{instance}"
-            # the API serves /healthz on its own port: HIVEMUX_API_PORT when given (a stable address), else a free one
-            port = int(env["HIVEMUX_API_PORT"]) if name == "api" and instance == 0 and env.get("HIVEMUX_API_PORT") else free_port()
-            log_path = logs / f"{unit}.log"
-            log_path.write_bytes(b"")
-            child_env = {**env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": str(instance),
-                         "HIVEMUX_SIGNING_KEY": keys[name], "HIVEMUX_KEYRING": keys["keyring"]}  # fmt: skip
-            children.append(Child(unit, _spawn_service(name, child_env, log_path), port, log_path, child_env, name))
+    for unit, name, instance, own_env in service_units(options, agents):
+        # the API serves /healthz on its own port: HIVEMUX_API_PORT when given (a stable address), else a free one
+        port = int(env["HIVEMUX_API_PORT"]) if name == "api" and instance == 0 and env.get("HIVEMUX_API_PORT") else free_port()
+        log_path = logs / f"{unit}.log"
+        log_path.write_bytes(b"")
+        child_env = {**env, **own_env, "HIVEMUX_METRICS_PORT": str(port), "HIVEMUX_INSTANCE": str(instance),
+                     "HIVEMUX_SIGNING_KEY": keys[name], "HIVEMUX_KEYRING": keys["keyring"]}  # fmt: skip
+        children.append(Child(unit, _spawn_service(name, child_env, log_path), port, log_path, child_env, name))
     return children
 
 
@@ -411,13 +430,20 @@ def run_up(options: UpOptions) -> dict[str, Any]:
         env = {**DEMO_ENV, **(EMBEDDED_ENV if "tansu" in infra.servers else {}), **os.environ, **options.extra_env}
         env["KAFKA_BOOTSTRAP_SERVERS"] = endpoints.bootstrap_servers
         env["HIVEMUX_POSTGRES_DSN"] = endpoints.postgres_dsn
+        agents = None
+        if options.executor == "process":  # node agents on this machine (cli/nodes.py)
+            agents = plan(options.workdir, env, options.devices)
+            env = {**agents.env, **env}
+            if agents.cell_config:
+                env["HIVEMUX_ALLOCATOR_CONFIG"] = agents.cell_config
+            print(agents.describe(), flush=True)
         keys = service_keys(options.workdir, env, options.services)
         signing.configure(keys[signing.CLI_SIGNER], keys["keyring"])  # this process writes as the CLI
         print(f"HIVEMUX_SIGNING_KEY={keys[signing.CLI_SIGNER]}", flush=True)
         print(f"HIVEMUX_KEYRING={keys['keyring']}", flush=True)
         if not resumed:  # the configuration in force goes on the log, as `hivemux cells configure` puts it
             asyncio.run(publish_cell_config(endpoints.bootstrap_servers, env.get("HIVEMUX_ALLOCATOR_CONFIG")))
-        children = start_services(options, env, keys)
+        children = start_services(options, env, keys, agents)
         try:
             wait_ready(children, options.ready_timeout_s)
             print(f"{len(children)} services ready; logs in {options.workdir / 'logs'}", flush=True)
@@ -426,6 +452,8 @@ def run_up(options: UpOptions) -> dict[str, Any]:
             running = "running" + ("" if options.duration is None else f" for {options.duration:.0f} s")
             if resumed:  # the log already holds the job list the first run submitted
                 print(f"resumed the history in {options.workdir}; the job list is not submitted again; {running}", flush=True)
+            elif options.jobs_path is None and agents is not None:  # real processes: the user's own jobs, not the demo's
+                print(f"no job list given: submit yours with `hivemux jobs submit FILE`; {running}", flush=True)
             else:
                 count = asyncio.run(submit_jobs(endpoints.bootstrap_servers, options.jobs_path or demo_jobs_path()))
                 print(f"submitted {count} jobs; {running}", flush=True)

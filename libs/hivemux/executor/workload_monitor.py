@@ -3,8 +3,9 @@
 under threat"; §6: offline work is evicted when node memory runs short).
 
 `WorkloadMonitor.progress` turns what one job's process did since the last tick into events:
-its exit (``completed`` when its progress said done and it exited 0, else ``failed``, with the
-lifecycle event), a progress report every ``report_interval_s`` (iterations, throughput, host
+its exit (``completed`` when its progress said done and it exited 0 — or, for the user's own
+command, when it exited 0, as a Kubernetes Job counts success: the progress protocol is optional
+for it —, else ``failed``, with the lifecycle event), a progress report every ``report_interval_s`` (iterations, throughput, host
 RSS of its process group, GPU memory from its xCUDA state file) and, for offline work, one
 `SharingObservation` per ``observation_window_s`` (`observations.observe`: the speed
 predictor's training data, measured). `memory_watch` evicts every offline workload, through
@@ -47,11 +48,12 @@ class WorkloadMonitor:
         report, lifecycle = self.reporter.report, self.reporter.lifecycle
         if exit_ is not None:
             self.workloads.forget(w)
-            own = w.spec is not None and bool(w.spec.command) and w.kind == "training"  # a user's program ends by exiting 0
-            if (w.done or own) and exit_.ok:
+            # a user's own program ends by exiting 0 (as a Kubernetes Job's does); a service does not end
+            own = w.spec is not None and bool(w.spec.command) and w.kind != "online"
+            if exit_.ok and (w.done or own):
                 self.workloads.finished.add(w.job_id)
                 out.append(report(w, cause, ReportState.COMPLETED, now, step="exited", exit_=exit_))
-                out.append(lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done"))
+                out.append(lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done" if w.done else "its command exited 0"))
             else:
                 out.append(report(w, cause, ReportState.FAILED, now, step="exited", exit_=exit_, detail=exit_.describe()))
                 out.append(lifecycle(w, cause, JobState.FAILED, now, f"process {exit_.describe()}"))

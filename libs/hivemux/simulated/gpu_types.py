@@ -16,11 +16,20 @@ capacity in MiB (16 GB -> 16384 MiB); NVML reports slightly less on real boards 
 15360 MiB on a T4) because of reserved memory; the simulation uses the nominal value.
 ``max_sm_clock_mhz`` is the maximum boost clock, the value NVML reports as
 ``clocks.max.sm`` and SysMonitor divides the current SM clock by.
+
+CPU devices (`hivemux.executor.cpu_devices`, the mode of `hivemux up --executor process` on a
+machine without GPUs): a device that NVML names ``"hivemux CPU device T4"`` is a CPU-backed
+stand-in for a T4 cell. Its type label is ``"T4-cpu"`` (`cpu_device_type`), so every reader of
+the type (status, console, describe) says what it is, while the catalog and the speed models
+use the figures of the type it stands in for (`gpu_type("T4-cpu")` is the T4). The naming lives
+with the other NVML names, in `hivemux.telemetry.readings`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from hivemux.telemetry.readings import stand_in_of
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,7 @@ def gpu_type(name: str) -> GpuType:
     40
     """
     try:
-        return GPU_TYPES[name]
+        return GPU_TYPES[stand_in_of(name)]  # a CPU device: the figures of the type it stands in for
     except KeyError:
         known = ", ".join(sorted(GPU_TYPES))
         raise KeyError(f"unknown GPU type {name!r}; known types: {known}") from None

@@ -180,6 +180,16 @@ class ReadModelStore:
         row = await self._pool.fetchrow(f"SELECT {_JOB_COLUMNS} FROM jobs WHERE job_id = $1", job_id)
         return None if row is None else _job(row)
 
+    async def job_devices(self, job_id: str) -> dict[str, int]:
+        """The device types of the GPUs the job was ever bound to or placed on, with how many of
+        each (a CPU device's type says so: `hivemux.telemetry.readings.cpu_device_type`)."""
+        rows = await self._pool.fetch(
+            "SELECT g.gpu_type, count(DISTINCT g.gpu_id) AS n FROM gpus AS g WHERE g.gpu_type IS NOT NULL AND g.gpu_id IN ("
+            "SELECT jsonb_array_elements_text(inputs -> 'gpu_ids') FROM job_events WHERE job_id = $1 AND kind = 'binding' AND what = 'bound' "
+            "UNION SELECT inputs ->> 'gpu_id' FROM job_events WHERE job_id = $1 AND kind = 'placement' AND what = 'place') "
+            "GROUP BY g.gpu_type ORDER BY g.gpu_type", job_id)  # fmt: skip
+        return {r["gpu_type"]: r["n"] for r in rows}
+
     async def history(self, job_id: str, *, limit: int | None = None) -> list[JobEventRecord]:
         rows = await self._pool.fetch(
             'SELECT occurred_at, kind, what, reason, inputs, topic, partition, "offset" FROM job_events WHERE job_id = $1 '
@@ -239,6 +249,7 @@ class ReadModelStore:
         from the read models."""
         async with self._pool.acquire() as conn:
             health = await conn.fetch("SELECT health, count(*) AS n FROM gpus WHERE health IS NOT NULL GROUP BY health ORDER BY health")
+            types = await conn.fetch("SELECT gpu_type, count(*) AS n FROM gpus WHERE gpu_type IS NOT NULL GROUP BY gpu_type ORDER BY gpu_type")
             by_state = await conn.fetch(f"SELECT state, count(*) AS n FROM jobs WHERE {_NOT_LANE_GPU} GROUP BY state ORDER BY state")
             submitted = await conn.fetchval(f"SELECT count(*) FROM jobs WHERE kind IS NOT NULL AND {_NOT_LANE_GPU}")
             # As `status` reads it: an ended, stopped, evicted, preempted or suspended job shares
@@ -269,6 +280,7 @@ class ReadModelStore:
         bound = {r["job_id"]: sorted(r["nodes"]) for r in bound_ever}
         return {
             "gpus_by_health": {r["health"]: r["n"] for r in health},
+            "gpus_by_type": {r["gpu_type"]: r["n"] for r in types},  # a CPU device's type says so (`status.device_label`)
             "jobs": {"submitted": submitted, "placed": len(set(shared) | set(bound) | {r["job_id"] for r in lanes}), "completed": states.get("completed", 0),
                      "by_state": states},
             "offline_sharing": [_sharing(r["job_id"], json.loads(r["placement"])) for r in sharing_now],

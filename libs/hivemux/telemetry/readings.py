@@ -62,6 +62,25 @@ class NodeReading:
     offline_workloads: tuple[str, ...] = ()
 
 
+# The NVML name of a CPU-backed device starts with this; the rest is the type it stands in for.
+CPU_DEVICE_NAME = "hivemux CPU device"
+CPU_DEVICE_SUFFIX = "-cpu"
+
+
+def cpu_device_type(stand_in: str) -> str:
+    """The type label of a CPU-backed device standing in for ``stand_in``: ``"T4"`` -> ``"T4-cpu"``."""
+    return f"{stand_in}{CPU_DEVICE_SUFFIX}"
+
+
+def is_cpu_device(type_label: str | None) -> bool:
+    return bool(type_label) and str(type_label).endswith(CPU_DEVICE_SUFFIX)
+
+
+def stand_in_of(type_label: str) -> str:
+    """The GPU type a label's figures come from: ``"T4-cpu"`` -> ``"T4"``, ``"A10"`` -> ``"A10"``."""
+    return type_label.removesuffix(CPU_DEVICE_SUFFIX) if is_cpu_device(type_label) else type_label
+
+
 # Marketing names as NVML/DCGM report them -> the short type names the rest of hivemux uses.
 _TYPE_MARKERS: tuple[tuple[str, str], ...] = (
     ("H100", "H100"),
@@ -76,7 +95,10 @@ _TYPE_MARKERS: tuple[tuple[str, str], ...] = (
 
 def gpu_type_of(model_name: str) -> str:
     """``"Tesla T4"`` -> ``"T4"``, ``"NVIDIA A100-SXM4-40GB"`` -> ``"A100"``; unknown names are
-    kept, with characters outside the event `Name` pattern replaced by ``-``."""
+    kept, with characters outside the event `Name` pattern replaced by ``-``. A CPU-backed device
+    (``"hivemux CPU device T4"``, `hivemux.executor.cpu_devices`) is ``"T4-cpu"``."""
+    if model_name.startswith(CPU_DEVICE_NAME):
+        return cpu_device_type(gpu_type_of(model_name.removeprefix(CPU_DEVICE_NAME).strip() or "unknown"))
     upper = model_name.upper()
     for marker, short in _TYPE_MARKERS:
         if marker in upper.replace("-", " ").split() or upper.startswith(marker) or f" {marker}" in upper:

@@ -1,22 +1,20 @@
-"""Install the fake `nvidia-cuda-mps-control` (``fake_mps_control.py``) on a test's PATH."""
+"""Install the fake `nvidia-cuda-mps-control` on a test's PATH: the one the CPU devices mode
+ships (`hivemux.executor.cpu_devices`, ``fake_mps_control.py``)."""
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).with_name("fake_mps_control.py")
+from hivemux.executor.cpu_devices import MPS_CONTROL, install_mps
+
+SCRIPT = MPS_CONTROL
 CLIENT = Path(__file__).with_name("client.py")  # the fake CUDA driver: a workload's MPS client or own context
 
 
 def install(bin_dir: Path) -> Path:
     """Write an ``nvidia-cuda-mps-control`` executable into ``bin_dir``; return its path."""
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    exe = bin_dir / "nvidia-cuda-mps-control"
-    exe.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{SCRIPT}" "$@"\n')
-    exe.chmod(0o755)
-    return exe
+    return install_mps(bin_dir)
 
 
 def path_with(bin_dir: Path) -> str:

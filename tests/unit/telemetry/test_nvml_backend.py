@@ -225,3 +225,20 @@ def test_a_second_library_in_the_same_process_is_refused(library: Path, script: 
 def test_a_missing_library_is_a_configuration_error(script: NvmlScript, tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="cannot load NVML library"):
         NvmlBackend("node-01", library=tmp_path / "absent" / "libnvidia-ml.so.1")
+
+
+def test_cpu_devices_are_read_through_nvml_and_labelled(library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU devices mode's node script (`executor.cpu_devices.prepare_node`) read by the same
+    backend as real NVML: each device's type says it is a CPU device, at full clock."""
+    from hivemux.executor.cpu_devices import prepare_node
+
+    node = prepare_node(tmp_path, "node-03", ["T4", "T4"])
+    monkeypatch.setenv(SCRIPT_ENV, str(node.script))
+    backend = NvmlBackend("node-03", library=library, xid_wait_ms=20)
+    try:
+        readings = backend.read(AT)
+    finally:
+        backend.close()
+    assert [(r.gpu_id, r.gpu_type) for r in readings] == [("node-03/gpu-0", "T4-cpu"), ("node-03/gpu-1", "T4-cpu")]
+    assert all(r.sm_clock_mhz == r.max_sm_clock_mhz and r.memory_total_mib == 16384 for r in readings)
+    assert len({r.uuid for r in readings}) == 2

@@ -6,6 +6,14 @@ import { fmtAgo, fmtNum, fmtTime, h, replace } from "./dom.js";
 
 export const HEALTH = ["Init", "Healthy", "Unhealthy", "Overlimit", "Disabled"];
 
+// A CPU device (`hivemux up --executor process` without GPUs) has the type "<type>-cpu"
+// (hivemux.telemetry.readings.cpu_device_type): say what it is wherever a type shows.
+export const isCpuDevice = (type) => typeof type === "string" && type.endsWith("-cpu");
+export function deviceLabel(type) {
+  if (!type) return "-";
+  return isCpuDevice(type) ? `${type} (CPU device: a CPU-backed stand-in for a ${type.slice(0, -4)}, not a GPU)` : type;
+}
+
 export function renderGpus(root, gpus, { selected, onSelect }) {
   const byNode = new Map();
   for (const gpu of [...gpus.values()].sort((a, b) => a.gpu_id.localeCompare(b.gpu_id, undefined, { numeric: true }))) {
@@ -26,12 +34,13 @@ function tile(gpu, selected, onSelect) {
   const health = gpu.health || "Init";
   const short = gpu.gpu_id.includes("/") ? gpu.gpu_id.slice(gpu.gpu_id.indexOf("/") + 1) : gpu.gpu_id;
   const sample = gpu.last_sample ? gpu.last_sample.metrics || {} : gpu.sample_metrics || {};
-  const title = `${gpu.gpu_id} (${gpu.gpu_type || "?"}): ${health}` + (gpu.health_reason ? ` - ${gpu.health_cause || ""}: ${gpu.health_reason}` : "");
+  const title = `${gpu.gpu_id} (${deviceLabel(gpu.gpu_type)}): ${health}` + (gpu.health_reason ? ` - ${gpu.health_cause || ""}: ${gpu.health_reason}` : "");
   return h("button", {
       class: `tile health-${health}${selected === gpu.gpu_id ? " selected" : ""}`, title, type: "button",
       dataset: { gpuId: gpu.gpu_id, health }, onclick: () => onSelect(gpu.gpu_id),
     },
-    h("div", { class: "tile-head" }, h("b", {}, short), h("span", { class: "tile-state" }, health)),
+    h("div", { class: "tile-head" }, h("b", {}, short), isCpuDevice(gpu.gpu_type) ? h("span", { class: "tile-cpu", dataset: { cpuDevice: "1" } }, " CPU device") : null,
+      h("span", { class: "tile-state" }, health)),
     h("div", { class: "tile-line", title: "online service" }, "on: ", gpu.online_workload || "-"),
     h("div", { class: "tile-line", title: "offline job and its SM share" }, "off: ", gpu.offline_job || "-",
       gpu.offline_job && gpu.sm_share !== null && gpu.sm_share !== undefined ? ` (${fmtNum(gpu.sm_share, 0)}% SM)` : ""),
@@ -52,7 +61,7 @@ export function renderGpuPanel(root, x, { admin, onDrain }) {
   replace(root,
     h("h2", {}, `GPU ${x.gpu_id}`, " ", h("span", { class: `chip health-${x.health || "Init"}`, dataset: { panelHealth: x.health || "" } }, x.health || "unknown")),
     h("dl", { class: "facts" },
-      fact("node / type", `${x.node_id || "-"} / ${x.gpu_type || "-"}`),
+      fact("node / type", `${x.node_id || "-"} / ${deviceLabel(x.gpu_type)}`),
       fact("cause", x.cause ? `${x.cause}: ${x.reason || ""}` : "-"),
       fact("online service", x.online_workload || "-"),
       fact("offline job", x.offline_job ? `${x.offline_job} (${fmtNum(x.sm_share, 0)}% SM since ${x.offline_since || "?"})` : "-"),

@@ -5,6 +5,7 @@
 // whoever may act on it.
 
 import { fmtAgo, fmtNum, fmtTime, h, kv, replace } from "./dom.js";
+import { deviceLabel } from "./gpus.js";
 
 export const STATES = ["submitted", "profiled", "waiting", "placed", "bound", "running", "suspended", "resumed",
   "preempted", "evicted", "stopped", "completed", "failed", "rejected", "cancelled"];
@@ -74,6 +75,7 @@ export function renderJobPanel(root, { job, explain, history, log, mayAct, onCom
       [["VC / kind", `${job.vc || "-"} / ${job.kind || "-"}`], ["priority", `${job.priority || "-"} ${job.priority_value ?? ""}`],
        ["size", `${job.pods || 1} pod(s) x ${job.gpus || 1} GPU`], ["where", where(job)], ["submitted", fmtTime(job.submitted_at)],
        ["updated", fmtTime(job.updated_at)], ["last reason", job.last_reason || "-"],
+       ["devices", Object.entries(job.devices || {}).map(([type, n]) => `${n} x ${deviceLabel(type)}`).join(", ") || "-"],
        ["queue", q ? `position ${q.position} of ${q.of} in ${q.vc}` + (q.ahead.length ? ` (behind ${q.ahead.slice(0, 5).join(", ")}${q.ahead.length > 5 ? ", ..." : ""})` : "") + (q.waiting_for ? `; waiting for: ${q.waiting_for}` : "") : "-"],
       ].map(([k, v]) => [h("dt", {}, k), h("dd", {}, v)])),
     job.service ? serviceFacts(job.service) : null,

@@ -84,10 +84,11 @@ async def list_jobs(
             "a lane job: its lane and iterations; a lane GPU: its lane jobs")
 async def describe(request: Request, job_id: str, who: Principal = Depends(principal)) -> dict[str, Any]:
     job = await _own_job(request, who, job_id)
+    devices = {"devices": await _store(request).job_devices(job_id)}  # its GPUs' types: CPU devices say so
     if job.kind != "online":
-        return job_json(job) | await lane_detail(request.app.state.pool, job)
+        return job_json(job) | devices | await lane_detail(request.app.state.pool, job)
     [service] = await online_services(request.app.state.pool, job_ids=[job_id], scope=who.scope()) or [None]
-    return job_json(job) | {"service": service}
+    return job_json(job) | devices | {"service": service}
 
 
 @router.get("/{job_id}/history", summary="Everything that happened to a job, in order, with reasons, inputs and principals")

@@ -1,5 +1,6 @@
 /*
- * A fake libnvidia-ml.so.1 for the NVML backend tests: it exports the NVML entry points pynvml
+ * A fake libnvidia-ml.so.1 (the CPU devices mode of `hivemux up --executor process`, and the NVML
+ * backend tests): it exports the NVML entry points pynvml
  * (nvidia-ml-py) calls for hivemux's readings and serves values from a script file.
  *
  * The script path is read from $FAKE_NVML_SCRIPT on every call and the file is re-read each time,

@@ -1,4 +1,5 @@
-"""A fake `nvidia-cuda-mps-control` for tests: real processes, state in the pipe directory.
+"""A fake `nvidia-cuda-mps-control` (the CPU devices mode, `hivemux.executor.cpu_devices`, and
+the tests): real processes, state in the pipe directory.
 
 Behaves like the real control program as far as the executor uses it, and models the limits of
 the real MPS that matter for sharing (its manual, "nvidia-cuda-mps-control(1)"):
