@@ -30,7 +30,8 @@ from support.buskit import eventually
 
 from hivemux.api.app import ApiConfig, create_app
 from hivemux.bus import Publisher, ensure_topics
-from hivemux.events import HealthState, HealthTransition
+from hivemux.events import GpuTelemetryBatch, GpuTelemetrySample
+from hivemux.health.config import HealthConfig, load_config, parse_config
 from hivemux.infra import EmbeddedInfra, Endpoints, InfraSettings, embedded_infra, free_port
 from hivemux.services.health_processor.service import HealthSettings
 from hivemux.services.health_processor.service import build as build_health
@@ -91,7 +92,8 @@ async def console(infra: Endpoints, broker: EmbeddedInfra) -> AsyncIterator[Cons
     await pool.close()
     common = {"kafka_bootstrap_servers": bootstrap, "group_prefix": "console"}
     services = [build_projector(ProjectorSettings(**common, postgres_dsn=dsn)),
-                build_controller(JobControllerSettings(**common, unknown_job_wait_s=0.5)), build_health(HealthSettings(**common))]  # fmt: skip
+                build_controller(JobControllerSettings(**common, unknown_job_wait_s=0.5)),
+                build_health(HealthSettings(**common), _health_config())]  # fmt: skip
     tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
     port = free_port()
     app = create_app(ApiConfig(postgres_dsn=dsn, kafka_bootstrap_servers=bootstrap, stream_interval_s=0.2, token_recheck_s=1.0))
@@ -117,17 +119,26 @@ async def _started(server: uvicorn.Server) -> bool:
     return server.started
 
 
+def _health_config() -> HealthConfig:
+    """The shipped thresholds with the staleness limit out of the module's reach: the GPUs send
+    one sample each, and the sweep would disable them 30 s later, mid-module."""
+    document = load_config().document | {"stale_after_s": 3600}
+    return parse_config(document, origin="test_console")
+
+
 async def _seed_gpus(bootstrap: str) -> None:
-    """Four GPUs turn Healthy, as the health processor reports them after their first sample; the
-    last is a CPU device (`hivemux up --executor process` without GPUs: type T4-cpu)."""
+    """Four GPUs send one sample each: the health processor turns them Healthy (and knows them:
+    it refuses to drain a GPU that never reported telemetry). The last is a CPU device (`hivemux
+    up --executor process` without GPUs: type T4-cpu), in a batch of its own (one type a batch)."""
     at = datetime.now(UTC)
-    async with Publisher(bootstrap, source="health-processor/0") as publisher:
-        for i, gpu in enumerate(GPUS):
-            await publisher.publish(HealthTransition(
-                occurred_at=at, source="health-processor/0", gpu_id=gpu, node_id=NODE, gpu_type="T4-cpu" if i == 3 else "T4", from_state=HealthState.INIT,
-                to_state=HealthState.HEALTHY, reason="initialization finished: first sample", cause="metrics",
-                metrics={"gpu_util": 40.0 + 10 * i, "sm_activity": 30.0 + 10 * i}, online_workload=f"infer-{i}" if i % 2 == 0 else None,
-            ))  # fmt: skip
+    samples = [GpuTelemetrySample(occurred_at=at, gpu_id=gpu, node_id=NODE, gpu_type="T4-cpu" if i == 3 else "T4", gpu_util=40.0 + 10 * i,
+                                  sm_activity=30.0 + 10 * i, memory_used_mib=4000.0, memory_total_mib=15360.0, sm_clock_mhz=1590.0,
+                                  max_sm_clock_mhz=1590.0, power_w=40.0, temperature_c=50.0,
+                                  online_workload=f"infer-{i}" if i % 2 == 0 else None)
+               for i, gpu in enumerate(GPUS)]  # fmt: skip
+    async with Publisher(bootstrap, source="telemetry-ingester/0") as publisher:
+        for batch in (samples[:3], samples[3:]):
+            await publisher.publish(GpuTelemetryBatch.from_samples(batch, source="telemetry-ingester/0"))
 
 
 @pytest.fixture(scope="module")
@@ -421,17 +432,18 @@ async def test_a_jobs_panel_shows_its_output_as_text(console: Console, new_page:
                           length=len(text.encode()), text=text, head_bytes=1024, tail_bytes=1024) for offset, text in texts]  # fmt: skip
     async with Publisher(broker.endpoints.bootstrap_servers, source="test") as publisher:
         await publisher.publish_all(chunks)
+
+    async def folded() -> bool:  # the read model holds both chunks (the gap between them is said)
+        response = await console.call("a", "GET", f"/api/v1/jobs/{job}/logs")
+        return response.status_code == 200 and [line["text"] for line in response.json()["lines"]][-1:] == ["last line"]
+
+    await eventually(folded, timeout_s=LIVE_S / 1000, every_s=0.1)
     page = await logged_in(new_page, console, "a")
     row = page.locator(f'#jobs tr[data-job-id="{job}"]')
     await expect(row).to_have_count(1, timeout=LIVE_S)
+    await row.click()  # the panel loads the output once: it is in the read model already
     log = page.locator("#panel .job-log pre.log")
-    for _ in range(60):  # the chunks may be folded after the panel first loads: reopen it until they show
-        await row.click()
-        try:
-            await expect(log).to_contain_text("last line", timeout=500)
-            break
-        except AssertionError:
-            continue
+    await expect(log).to_contain_text("last line", timeout=LIVE_S)
     await expect(log).to_contain_text('<img src=x onerror="document.title=1">first line')
     await expect(log).to_contain_text("bytes not kept")
     await expect(log.locator("img")).to_have_count(0)
