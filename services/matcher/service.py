@@ -9,6 +9,8 @@ file decodes, calls, publishes and exports gauges from the returned values.
 
 from __future__ import annotations
 
+import importlib
+import threading
 from datetime import timedelta
 from typing import Literal
 
@@ -131,6 +133,9 @@ def build(settings: MatcherSettings) -> Service:
     service.fold(SLO_PROTECTION, lambda a, _: matcher.core.on_protection(a))  # SLO evictions cool their GPU down
     service.fold(GPU_TELEMETRY, matcher.on_batch)
     service.every(15.0, matcher.export_efficiency)
+    # torch, for the first MLP speed model (`matching.matcher.speed_model`), imported on a thread once ready: imported
+    # by the fold when that version arrived, it held the loop for seconds on a loaded host (no rounds, heartbeats missed)
+    service.on_ready(lambda: threading.Thread(target=importlib.import_module, args=("hivemux.prediction.speed_predictor",), daemon=True).start())
     return service
 
 

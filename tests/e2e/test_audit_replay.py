@@ -110,6 +110,12 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         killed: list[str] = []
         try:
             wait_ready(children, timeout_s=90)
+            # The predictor publishes its first models at its start: submitted before them, an
+            # offline job is told it waits for a feasible GPU (no speed model) and, told so once,
+            # is not told again that it waits for one because of the slowdown bound (a waiting
+            # reason of the same substance, `events.base.waiting_substance`), which
+            # test_a_changed_slowdown_bound_diverges reads in its first divergence.
+            _until(lambda: _decided(bootstrap, "predictor")[1] > 0, 90, "predictor publishes its first models")
             _submit(env, demo_jobs_path())
             for name in DECIDING:
                 _until(lambda name=name: _decided(bootstrap, name)[1] > 0, 90, f"{name} decides")

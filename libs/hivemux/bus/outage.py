@@ -24,7 +24,14 @@ def is_outage(error: BaseException) -> bool:
     except ImportError:  # pragma: no cover - a dependency of the project
         return False
     connection_errors = (
-        asyncpg.PostgresConnectionError,  # includes CannotConnectNowError, TooManyConnectionsError
+        asyncpg.PostgresConnectionError,
+        # A server full, starting up, in crash recovery or shutting down (SQLSTATE 53300, 57P01-57P03:
+        # not connection errors to asyncpg): a restarted PostgreSQL answers "not yet accepting
+        # connections" until its recovery is done (the profiler dead-lettered a job's submission then).
+        asyncpg.exceptions.TooManyConnectionsError,
+        asyncpg.exceptions.CannotConnectNowError,
+        asyncpg.exceptions.AdminShutdownError,
+        asyncpg.exceptions.CrashShutdownError,
         asyncpg.exceptions.ConnectionDoesNotExistError,  # the connection closed under the query
         # A server killed mid-protocol leaves the client's state machine lost ("cannot switch
         # to state 11"): the connection is gone, not the record bad (seen killing PostgreSQL).
