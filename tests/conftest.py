@@ -45,6 +45,7 @@ E2E_LANES = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         lane = E2E_LANES.get(item.path.name) if item.path.parent.name == "e2e" else None
