@@ -51,10 +51,10 @@ demo: install
 
 # The suite waits on brokers, databases and processes more than it computes: TEST_WORKERS
 # workers (pytest-xdist), each with its own embedded broker and database, a test file per worker
-# at a time (its module fixtures are set up once), the end-to-end files in two lanes
-# (tests/conftest.py). TEST_WORKERS=0 runs it in this process.
+# at a time (its module fixtures are set up once), at most two end-to-end files at once
+# (tests/e2e/conftest.py). TEST_WORKERS=0 runs it in this process.
 TEST_WORKERS ?= 4
-PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test: install
 	$(PYTEST)

@@ -33,25 +33,6 @@ def pytest_configure(config: pytest.Config) -> None:
     keys.install(Path(tempfile.mkdtemp(prefix="hivemux-keys-")))
 
 
-# How `make test` spreads the suite over its xdist workers (`--dist loadgroup`): a test file is
-# one unit (its module fixtures are set up once), except the end-to-end files, which each run a
-# dozen service processes: they share two lanes, so that on a 2-core machine at most two run at
-# once while the other workers take the lighter files (four at once starved each other's
-# processes past their bounds). The lanes are balanced by the files' measured durations.
-E2E_LANES = {
-    "test_audit_replay.py": "e2e-0", "test_up.py": "e2e-0", "test_standby.py": "e2e-0", "test_supervision.py": "e2e-0",
-    "test_history.py": "e2e-1", "test_system.py": "e2e-1", "test_up_process.py": "e2e-1", "test_job_control_system.py": "e2e-1",
-    "test_takeover_faults.py": "e2e-1",
-}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        lane = E2E_LANES.get(item.path.name) if item.path.parent.name == "e2e" else None
-        item.add_marker(pytest.mark.xdist_group(lane or str(item.path)))
-
-
 @pytest.fixture(scope="session")
 def infra() -> Iterator[Endpoints]:
     with embedded_infra(InfraSettings()) as running:
