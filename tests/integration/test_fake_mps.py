@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,9 +85,10 @@ def test_the_server_percentage_caps_what_a_client_asks(gpu: dict[str, str]) -> N
 
 def test_exclusive_process_refuses_a_context_without_mps(gpu: dict[str, str]) -> None:
     running = client(gpu, busy=1.5)  # an MPS client: the server holds the GPU
-    for _ in range(100):
-        if control(gpu, "get_server_list"):
-            break
+    deadline = time.monotonic() + 20.0  # the server starts with the first client: wait for it, bounded
+    while not control(gpu, "get_server_list"):
+        assert time.monotonic() < deadline, "no MPS server 20 s after its first client"
+        time.sleep(0.02)
     without = {k: v for k, v in gpu.items() if not k.startswith("CUDA_MPS_")}
     refused = result(client(without, busy=0.0))
     assert "EXCLUSIVE_PROCESS" in refused["error"]
