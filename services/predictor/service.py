@@ -3,8 +3,8 @@
 Folds `predictor.models` (published and refused versions), `jobs.profiled`,
 `sharing.observations` and `clock.ticks`. The ticker only publishes a clock tick (the only
 clock read); consuming its own tick live decides, at the tick's position in the log: analytic v1
-for types with none, then at most one training (run here in a worker thread, abortable when the
-service stops), whose version is published either way (refused ones ``published=False``).
+for types with none (alone: published before any training), else at most one training (run
+here in a worker thread, abortable when the service stops), whose version is published either way (refused ones ``published=False``).
 PostgreSQL mirrors every version; a restarted predictor over a fresh broker republishes the
 stored ones once the fold has caught up (`on_ready`), before its first tick."""
 

@@ -45,7 +45,8 @@ async def test_versions_recorded_and_restored(pg_dsn: str) -> None:
     first = Predictor(settings)
     await first.start()
     try:
-        published = await first.on_tick(own_tick(first), LIVE)
+        published = await first.on_tick(own_tick(first), LIVE)  # v1 alone, then the bootstrap v2
+        published += await first.on_tick(own_tick(first), LIVE)
         assert [(m.kind, m.version, m.published) for m in published] == [("analytic", 1, True), ("mlp", 2, True)]
         first.on_profile(profile(), None)
         first.on_observation(observation(), None)  # retrain_after=1: due again

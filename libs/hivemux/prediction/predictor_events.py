@@ -5,8 +5,10 @@ out (the way `cells.allocator_events` is the cell allocator's edge).
 and `sharing.observations` into a `PredictorCore`, and decides only when it consumes a clock
 tick its own ticker published (``tick.ticker == source``), live (not while catching up after a
 restart: what that tick decided is already on the log). At the tick's position in the log:
-1. the analytic version 1 of every configured type that has no version yet;
-2. at most one training, of the first type due (`PredictorCore.next_due`), numbered one above
+1. the analytic version 1 of every configured type that has no version yet; a tick that
+   decides any returns them alone (no training), so the shell publishes them at once and the
+   matcher has a speed model while the MLPs train (from the next tick on);
+2. otherwise at most one training, of the first type due (`PredictorCore.next_due`), numbered one above
    the highest version of that type folded or decided (`PredictorCore.next_version`): the tick
    returns it as a `Training`, which the shell runs in a worker thread (`Training.run`, long
    and abortable) and hands back to `accept`; the version goes on the log published or
@@ -27,8 +29,8 @@ store (``predictor-store/<instance>``), not the predictor: they are no decision 
 (the audit replay recomputes none of them and expects none).
 
 Worked example: source "predictor/0", types ("T4",), a `ClockTick` from "predictor/0" at 12:00
-on an empty log: `on_tick` returns the analytic T4 v1 stamped 12:00 and a `Training` of T4 v2;
-`accept` of its candidate returns the MLP v2 (published, or ``published=False`` if its held-out
+on an empty log: `on_tick` returns the analytic T4 v1 stamped 12:00 and no training; the next
+own tick, at 12:00:10, returns a `Training` of T4 v2; `accept` of its candidate returns the MLP v2 (published, or ``published=False`` if its held-out
 error is worse than the analytic v1's). A tick from "cell-allocator/0", or one consumed while
 replaying, returns nothing.
 """
@@ -110,11 +112,13 @@ class PredictorEvents:
         if replaying or tick.ticker != self.source:
             return Step()
         first = [self.event_of(v) for v in self.core.first_versions()]
+        if first:  # published alone, not held back behind a long training (module docstring)
+            return Step(first)
         gpu_type = self.core.next_due()
         if gpu_type is None:
-            return Step(first)
+            return Step()
         training = Training(self.core, gpu_type, self.core.next_version(gpu_type), self.core.training.size(gpu_type), self.training)
-        return Step(first, training)
+        return Step([], training)
 
     def accept(self, training: Training, candidate: Candidate) -> PredictorModel:
         """The trained version as an event, folded: published, or refused (``published=False``)."""

@@ -73,7 +73,7 @@ class Run:
 
 
 def run_once() -> Run:
-    """Own tick at 12:01 (v1, bootstrap v2), profile and 30 observations, then a tick of another
+    """Own ticks at 12:00 (v1 alone) and 12:01 (bootstrap v2), profile and 30 observations, then a tick of another
     ticker, a tick consumed while replaying, and an own tick at 12:03 with a one-epoch training
     setting (a candidate worse than v2: v3 refused)."""
     e, consumed, out = edge(), [], []
@@ -93,6 +93,7 @@ def run_once() -> Run:
             case SharingObservation():
                 e.on_observation(event)
 
+    consume(tick(0))
     consume(tick(1))
     consume(profile())
     for o in observations():
@@ -115,7 +116,7 @@ def test_same_inputs_and_ticks_give_byte_identical_events(runs: tuple[Run, Run])
     models = first.published
     assert [(m.version, m.kind, m.published) for m in models] == [(1, "analytic", True), (2, "mlp", True), (3, "mlp", False)]
     assert [m.event_id for m in models] == [derived_id("model", "T4", v) for v in (1, 2, 3)]
-    assert [m.occurred_at for m in models] == [T0 + timedelta(minutes=1)] * 2 + [T0 + timedelta(minutes=2, seconds=29)]
+    assert [m.occurred_at for m in models] == [T0, T0 + timedelta(minutes=1), T0 + timedelta(minutes=2, seconds=29)]
     assert {m.source for m in models} == {SOURCE}
     assert models[2].parameters["observations"] == 30.0 and models[2].heldout_error > models[1].heldout_error  # type: ignore[operator]
 
@@ -126,7 +127,9 @@ def test_only_own_live_ticks_decide() -> None:
     assert e.on_tick(tick(1), replaying=True) == Step()
     step = e.on_tick(tick(2), replaying=False)
     assert [(m.version, m.kind) for m in step.events] == [(1, "analytic")] and step.events[0].occurred_at == T0 + timedelta(minutes=2)
-    assert step.training is not None and (step.training.gpu_type, step.training.version, step.training.observations) == ("T4", 2, 0)
+    assert step.training is None  # v1 goes out at once, not after a training
+    step = e.on_tick(tick(3), replaying=False)
+    assert step.events == [] and step.training is not None and (step.training.gpu_type, step.training.version, step.training.observations) == ("T4", 2, 0)
 
 
 def test_a_core_folding_a_previous_runs_log_numbers_after_it_and_is_not_due(runs: tuple[Run, Run]) -> None:

@@ -123,8 +123,9 @@ async def test_bootstraps_an_mlp_then_refuses_a_worse_retrained_one() -> None:
     predictor = Predictor(settings)
     assert await predictor.on_tick(own_tick(predictor), REPLAYING) == []  # catching up: decided before
     first = await predictor.on_tick(own_tick(predictor), LIVE)
-    assert [(m.kind, m.version, m.published) for m in first] == [("analytic", 1, True), ("mlp", 2, True)]
-    mlp = first[1]
+    assert [(m.kind, m.version, m.published) for m in first] == [("analytic", 1, True)]  # alone: not held back by training
+    [mlp] = await predictor.on_tick(own_tick(predictor), LIVE)
+    assert (mlp.kind, mlp.version, mlp.published) == ("mlp", 2, True)
     assert mlp.weights_b64 and mlp.heldout_error is not None and mlp.heldout_error < 0.37
     assert mlp.parameters["layers"] == 4.0 and mlp.parameters["hidden"] == 64.0
     assert await predictor.on_tick(own_tick(predictor), LIVE) == []  # nothing new to learn from
