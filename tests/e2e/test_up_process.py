@@ -49,13 +49,13 @@ def _until(check, timeout_s: float, what: str, up: subprocess.Popen[str], out: P
 def test_up_process_runs_a_users_command_on_cpu_devices(tmp_path: Path) -> None:
     reachable_by_workload_uids([tmp_path])  # workloads run as unprivileged uids (executor.users)
     (tmp_path / "cells.yaml").write_text(CELLS)
-    shared = tmp_path / "shared"
-    shared.mkdir(mode=0o777)
-    shared.chmod(0o777)  # the workload's uid writes its file here
+    # The sandbox gives the workload a private /tmp (where pytest's tmp_path lies): it writes its
+    # file in its own working directory, the one host directory it may write.
+    workload_dir = tmp_path / "work" / "nodes" / "node-00" / "hello-cpu"
     job = {"job_id": "hello-cpu", "vc": "vc-a", "kind": "training", "pods": 1, "gpus_per_pod": 1,
            "workload": {"model": "custom", "batch_size": 1, "iterations": 1, "command": [
                sys.executable, "-c",
-               f"import os; print('hello from', os.environ['HIVEMUX_JOB_ID']); open('{shared}/hello.txt', 'w').write('ran')"]}}  # fmt: skip
+               "import os; print('hello from', os.environ['HIVEMUX_JOB_ID']); open('hello.txt', 'w').write('ran')"]}}  # fmt: skip
     (tmp_path / "job.yaml").write_text(json.dumps(job))
     drop = ("KAFKA_BOOTSTRAP_SERVERS", "HIVEMUX_POSTGRES_DSN", "HIVEMUX_API_URL", "HIVEMUX_TOKEN", "HIVEMUX_SIGNING_KEY", "HIVEMUX_KEYRING")
     env = {k: v for k, v in os.environ.items() if k not in drop} | {"HIVEMUX_ALLOCATOR_CONFIG": str(tmp_path / "cells.yaml")}
@@ -87,7 +87,8 @@ def test_up_process_runs_a_users_command_on_cpu_devices(tmp_path: Path) -> None:
         described = _until(completed, 60, "completed job", up, out)
         assert described["last_reason"] == "its command exited 0"
         assert described["devices"] == {"T4-cpu": 1}  # bound to one CPU device, and it says so
-        assert (shared / "hello.txt").read_text() == "ran"  # the user's command ran, as its own uid
+        assert (workload_dir / "hello.txt").read_text() == "ran"  # the user's command ran,
+        assert (workload_dir / "hello.txt").stat().st_uid != 0  # as its own uid
         listed = cli("jobs", "list")
         assert any(line.split()[:2] == ["hello-cpu", "completed"] for line in listed.splitlines()), listed
         status = cli("status")

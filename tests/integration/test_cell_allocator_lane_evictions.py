@@ -24,14 +24,20 @@ from hivemux.events import (
     ExecutorReport,
     JobLifecycleEvent,
     JobState,
+    LeaderElected,
     ReportState,
 )
 from hivemux.infra import Endpoints
-from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS
+from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, LEADERSHIP
 
 pytestmark = pytest.mark.integration
 infra = lanekit.infra  # a broker of each test's own
 LIMIT = {"HIVEMUX_ALLOCATOR_LANE_REFUSAL_LIMIT": "2"}
+
+
+async def elected(infra: Endpoints, count: int) -> bool:
+    found = [e for _, e in await read_all(infra.bootstrap_servers, LEADERSHIP) if isinstance(e, LeaderElected) and e.service == "cell-allocator"]
+    return len(found) >= count
 
 
 def evicted(start: ExecutorCommand, node: str | None = None) -> ExecutorReport:
@@ -70,7 +76,9 @@ async def test_an_evicted_lane_run_waits_runs_again_and_a_restart_keeps_the_coun
 
             await stop(allocator)
             allocator = await start_allocator(infra, f"evictions-{tag}", LIMIT)  # folds the log: the count is 1
-            await asyncio.sleep(3)
+            # A record that reaches a standby is folded without deciding (bus.leadership): publish
+            # the eviction once the restarted allocator leads (its own LeaderElected, the second).
+            await eventually(lambda: elected(infra, count=2), timeout_s=60)
             await publisher.publish(evicted(second))
             (rejected,) = await eventually(lambda: lifecycle_of(infra, j2.job_id, JobState.REJECTED), timeout_s=60)
             assert "the limit: it is rejected" in rejected.reason and rejected.inputs["lane_refusals"] == "2"
