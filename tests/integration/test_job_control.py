@@ -62,7 +62,7 @@ async def test_cancel_suspend_resume_through_the_cli(infra: Endpoints) -> None:
     ]
     tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
     try:
-        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 60)
+        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in services)), 120)  # services starting beside the e2e lanes: the bound, not the expectation
         job_id = f"train-{uuid.uuid4().hex[:8]}"
         job = JobSubmission(
             occurred_at=datetime.now(UTC), source="cli", job_id=job_id, vc="vc-b", kind=JobKind.TRAINING,
