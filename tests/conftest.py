@@ -23,6 +23,10 @@ from hivemux.salus import grpc_setup
 # executor agent does: gRPC's fork handlers off here too, before grpcio loads, as the gate sets
 # them where it starts (a forked child could abort before its exec; `hivemux.salus.grpc_setup`).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", grpc_setup.FORK_SUPPORT)
+# The embedded broker answers an idle fetch only when its wait expires, so every consumer of every
+# service polls at 1/wait: 50 ms (the default, for latency) made polling most of the suite's CPU
+# on 2 cores; 200 ms keeps hops well under the tests' bounds (services inherit it).
+os.environ.setdefault("HIVEMUX_FETCH_MAX_WAIT_MS", "200")
 
 
 def pytest_configure(config: pytest.Config) -> None:

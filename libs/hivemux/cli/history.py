@@ -39,6 +39,7 @@ from typing import Any
 
 from ..store.archive import ArchiveMismatch, ArchiveStats, RestoreReport, archive, restore, wait_archived
 from ..store.archive_watch import ARCHIVING, PAUSED, RESTARTING, ArchiverHealth, describe_gaps, watch_archive
+from ..settings import BusSettings
 from ..topics import ALL_TOPICS
 from .supervisor import Backoff, RestartPolicy
 
@@ -128,7 +129,10 @@ class History:
         while not stop.is_set():
             started = time.monotonic()
             try:
-                await archive(self.bootstrap_servers, self.dsn, self.topics, stop=stop, stats=self.stats)
+                # the services' fetch wait: the embedded broker answers an idle fetch only when
+                # it expires, so a shorter one only polls all topics more often
+                await archive(self.bootstrap_servers, self.dsn, self.topics, stop=stop, stats=self.stats,
+                              fetch_max_wait_ms=BusSettings().fetch_max_wait_ms)
                 if stop.is_set():
                     return
                 raise RuntimeError("the archiver returned without being stopped")
