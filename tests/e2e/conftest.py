@@ -39,3 +39,23 @@ def e2e_lane() -> Iterator[None]:
                 handle.close()
             return
         time.sleep(0.2)  # both lanes busy: another worker's module is running
+
+
+# The predictor's speed models are trained and judged in tests/unit/prediction; here a cluster
+# only needs some MLP to publish. At the defaults (2,000 simulator pairs, 150 epochs per GPU
+# type) every cluster start spent ~10 CPU s training, on a machine whose 2 cores bound the
+# suite's wall time. A module's own setting wins (test_audit_replay sets smaller ones).
+SMALL_PREDICTOR = {"HIVEMUX_PREDICTOR_EPOCHS": "20", "HIVEMUX_PREDICTOR_BOOTSTRAP_PAIRS": "400"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def small_predictor(e2e_lane: None) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in SMALL_PREDICTOR}
+    for name, value in SMALL_PREDICTOR.items():
+        os.environ.setdefault(name, value)
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
