@@ -159,3 +159,25 @@ async def test_the_cpu_quota_is_written_and_the_command_starts_inside_its_cgroup
                                                  job_id="spin", reason="test over"))
     assert any(isinstance(e, ExecutorReport) and e.state is ReportState.STOPPED for e in out)
     assert not any(d.exists() for d in cg.dirs.values())
+
+
+async def test_without_a_sandbox_the_command_still_starts_in_its_cgroup(tmp_path: Path) -> None:
+    """The sandbox turned off (or impossible): `sandbox_init` only joins the cgroups, drops to the
+    workload's uid and execs (``namespaces: false``)."""
+    reachable_by_workload_uids([tmp_path])
+    config = NodeConfig(NODE, tmp_path / "plain", cgroup_root=CGROUPS, salus_policy=None, grace_s=2.0, admission_wait_s=0.2,
+                        sandbox=False, workload_users=WorkloadUsers(first=320_000, count=1000))  # fmt: skip
+    node = ProcessNode(config, source="executor/node-00")
+    await node.start()
+    try:
+        code = "import os\nopen('seen', 'w').write(open('/proc/self/cgroup').read() + str(os.getuid()))"
+        report = await launched(node, start("plain", code, memory_mib=128))
+        assert "limits: 128 MiB host memory (requested)" in report.detail
+        work = node.workloads["plain"].files.root
+        await ends(node, "plain")
+        lines = (work / "seen").read_text().splitlines()
+        seen = dict(line.split(":", 2)[1:] for line in lines[:-1])
+        assert all(seen[c].endswith("/workload-plain") for c in ("memory", "cpu", "pids")), seen
+        assert int(lines[-1]) >= 320_000  # its own uid, not root
+    finally:
+        await node.stop()
