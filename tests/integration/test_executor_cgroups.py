@@ -161,6 +161,45 @@ async def test_the_cpu_quota_is_written_and_the_command_starts_inside_its_cgroup
     assert not any(d.exists() for d in cg.dirs.values())
 
 
+async def test_a_stopping_agent_removes_its_running_workloads_cgroups(tmp_path: Path) -> None:
+    reachable_by_workload_uids([tmp_path])
+    config = NodeConfig(NODE, tmp_path / "stops", cgroup_root=CGROUPS, salus_policy=None, grace_s=2.0, admission_wait_s=0.2,
+                        workload_users=WorkloadUsers(first=320_000, count=1000))  # fmt: skip
+    node = ProcessNode(config, source="executor/node-00")
+    await node.start()
+    await launched(node, start("sleeper", "import time\ntime.sleep(60)"))
+    cg = node.workloads["sleeper"].cgroup
+    assert cg is not None and all(d.is_dir() for d in cg.dirs.values())
+    await node.stop()
+    assert not any(d.exists() for d in cg.dirs.values()) and not any(p.exists() for p in node.cgroups.parents.values())
+
+
+async def test_a_restarted_agent_readopts_a_workload_in_its_cgroup(node: ProcessNode) -> None:
+    """The agent dies, its workload lives on in its cgroup: the restarted agent finds the cgroup
+    (the limits it holds read back), and removes it when the workload ends."""
+    from hivemux.executor.recovery import Ledger
+
+    command = start("lives-on", "import time\ntime.sleep(60)", memory_mib=256, cpus=0.5)
+    accepted = await launched(node, command)
+    w = node.workloads["lives-on"]
+    pid = w.proc.pid  # type: ignore[union-attr]
+    for _ in range(200):  # the sandbox's outer process joins as it starts (before the workload's exec)
+        if pid in w.cgroup.pids():  # type: ignore[union-attr]
+            break
+        await asyncio.sleep(0.05)
+    node.table.jobs.clear()  # the dead agent signals nothing and removes nothing
+    again = ProcessNode(node.config, source="executor/node-00")
+    out = await again.start(Ledger().fold([(command, 0)], [accepted]))
+    try:
+        assert [(e.state, e.step) for e in out if isinstance(e, ExecutorReport)] == [(ReportState.RUNNING, "readopted")]
+        cg = again.workloads["lives-on"].cgroup
+        assert cg is not None and (cg.limits.host_memory_mib, cg.limits.cpus, cg.limits.pids_max) == (256.0, 0.5, 64)
+        assert pid in cg.pids()
+    finally:
+        await again.stop()
+    assert not any(d.exists() for d in cg.dirs.values())
+
+
 async def test_without_a_sandbox_the_command_still_starts_in_its_cgroup(tmp_path: Path) -> None:
     """The sandbox turned off (or impossible): `sandbox_init` only joins the cgroups, drops to the
     workload's uid and execs (``namespaces: false``)."""

@@ -350,7 +350,11 @@ class ProcessNode:
     async def stop(self) -> list[Event]:
         """End every workload and quit the per-GPU daemons (`GracefulExit.shutdown`)."""
         async with self._lock:
+            every = [*self.table.jobs.values(), *self.table.online.values()]
             out = await self.graceful.shutdown()
+            for w in every:  # ended: their cgroups go (`cgroups`)
+                self.cgroups.release(w.cgroup)
+                w.cgroup = None
             out += self.logs.ship(self.table.jobs.values())  # the ended workloads' last output
             await self.daemons.close()
             self.xcuda.close()
