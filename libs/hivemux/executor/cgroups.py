@@ -30,6 +30,7 @@ import errno
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,8 +255,13 @@ class NodeCgroups:
         return removed
 
     def close(self) -> None:
-        """The agent stops: the last cgroups and the node's directories go (those still empty)."""
-        self.sweep()
+        """The agent stops: the last cgroups and the node's directories go (those still empty).
+        Killed processes take a moment to leave a cgroup: retried for up to a second."""
+        for _ in range(20):
+            self.sweep()
+            if not self._pending:
+                break
+            time.sleep(0.05)
         for parent in self.parents.values():
             try:
                 parent.rmdir()
