@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from hivemux.executor.cgroup_plan import DEFAULT_PIDS_MAX, KIND_DEFAULTS, KindDefaults
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.users import WorkloadUsers
 from hivemux.jobs.log_bound import LogBound
@@ -39,7 +40,13 @@ class ExecutorSettings(ServiceSettings):
     gpu_memory_mib: float = Field(default=16384.0, gt=0.0, description="GPU memory until telemetry reports it")
     xcuda: bool = Field(default=True, description="Preload libxcuda.so into offline workloads")
     real_libcuda: str | None = Field(default=None, description="XCUDA_REAL_LIBCUDA for the workloads")
-    cgroup_root: Path | None = Field(default=Path("/sys/fs/cgroup"), description="cgroup v2 root for the cpusets")
+    cgroup_root: Path | None = Field(default=Path("/sys/fs/cgroup"),
+                                     description="cgroup v2 root (cpusets, workload cgroups), or where the v1 hierarchies are mounted")
+    workload_host_memory_mib: dict[str, float] = Field(
+        default_factory=dict, description="Host memory limit (MiB) of a workload whose job asks none, per kind (training: per GPU; "
+        "lane, offline, online); kinds not given: hivemux.executor.cgroup_plan.KIND_DEFAULTS")
+    workload_cpus: dict[str, float] = Field(default_factory=dict, description="CPU limit of a workload whose job asks none, per kind")
+    workload_pids_max: int = Field(default=DEFAULT_PIDS_MAX, ge=16, le=4_194_304, description="Processes and threads per workload")
     online_cpu_fraction: float = Field(default=0.5, gt=0.0, lt=1.0)
     min_available_memory_fraction: float = Field(default=0.05, ge=0.0, lt=1.0,
                                                  description="Below this MemAvailable/MemTotal offline work is evicted")
@@ -79,7 +86,14 @@ class ExecutorSettings(ServiceSettings):
     def _process_needs_a_node(self) -> ExecutorSettings:
         if self.backend == "process" and not self.node_id:
             raise ValueError("HIVEMUX_EXECUTOR_BACKEND=process needs HIVEMUX_EXECUTOR_NODE_ID")
+        for name, given in (("WORKLOAD_HOST_MEMORY_MIB", self.workload_host_memory_mib), ("WORKLOAD_CPUS", self.workload_cpus)):
+            if set(given) - set(KIND_DEFAULTS) or any(v <= 0 for v in given.values()):
+                raise ValueError(f"HIVEMUX_EXECUTOR_{name}: positive values for the kinds {', '.join(KIND_DEFAULTS)}, got {given}")
         return self
+
+    def kind_defaults(self) -> dict[str, KindDefaults]:
+        return {kind: KindDefaults(self.workload_host_memory_mib.get(kind, row.host_memory_mib), self.workload_cpus.get(kind, row.cpus))
+                for kind, row in KIND_DEFAULTS.items()}
 
     def node_config(self) -> NodeConfig:
         assert self.node_id is not None
@@ -90,6 +104,7 @@ class ExecutorSettings(ServiceSettings):
             memory_quota_fraction=self.memory_quota_fraction, gpu_memory_mib=self.gpu_memory_mib,
             default_gpu_type=self.default_gpu_type, xcuda=self.xcuda, real_libcuda=self.real_libcuda,
             cgroup_root=self.cgroup_root, online_cpu_fraction=self.online_cpu_fraction,
+            kind_defaults=self.kind_defaults(), pids_max=self.workload_pids_max,
             min_available_memory_fraction=self.min_available_memory_fraction,
             gpu_memory_allowance_mib=self.gpu_memory_allowance_mib,
             online_services=dict(self.online_services), online_args=tuple(self.online_args),

@@ -5,7 +5,9 @@ health check on /healthz. Every HIVEMUX_* variable they set is a setting some se
 backend unprivileged (only its MPS init step is privileged), the Dockerfile builds and ships
 the xCUDA shim (issue 18), and every service mounts its own signing key, no other, and the public
 keyring where its variables say, made by what makes them (issue 28: compose's one-shot
-`signing-keys`, deploy/kubernetes/signing-keys.sh)."""
+`signing-keys`, deploy/kubernetes/signing-keys.sh), and the executor requests its GPUs from the
+NVIDIA device plugin (or, in the host-GPU overlay, takes all of them) with no pod-wide memory
+limit over its workloads' own (issue 30)."""
 
 from __future__ import annotations
 
@@ -287,6 +289,71 @@ def test_executor_privileges(workloads: dict[str, dict[str, Any]]) -> None:
         spec = workload["spec"]["template"]["spec"]
         for c in spec["containers"]:
             assert not c.get("securityContext", {}).get("privileged", False), name
+
+
+def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """The RFC 6902 ``add``/``remove`` operations a kustomize patch uses (``~1`` is ``/``)."""
+    import copy
+
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = doc
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        if op["op"] == "remove":
+            del target[int(last) if isinstance(target, list) else last]
+        elif op["op"] == "add" and isinstance(target, list):
+            target.insert(len(target) if last == "-" else int(last), op["value"])
+        elif op["op"] == "add":
+            target[last] = op["value"]
+        else:
+            raise AssertionError(f"unexpected patch operation {op}")
+    return doc
+
+
+def test_executor_requests_its_gpus_from_the_device_plugin(workloads: dict[str, dict[str, Any]]) -> None:
+    """Issue 30 item 5: the agent asks the NVIDIA device plugin for its node's GPUs (so the kubelet
+    gives them to no other pod), under the NVIDIA runtime, and never names "all" devices itself,
+    which would bypass the plugin's allocation."""
+    pod = workloads["executor"]["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+    (agent,) = pod["containers"]
+    limits = agent["resources"]["limits"]
+    assert isinstance(limits["nvidia.com/gpu"], int) and limits["nvidia.com/gpu"] >= 1  # one node's GPUs
+    assert "nvidia.com/gpu" not in agent["resources"]["requests"] or agent["resources"]["requests"]["nvidia.com/gpu"] == limits["nvidia.com/gpu"]
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in agent["env"]}
+    for other, workload in workloads.items():  # no other service holds a GPU
+        if other != "executor":
+            (c,) = containers(workload)
+            assert "nvidia.com/gpu" not in (c.get("resources", {}).get("limits") or {}), other
+
+
+def test_host_gpu_mode_is_the_documented_overlay(workloads: dict[str, dict[str, Any]]) -> None:
+    """deploy/kubernetes/host-gpus: the same agent without the request, every GPU of its node
+    through the NVIDIA runtime."""
+    (overlay,) = load_all(K8S / "host-gpus" / "kustomization.yaml")
+    assert overlay["resources"] == [".."]
+    (patch,) = overlay["patches"]
+    assert patch["target"] == {"kind": "DaemonSet", "name": "executor"}
+    patched = apply_json_patch(workloads["executor"], yaml.safe_load(patch["patch"]))
+    pod = patched["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    assert "nvidia.com/gpu" not in agent["resources"].get("limits", {})
+    assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in agent["env"] and pod["runtimeClassName"] == "nvidia"
+
+
+def test_executor_limits_each_workload_not_the_pod(workloads: dict[str, dict[str, Any]]) -> None:
+    """Issue 30 items 3 and 5: each workload's cgroup nests under the agent's, in the host's
+    hierarchy mounted writable; the pod sets no memory limit that would cap all of them together."""
+    pod = workloads["executor"]["spec"]["template"]["spec"]
+    (agent,) = pod["containers"]
+    assert "memory" not in agent["resources"].get("limits", {})
+    env = {e["name"]: e.get("value") for e in agent["env"]}
+    root = env["HIVEMUX_EXECUTOR_CGROUP_ROOT"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in agent["volumeMounts"] if m["mountPath"] == root]
+    assert volumes[mount["name"]]["hostPath"]["path"] == "/sys/fs/cgroup" and not mount.get("readOnly", False)
 
 
 # -- HIVEMUX_* variables are settings --------------------------------------------------------

@@ -5,7 +5,8 @@
   algorithm, no library package imports a service;
 - the algorithm packages (cells, health, sharing, matching, prediction, lanes) do no I/O: they
   import none of asyncio, aiokafka, asyncpg, grpc, pynvml, read no clock and no environment,
-  and importing them changes nothing in the process;
+  and importing them changes nothing in the process; the pure halves of mechanisms elsewhere
+  (`PURE_MODULES`) import no I/O module and open no file;
 - every service is a thin shell: no file under `services/` is over 150 lines.
 """
 
@@ -130,6 +131,20 @@ def test_algorithm_packages_do_no_io(package: str) -> None:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and (node.value.id, node.attr) in CLOCK_OR_ENV
         ]
         assert not reads, f"{path.relative_to(ROOT)} reads a clock or the environment: {reads}"
+
+
+# The pure half of a mechanism whose I/O shell sits beside it, outside the algorithm packages.
+PURE_MODULES = ("executor/cgroup_plan.py",)
+
+
+@pytest.mark.parametrize("module", PURE_MODULES)
+def test_pure_modules_do_no_io(module: str) -> None:
+    path = LIB / module
+    io = [m for m in imported_modules(path) if m.split(".")[0] in {*IO_MODULES, "os", "pathlib", "subprocess", "shutil", "socket", "time"}]
+    assert not io, f"{module} imports {io}"
+    opens = [n.lineno for n in ast.walk(ast.parse(path.read_text()))
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "open"]
+    assert not opens, f"{module} opens files at lines {opens}"
 
 
 def test_importing_the_algorithms_has_no_side_effects() -> None:

@@ -18,6 +18,7 @@ from .commands import JobAction, JobCommand, JobCommandRefused, JobPriorityChang
 from .executor import CommandAction, DeadLetter, ExecutorCommand, ExecutorReport, LaneGrant, NodeAgent, Rendezvous, ReportState, dead_letter_of
 from .jobs import (
     FINISHED_STATES,
+    HostResources,
     JobKind,
     JobLifecycleEvent,
     JobState,
@@ -81,6 +82,7 @@ __all__ = [
     "GpuTelemetryBatch",
     "GpuTelemetrySample",
     "HealthState",
+    "HostResources",
     "HealthTransition",
     "JobKind",
     "LeaderElected",

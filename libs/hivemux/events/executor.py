@@ -63,13 +63,18 @@ class Rendezvous(Record):
 
 class NodeAgent(Event):
     """A node agent's record of itself (issue 29), published when it starts: the address other
-    nodes reach it at (a gang's ``MASTER_ADDR``) and the checkpoint store it mounts. Compacted by
-    node: the last record is the node's."""
+    nodes reach it at (a gang's ``MASTER_ADDR``), the checkpoint store it mounts and how its
+    workloads are limited (issue 30). Compacted by node: the last record is the node's."""
 
     node_id: Name
     address: str = Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9][A-Za-z0-9.:-]*$",
                          description="Host name or IP address other nodes reach this one at")
     checkpoint_store: str | None = Field(default=None, max_length=4096, description="The cluster's checkpoint store as this node mounts it")
+    workload_limits: Literal["cgroup_v2", "cgroup_v1", "none"] | None = Field(
+        default=None, description="How each workload's host memory, CPU and pids are limited here (issue 30): a cgroup of "
+        "its own in cgroup v2 or in the v1 memory, cpu and pids controllers, or none (workload_limits_detail says why); "
+        "None: an agent that does not say (the simulated backend, a record from before)")
+    workload_limits_detail: Reason = Field(default="", description="Where the workloads' cgroups are, or why there are none")
 
 
 class ExecutorCommand(Event):

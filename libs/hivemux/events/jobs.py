@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, ValidationInfo, field_validator, model_validator
 
-from .base import MAX_ENTRIES, MAX_GPUS, MAX_ITERATION_MS, MAX_ITERATIONS, Event, JobId, Label, Mebibytes, Name, Percent, Reason, Record, Text
+from .base import MAX_ENTRIES, MAX_GPUS, MAX_MIB, MAX_ITERATION_MS, MAX_ITERATIONS, Event, JobId, Label, Mebibytes, Name, Percent, Reason, Record, Text
 
 
 class JobKind(StrEnum):
@@ -67,6 +67,16 @@ class ServiceMetrics(Record):
     port: PortName = "PORT"
 
 
+class HostResources(Record):
+    """What one pod of the workload asks of its node's host (issue 30 item 3): the limits of its
+    cgroup there (`hivemux.executor.cgroup_plan`: memory beyond it is OOM-killed, CPU time beyond
+    it throttled). Unset: its kind's default on the node (`cgroup_plan.KIND_DEFAULTS`)."""
+
+    host_memory_mib: float | None = Field(default=None, ge=16, le=MAX_MIB,
+                                          description="Host (not GPU) memory, MiB: the pod's memory limit (at least 16: its sandbox's own processes count)")
+    cpus: float | None = Field(default=None, ge=0.01, le=4096, description="CPUs: the pod's CPU time quota (0.5 = half a CPU)")
+
+
 class WorkloadSpec(Record):
     """What to run: a model family from the catalog, its batch size and length; an online
     service's own command also has its ports, readiness probe and metrics (issue 29)."""
@@ -82,6 +92,7 @@ class WorkloadSpec(Record):
     ports: tuple[ServicePort, ...] = Field(default=(), max_length=16, description="Online services: further ports, each in its environment variable (PORT is always given)")
     readiness: Readiness | None = Field(default=None, description="Online services: the probe a replica passes before it counts as serving")
     metrics: ServiceMetrics | None = Field(default=None, description="Online services: the Prometheus endpoint and latency histogram its p99 is read from")
+    resources: HostResources = Field(default_factory=HostResources, description="Host memory and CPUs each pod asks for: its limits on the node")
 
     @field_validator("command")
     @classmethod

@@ -26,7 +26,9 @@ The process backend, one module per mechanism:
 - monitoring (§3, §6): `gpu_readings` (folded GPU telemetry), `workload_monitor` (exits,
   progress, observations, node memory pressure), `observations` (pure: a measured window →
   `SharingObservation`, the speed predictor's data, §5.2), `cpuset` (cgroup v2 CPU isolation;
-  node memory pressure, §6), `supervisor` (process groups, bounded grace), `workload` (one
+  node memory pressure, §6), `cgroup_plan` (pure) and `cgroups` (issue 30: a cgroup per
+  workload, its host memory, CPU and pids limits; v2, or the v1 controllers), `sandbox` and
+  `sandbox_init` (issue 30: each workload's namespaces), `supervisor` (process groups, bounded grace), `workload` (one
   workload, the node's table of them, their reports), `config` (`NodeConfig`);
 - an agent that dies comes back with its work: `recovery` (what the log says each node runs:
   commands and reports folded into a `Ledger`, read at start), `adoption` (the processes an

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hivemux.executor.cgroup_plan import DEFAULT_PIDS_MAX, KIND_DEFAULTS, KindDefaults
 from hivemux.executor.users import WorkloadUsers
 from hivemux.jobs.log_bound import LogBound
 from hivemux.xcuda import LaunchControl
@@ -31,7 +32,12 @@ class NodeConfig:
     xcuda: bool = True
     real_libcuda: str | None = None
     launch_control: LaunchControl = LaunchControl(t_sm=1200, c_h=1590, a_l=1.0, a_h=0.2, kp=300, ki=3000, kd=0, target=0.7)
+    # Where the node's cgroups are (`cpuset` for v2 cpusets; `cgroups` for each workload's own
+    # cgroup: v2 there, else the v1 memory/cpu/pids hierarchies mounted under it); None: neither.
     cgroup_root: Path | None = None
+    # Each workload's host limits when its job asks for none, per kind (`cgroup_plan`), and its pids limit
+    kind_defaults: Mapping[str, KindDefaults] = field(default_factory=lambda: dict(KIND_DEFAULTS))
+    pids_max: int = DEFAULT_PIDS_MAX
     online_cpu_fraction: float = 0.5
     meminfo_path: Path = Path("/proc/meminfo")
     min_available_memory_fraction: float = 0.0  # 0: never evict for node memory

@@ -6,7 +6,8 @@ daemon (`GpuDaemons`, started on first use), its SM share, xCUDA preloaded with 
 control block (memory quota: ``memory_quota_fraction`` of the GPU, §6: "fixed to 40 %", or the
 command's when it is lower) and the offline cpuset; online services get MPS and the online cpuset;
 training pods get whole GPUs, a gang's rendezvous and their checkpoints in the cluster's store
-(`rendezvous`). Training and offline work also get the GPU's Salus lane server; a
+(`rendezvous`). Every workload gets a cgroup of its own with its host memory, CPU and pids
+limits (`cgroups`, issue 30), joined before its command runs. Training and offline work also get the GPU's Salus lane server; a
 lane job (issue 20, `lane_jobs`) runs the training loop gated by it with its grant's P and E.
 A relaunch resumes at the last checkpoint (what ran after it is lost) and starts unfrozen.
 
@@ -23,8 +24,9 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from hivemux.executor import adoption
+from hivemux.executor import adoption, cgroup_plan
 from hivemux.executor.admission import Admissions
+from hivemux.executor.cgroups import NodeCgroups
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
@@ -60,6 +62,7 @@ class Launcher:
         self.clock = clock
         self.addresses = addresses or NodeAddresses()
         self.cpusets = Cpusets(False, "not opened", Path("/"))
+        self.cgroups = NodeCgroups.unavailable("not opened")  # each workload's host limits (`cgroups`)
         self.services: ServiceWatch | None = None  # own-command online services: ports (`service_watch`)
         self.sandbox = Sandbox(config.sandbox, config.sandbox_shared)
 
@@ -70,6 +73,20 @@ class Launcher:
         cap = self.config.memory_quota_fraction * total
         quota = cap if w.memory_quota_mib is None else min(cap, w.memory_quota_mib)
         return int(quota * MIB)
+
+    def limits(self, w: Workload) -> cgroup_plan.Limits:
+        """The host limits of ``w`` (`cgroup_plan.limits_for`): its submitted request, else its kind's default."""
+        asked = w.spec.resources if w.spec is not None else None
+        lane = w.command is not None and w.command.lane is not None
+        return cgroup_plan.limits_for(cgroup_plan.kind_of(w.kind, lane=lane), gpus=len(w.gpu_ids),
+                                      host_memory_mib=asked.host_memory_mib if asked else None, cpus=asked.cpus if asked else None,
+                                      defaults=self.config.kind_defaults, pids_max=self.config.pids_max)
+
+    def limits_text(self, w: Workload) -> str:
+        """What the ``launched`` report says of its host limits."""
+        if w.cgroup is None:
+            return f"no host limits: {self.cgroups.reason}"
+        return f"limits: {w.cgroup.limits.describe()} (cgroup v{w.cgroup.version})"
 
     def owner(self, w: Workload) -> Owner:
         """The uid ``w`` runs as (`users.WorkloadUsers`), kept in its node directory."""
@@ -122,12 +139,18 @@ class Launcher:
                               checkpoint_every=self.config.checkpoint_every, extra=(*self.config.train_extra_args, *lane))
         if w.launches:
             w.iteration = w.checkpoint or 0  # what ran after the last checkpoint is lost; it resumes there
-        w.proc = await self.sandbox.launch(argv, env=env, files=w.files, owner=w.owner)  # `sandbox`
+        cpuset = None  # cgroup v2: a process is in one cgroup, so its cpuset side is written into its own
+        if self.cgroups.version == 2 and self.cpusets.available:
+            cpuset = self.cpusets.online_cpus if w.kind == "online" else self.cpusets.offline_cpus
+        if self.cgroups.available:  # its limits, joined before its command runs (`cgroups`)
+            w.cgroup = self.cgroups.create(w.key, self.limits(w), cpuset=cpuset)
+        procs = w.cgroup.procs if w.cgroup is not None else ()
+        w.proc = await self.sandbox.launch(argv, env=env, files=w.files, owner=w.owner, cgroups=procs)  # `sandbox`
         w.reader = w.reader or ProgressReader(w.files.progress)
         w.launches += 1
         adoption.record(w.files.node, pid=w.proc.pid, launches=w.launches, command=w.command)  # for a restarted agent
         w.observed_until = w.reported_at = self.clock()  # the process's runtime is measured from here
         w.points.clear()
-        problem = self.cpusets.place(w.proc.pid, online=w.kind == "online")
+        problem = self.cpusets.place(w.proc.pid, online=w.kind == "online") if cpuset is None else None
         if problem and self.cpusets.available:
             log.warning("%s: %s", w.job_id, problem)

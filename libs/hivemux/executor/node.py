@@ -7,7 +7,7 @@ telemetry and ticks and publishes what it returns. It coordinates one part per m
 
 | part | module | mechanism |
 |---|---|---|
-| `launcher` | `launcher` | start / relaunch a process (MPS, SM share, xCUDA, cpuset, Salus lanes) |
+| `launcher` | `launcher` | start / relaunch a process (MPS, SM share, xCUDA, cpuset, its cgroup's limits, Salus lanes) |
 | `daemons` | `gpu_daemons` | one MPS control daemon and one Salus lane server per GPU |
 | `graceful` | `graceful_exit` | evict / stop: freeze → SIGTERM → grace → SIGKILL → MPS check (§4.2) |
 | `mps_recovery` | `mps_recovery` | crashed / hung MPS server: detect, terminate clients, restart, relaunch (§4.2) |
@@ -81,6 +81,7 @@ from hivemux.events import (
 )
 from hivemux.executor import adoption
 from hivemux.executor.admission import Admissions, Admitted, Refusal, beyond_the_node
+from hivemux.executor.cgroups import NodeCgroups
 from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
@@ -145,7 +146,7 @@ class ProcessNode:
                                         graceful=self.graceful, allowance_mib=config.gpu_memory_allowance_mib)
         # Salus lane jobs (issue 20): granted lanes on the GPUs' lane servers, released as each ends
         self.lane_jobs = LaneJobs(daemons=self.daemons, workloads=self.table, lanes_on=config.salus_policy is not None)
-        self.table.on_forget = self.lane_jobs.release
+        self.table.on_forget = self._forgotten
         # online services' own commands (issue 29): ports at launch, readiness and scrapes on ticks
         self.services = ServiceWatch(config, workloads=self.table, reporter=self.reporter, graceful=self.graceful)
         self.launcher.services = self.services
@@ -179,8 +180,18 @@ class ProcessNode:
     def cpusets(self) -> Cpusets:
         return self.launcher.cpusets
 
+    @property
+    def cgroups(self) -> NodeCgroups:
+        return self.launcher.cgroups
+
     def at(self) -> datetime:
         return self.reporter.at()
+
+    def _forgotten(self, w: Workload) -> None:
+        """What an ended workload releases: its Salus lane, its cgroup (`cgroups`)."""
+        self.lane_jobs.release(w)
+        self.cgroups.release(w.cgroup)
+        w.cgroup = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self, ledger: Ledger | None = None) -> list[Event]:
@@ -193,9 +204,14 @@ class ProcessNode:
             self.launcher.cpusets = Cpusets(False, "no cgroup root configured (HIVEMUX_EXECUTOR_CGROUP_ROOT)", Path("/"))
         if not self.cpusets.available:
             log.warning("node %s runs without CPU isolation: %s", self.config.node_id, self.cpusets.reason)
+        self.launcher.cgroups = NodeCgroups.open(self.config.cgroup_root, self.config.node_id, self.config.work_dir, cpuset=self.cpusets.available)
+        if not self.cgroups.available:  # said on the node's record too (`agent`)
+            log.warning("node %s runs workloads without host limits: %s", self.config.node_id, self.cgroups.reason)
         agent = self.agent()
         self.addresses.fold(agent)
         out: list[Event] = [agent, *await self.recover(ledger or Ledger())]
+        for stale in self.cgroups.prune({w.key for w in self.table.jobs.values()}):
+            log.warning("node %s: removed the cgroup %s, which no live workload has", self.config.node_id, stale)
         for gpu_id, name in sorted(self.config.online_services.items()):
             files = workload_files(self.config.work_dir, f"online-{gpu_index(gpu_id)}")
             w = Workload(name, "online", (gpu_id,), files, None)
@@ -207,8 +223,10 @@ class ProcessNode:
         """This agent's record of itself (``nodes.agents``): where other nodes reach it, the
         checkpoint store it mounts (`rendezvous`)."""
         store = self.config.checkpoint_store
+        limits, detail = self.cgroups.record()  # how its workloads are limited (issue 30), or why they are not
         return NodeAgent(occurred_at=self.at(), source=self.source, node_id=self.config.node_id, address=self.config.address,
-                         checkpoint_store=None if store is None else str(store))  # fmt: skip
+                         checkpoint_store=None if store is None else str(store), workload_limits=limits,  # type: ignore[arg-type]
+                         workload_limits_detail=clip_reason(detail))  # fmt: skip
 
     async def recover(self, ledger: Ledger) -> list[Event]:
         """Deal with every run the log says this node is in the middle of, and with every
@@ -298,6 +316,7 @@ class ProcessNode:
             except (OSError, ValueError) as error:
                 log.warning("%s: xCUDA files not reopened: %s", w.job_id, error)
         w.owner = self.launcher.owner(w)  # the uid it runs as, recorded in its directory (`users`)
+        w.cgroup = self.cgroups.attach(w.key)  # its process is still in it: removed when it ends
         if w.kind == "offline":
             try:
                 uid = w.owner.uid if w.owner.switch else None
@@ -331,10 +350,15 @@ class ProcessNode:
     async def stop(self) -> list[Event]:
         """End every workload and quit the per-GPU daemons (`GracefulExit.shutdown`)."""
         async with self._lock:
+            every = [*self.table.jobs.values(), *self.table.online.values()]
             out = await self.graceful.shutdown()
+            for w in every:  # ended: their cgroups go (`cgroups`)
+                self.cgroups.release(w.cgroup)
+                w.cgroup = None
             out += self.logs.ship(self.table.jobs.values())  # the ended workloads' last output
             await self.daemons.close()
             self.xcuda.close()
+            self.cgroups.close()
         return out
 
     # -- inputs -------------------------------------------------------------------------------
@@ -496,7 +520,9 @@ class ProcessNode:
         share = f" with {w.sm_share:g} % of the SMs" if w.sm_share is not None else ""
         isolation = "" if self.cpusets.available else f"; no CPU isolation: {self.cpusets.reason}"
         where = f"; {w.lane}" if w.lane else ""
-        launched = report(w, command.event_id, ReportState.ACCEPTED, now, step="launched", detail=f"pid {w.proc.pid}{where}{isolation}")  # type: ignore[union-attr]
+        limits = f"; {self.launcher.limits_text(w)}"
+        launched = report(w, command.event_id, ReportState.ACCEPTED, now, step="launched",
+                          detail=f"pid {w.proc.pid}{where}{limits}{isolation}")  # type: ignore[union-attr]
         if self.services.awaits_readiness(w):
             return [launched]  # serving (running) once its readiness probe passes (`service_watch`)
         return [launched, lifecycle(w, command.event_id, JobState.RUNNING, now, f"started on {self.config.node_id} {','.join(w.gpu_ids)}{share}")]
@@ -553,4 +579,5 @@ class ProcessNode:
             out += await self.monitor.memory_watch()
             out += await self.memory_guard.watch()
             out += self.logs.ship(self.table.jobs.values())
+            self.cgroups.sweep()  # those the kernel still held when their workload ended
         return out

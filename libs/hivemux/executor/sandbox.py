@@ -15,6 +15,7 @@ interpreter with ``-I -S``: no dependency beyond the kernel; ``unshare(2)`` and 
 | MPS, Salus | the GPU's MPS pipe directory read-write (the only shared writable path with the device nodes), its log directory read-only; the directory of the GPU's lane server socket (``HIVEMUX_SALUS_SOCKET``), read-only |
 | ``/tmp``, ``/var/tmp``, ``/dev/shm`` | private tmpfs |
 | privileges | the workload's uid/gid, no supplementary groups, umask 077, ``no_new_privs`` |
+| limits | the workload's cgroups (`cgroups`: host memory, CPU, pids), joined by the sandbox's outer process before it unshares anything: the sandbox and all the workload forks are in them |
 
 `workload_spec` is pure (what the view is); `Sandbox.launch` writes the spec into the agent's
 directory about the workload (``sandbox.json``, root 0600) and starts
@@ -67,12 +68,15 @@ class SandboxSpec:
     hide: tuple[Path, ...]
     binds: tuple[Bind, ...]
     private_tmp: tuple[Path, ...] = PRIVATE_TMP
+    cgroups: tuple[Path, ...] = ()  # the cgroup.procs files the sandbox joins first (`cgroups`)
+    namespaces: bool = True  # False: no sandbox to build (none can be), only its cgroups joined
 
     def to_json(self) -> str:
         return json.dumps({
             "cwd": str(self.cwd), "env": dict(self.env), "uid": self.uid, "gid": self.gid,
             "hide": [str(p) for p in self.hide], "private_tmp": [str(p) for p in self.private_tmp],
             "binds": [{"path": str(b.path), "writable": b.writable, "optional": b.optional} for b in self.binds],
+            "cgroups": [str(p) for p in self.cgroups], "namespaces": self.namespaces,
         })
 
 
@@ -81,9 +85,10 @@ def _under(path: Path, root: Path) -> bool:
 
 
 def workload_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | None,
-                  shared: Sequence[Path] = ()) -> SandboxSpec:
+                  shared: Sequence[Path] = (), cgroups: Sequence[Path] = ()) -> SandboxSpec:
     """The view of one workload (module docstring). ``shared``: node paths every workload may
-    read that a private ``/tmp`` or the hidden work root would otherwise hide."""
+    read that a private ``/tmp`` or the hidden work root would otherwise hide; ``cgroups``: the
+    ``cgroup.procs`` files of its cgroups (`cgroups.WorkloadCgroup.procs`)."""
     work_root = files.root.parent
     hide = [work_root]
     binds = [Bind(files.root, True), Bind(files.node, False), Bind(files.state, True, optional=True)]
@@ -101,7 +106,17 @@ def workload_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | N
     binds += [Bind(p, False, optional=True) for p in shared]
     switch = owner is not None and owner.switch
     return SandboxSpec(cwd=files.root, env=dict(env), uid=owner.uid if switch and owner else None,
-                       gid=owner.gid if switch and owner else None, hide=tuple(hide), binds=tuple(binds))
+                       gid=owner.gid if switch and owner else None, hide=tuple(hide), binds=tuple(binds),
+                       cgroups=tuple(cgroups))
+
+
+def cgroups_only_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | None, cgroups: Sequence[Path]) -> SandboxSpec:
+    """No sandbox can be built, yet the workload has cgroups: ``sandbox_init`` joins them, drops to
+    the workload's ids and execs, so the command still starts inside its limits."""
+    switch = owner is not None and owner.switch
+    return SandboxSpec(cwd=files.root, env=dict(env), uid=owner.uid if switch and owner else None,
+                       gid=owner.gid if switch and owner else None, hide=(), binds=(), private_tmp=(),
+                       cgroups=tuple(cgroups), namespaces=False)
 
 
 def sandbox_argv(spec_path: Path, argv: Sequence[str], python: str = sys.executable) -> list[str]:
@@ -135,13 +150,18 @@ class Sandbox:
         return self._problem  # type: ignore[return-value]
 
     async def launch(self, argv: Sequence[str], *, env: Mapping[str, str], files: WorkloadFiles,
-                     owner: Owner | None) -> Supervised:
+                     owner: Owner | None, cgroups: Sequence[Path] = ()) -> Supervised:
+        """``cgroups``: the ``cgroup.procs`` files the sandbox joins before anything of the
+        workload runs (with no sandbox, the workload's own process joins them before its exec)."""
         problem = self.problem()
         if problem is not None:
             if self.enabled and os.geteuid() == 0:  # fail closed: a common uid without a sandbox isolates nothing
                 raise OSError(f"no sandbox for {files.root.name}: {problem}")
-            return await launch(argv, env=env, cwd=files.root, log_path=files.log, owner=owner)
-        spec = workload_spec(files, env, owner, self.shared)
+            if not cgroups:
+                return await launch(argv, env=env, cwd=files.root, log_path=files.log, owner=owner)
+            spec = cgroups_only_spec(files, env, owner, cgroups)
+        else:
+            spec = workload_spec(files, env, owner, self.shared, cgroups)
         path = files.node / SPEC_FILE
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

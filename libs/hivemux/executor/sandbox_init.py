@@ -4,7 +4,9 @@ Started by the agent (root) as ``python -I -S sandbox_init.py SPEC -- ARGV...``,
 only (it runs before any site-packages, with nothing from the workload's environment). ``SPEC``
 is a JSON file the agent wrote in its own directory (`sandbox.SandboxSpec`). Three processes:
 
-1. *outer* (the pid the agent supervises, leader of the workload's process group): unshares the
+1. *outer* (the pid the agent supervises, leader of the workload's process group): joins the
+   workload's cgroups (``cgroups``: their ``cgroup.procs`` files, while the node's cgroup
+   file system is still writable; everything forked after is in them), unshares the
    mount, IPC and PID namespaces, makes every mount private, forks (2), ignores SIGTERM, SIGINT
    and SIGHUP (the workload gets them from the agent's ``killpg``; a signal to the group must not
    end the sandbox before the workload), waits, and ends as the workload ended: its exit code,
@@ -27,6 +29,10 @@ stderr, which is the workload's log, before anything of the workload runs):
   (a symlink a workload planted is refused, not followed), writable or read-only;
 - a fresh ``/proc`` (only the namespace's processes), private ``/tmp``, ``/var/tmp`` and
   ``/dev/shm`` (tmpfs), ``/dev/mqueue`` of the new IPC namespace.
+
+Where no sandbox can be built (an agent that is not root, or the sandbox turned off) but the
+workload has cgroups, the spec says ``namespaces: false``: the one process joins them, drops
+to the workload's ids and execs (its limits hold, its isolation is the uid's alone).
 
 Nothing outside the namespace can be signalled or traced (its pids do not exist there), no
 other job's file is reachable, and the workload cannot remount (no capabilities).
@@ -188,6 +194,19 @@ def init(spec: dict, argv: list[str], status_fd: int) -> None:
             os._exit(0)
 
 
+def join_cgroups(paths: list[str]) -> None:
+    """This process into each of the workload's cgroups (its children inherit them)."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(os.getpid()).encode())
+            finally:
+                os.close(fd)
+        except OSError as error:
+            raise Refused(f"join cgroup {path}: {error.strerror}") from None
+
+
 def main(args: list[str]) -> int:
     if args == ["--probe"]:  # can this agent build sandboxes at all?
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
@@ -199,6 +218,9 @@ def main(args: list[str]) -> int:
     try:
         with open(args[0]) as f:
             spec = json.load(f)
+        join_cgroups(spec.get("cgroups", []))
+        if not spec.get("namespaces", True):  # no sandbox: only its limits, then the workload
+            become_workload(spec, args[2:])
         _check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWPID), "unshare")
         mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount leaks back to the node
     except (OSError, ValueError, Refused) as error:

@@ -29,6 +29,7 @@ from hivemux.events import (
     derived_id,
 )
 from hivemux.events.base import clip_reason
+from hivemux.executor.cgroups import WorkloadCgroup
 from hivemux.executor.launch import WorkloadFiles, gpu_index
 from hivemux.executor.mps_control import MpsCheck
 from hivemux.executor.observations import ProgressPoint
@@ -74,6 +75,7 @@ class Workload:
     lane: str = ""  # a Salus lane job (issue 20): its lane, GPU and policy, for its reports' detail
     key: str = ""  # its key in the node's table and its files' name: the job id, or a further replica's (`replica_key`)
     service: ServiceState | None = None  # an online job's own command (issue 29): its ports, readiness, scrapes (`service_watch.ServiceState`)
+    cgroup: WorkloadCgroup | None = None  # its host limits (issue 30, `cgroups`): removed when it ends
 
     def __post_init__(self) -> None:
         self.key = self.key or self.job_id

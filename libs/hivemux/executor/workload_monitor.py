@@ -5,7 +5,8 @@ under threat"; §6: offline work is evicted when node memory runs short).
 `WorkloadMonitor.progress` turns what one job's process did since the last tick into events:
 its exit (``completed`` when its progress said done and it exited 0 — or, for the user's own
 command, when it exited 0, as a Kubernetes Job counts success: the progress protocol is optional
-for it —, else ``failed``, with the lifecycle event), a progress report every ``report_interval_s`` (iterations, throughput, host
+for it —, else ``failed``, with the lifecycle event; what its cgroup's limits did to it, an OOM
+kill at its host memory limit or forks refused at its pids limit, is in both), a progress report every ``report_interval_s`` (iterations, throughput, host
 RSS of its process group, GPU memory from its xCUDA state file) and, for offline work, one
 `SharingObservation` per ``observation_window_s`` (`observations.observe`: the speed
 predictor's training data, measured). `memory_watch` evicts every offline workload, through
@@ -47,16 +48,18 @@ class WorkloadMonitor:
         exit_ = w.proc.exit
         report, lifecycle = self.reporter.report, self.reporter.lifecycle
         if exit_ is not None:
+            limited = w.cgroup.verdict() if w.cgroup is not None else ""  # its cgroup's counters, before it goes
             self.workloads.forget(w)
             # a user's own program ends by exiting 0 (as a Kubernetes Job's does); a service does not end
             own = w.spec is not None and bool(w.spec.command) and w.kind != "online"
             if exit_.ok and (w.done or own):
                 self.workloads.finished.add(w.job_id)
-                out.append(report(w, cause, ReportState.COMPLETED, now, step="exited", exit_=exit_))
+                out.append(report(w, cause, ReportState.COMPLETED, now, step="exited", exit_=exit_, detail=limited))
                 out.append(lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done" if w.done else "its command exited 0"))
             else:
-                out.append(report(w, cause, ReportState.FAILED, now, step="exited", exit_=exit_, detail=exit_.describe()))
-                out.append(lifecycle(w, cause, JobState.FAILED, now, f"process {exit_.describe()}"))
+                why = f"{exit_.describe()}; {limited}" if limited else exit_.describe()  # e.g. OOM-killed at its memory limit
+                out.append(report(w, cause, ReportState.FAILED, now, step="exited", exit_=exit_, detail=why))
+                out.append(lifecycle(w, cause, JobState.FAILED, now, f"process {why}"))
             return out
         if now_s - w.reported_at >= self.config.report_interval_s:
             w.reported_at = now_s

@@ -40,3 +40,15 @@ def test_every_workload_of_a_gpu_gets_that_gpus_uid() -> None:
     assert users.key("job-a", "vc-a", gpu=None) == "job:job-a"  # no GPU known: a uid of its own
     assert users._free("gpu:3", {}) == 200_003 and users._free("gpu:3", {200_003: "job:old"}) == 200_004
     assert WorkloadUsers(per="job").key("job-a", "vc-a", gpu=3) == "job:job-a"
+
+
+def test_the_sandbox_joins_the_workloads_cgroups_and_without_one_still_does() -> None:
+    from hivemux.executor.sandbox import cgroups_only_spec
+
+    files = WorkloadFiles(Path("/w/job-a"))
+    procs = (Path("/sys/fs/cgroup/memory/a/cgroup.procs"), Path("/sys/fs/cgroup/pids/a/cgroup.procs"))
+    spec = json.loads(workload_spec(files, {}, None, cgroups=procs).to_json())
+    assert spec["cgroups"] == [str(p) for p in procs] and spec["namespaces"] is True
+    plain = cgroups_only_spec(files, {"PATH": "/bin"}, Owner(200_000, 200_000, "gpu:0", switch=True), procs)
+    assert (plain.namespaces, plain.hide, plain.binds, plain.private_tmp, plain.uid) == (False, (), (), (), 200_000)
+    assert json.loads(plain.to_json())["cgroups"] == [str(p) for p in procs]

@@ -42,3 +42,19 @@ def test_process_backend_pins_its_node_and_feeds_xcuda(tmp_path: Path) -> None:
 def test_process_backend_needs_its_node_id() -> None:
     with pytest.raises(ValidationError, match="needs HIVEMUX_EXECUTOR_NODE_ID"):
         ExecutorSettings(backend="process")
+
+
+def test_workload_limit_defaults_per_kind(tmp_path: Path) -> None:
+    """HIVEMUX_EXECUTOR_WORKLOAD_HOST_MEMORY_MIB / _CPUS override a kind's default host limits
+    (`hivemux.executor.cgroup_plan.KIND_DEFAULTS`); the others keep theirs."""
+    from hivemux.executor.cgroup_plan import KIND_DEFAULTS, KindDefaults
+
+    settings = ExecutorSettings(backend="process", node_id="node-07", work_dir=tmp_path, workload_host_memory_mib={"online": 4096},
+                                workload_cpus={"lane": 1.0}, workload_pids_max=512)  # fmt: skip
+    config = settings.node_config()
+    assert config.kind_defaults["online"] == KindDefaults(4096.0, KIND_DEFAULTS["online"].cpus)
+    assert config.kind_defaults["lane"] == KindDefaults(KIND_DEFAULTS["lane"].host_memory_mib, 1.0)
+    assert config.kind_defaults["training"] == KIND_DEFAULTS["training"] and config.pids_max == 512
+    for bad in ({"workload_cpus": {"gpu": 1.0}}, {"workload_host_memory_mib": {"online": 0}}):
+        with pytest.raises(ValidationError, match="positive values for the kinds training, lane, offline, online"):
+            ExecutorSettings(**bad)  # type: ignore[arg-type]
