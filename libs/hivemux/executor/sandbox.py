@@ -15,9 +15,11 @@ interpreter with ``-I -S``: no dependency beyond the kernel; ``unshare(2)`` and 
 | MPS, Salus | the GPU's MPS pipe directory read-write (the only shared writable path with the device nodes), its log directory read-only; the directory of the GPU's lane server socket (``HIVEMUX_SALUS_SOCKET``), read-only |
 | ``/tmp``, ``/var/tmp``, ``/dev/shm`` | private tmpfs |
 | privileges | the workload's uid/gid, no supplementary groups, umask 077, ``no_new_privs`` |
+| xCUDA pinned | a workload with xCUDA: ``/etc`` overlaid (read-only) with the agent's ``ld.so.preload`` (the shim in every process, ``LD_PRELOAD`` or not) and ``xcuda.conf`` (where its control block, state file and driver are: the shim ignores the environment), `hivemux.xcuda.pinned_etc` |
 
 `workload_spec` is pure (what the view is); `Sandbox.launch` writes the spec into the agent's
-directory about the workload (``sandbox.json``, root 0600) and starts
+directory about the workload (``sandbox.json``, root 0600), the ``/etc`` layer of a workload with
+xCUDA beside it (``etc/``, root 0755, its files 0644), and starts
 ``python -I -S sandbox_init.py <spec> -- <argv>`` as the workload's process-group leader: the
 supervisor's signals, group RSS and adoption work unchanged (the group holds the sandbox's two
 small processes and the workload). A root agent whose kernel refuses the namespaces starts
@@ -44,10 +46,12 @@ from hivemux.executor.supervisor import Supervised, launch
 from hivemux.executor.users import Owner
 from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
 from hivemux.workloads.progress import CHECKPOINT_DIR_ENV
+from hivemux.xcuda import pinned_etc, remove_files, secure_directory
 
 log = logging.getLogger("hivemux.executor.sandbox")
 INIT = Path(__file__).with_name("sandbox_init.py")
 SPEC_FILE = "sandbox.json"
+ETC_LAYER = "etc"  # <work>/.node/<job>/etc: the files laid over the workload's /etc
 PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 
 
@@ -67,12 +71,14 @@ class SandboxSpec:
     hide: tuple[Path, ...]
     binds: tuple[Bind, ...]
     private_tmp: tuple[Path, ...] = PRIVATE_TMP
+    etc_layer: Path | None = None  # a directory laid over /etc (read-only overlay): xCUDA pinned
 
     def to_json(self) -> str:
         return json.dumps({
             "cwd": str(self.cwd), "env": dict(self.env), "uid": self.uid, "gid": self.gid,
             "hide": [str(p) for p in self.hide], "private_tmp": [str(p) for p in self.private_tmp],
             "binds": [{"path": str(b.path), "writable": b.writable, "optional": b.optional} for b in self.binds],
+            "etc_layer": None if self.etc_layer is None else str(self.etc_layer),
         })
 
 
@@ -83,7 +89,8 @@ def _under(path: Path, root: Path) -> bool:
 def workload_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | None,
                   shared: Sequence[Path] = ()) -> SandboxSpec:
     """The view of one workload (module docstring). ``shared``: node paths every workload may
-    read that a private ``/tmp`` or the hidden work root would otherwise hide."""
+    read that a private ``/tmp`` or the hidden work root would otherwise hide. A workload whose
+    environment preloads xCUDA gets the ``/etc`` layer of `etc_layer` (`hivemux.xcuda.pinned_etc`)."""
     work_root = files.root.parent
     hide = [work_root]
     binds = [Bind(files.root, True), Bind(files.node, False), Bind(files.state, True, optional=True)]
@@ -101,7 +108,29 @@ def workload_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | N
     binds += [Bind(p, False, optional=True) for p in shared]
     switch = owner is not None and owner.switch
     return SandboxSpec(cwd=files.root, env=dict(env), uid=owner.uid if switch and owner else None,
-                       gid=owner.gid if switch and owner else None, hide=tuple(hide), binds=tuple(binds))
+                       gid=owner.gid if switch and owner else None, hide=tuple(hide), binds=tuple(binds),
+                       etc_layer=files.node / ETC_LAYER if pinned_etc(env) is not None else None)
+
+
+def write_etc_layer(files: WorkloadFiles, env: Mapping[str, str]) -> Path | None:
+    """The ``/etc`` layer of a workload with xCUDA (`hivemux.xcuda.pinned_etc`), written afresh
+    in the agent's directory about it (`hivemux.xcuda.secure_directory`: root's, writable by
+    nobody else; each file created ``O_EXCL | O_NOFOLLOW``, 0644); None without xCUDA."""
+    content = pinned_etc(env)
+    if content is None:
+        return None
+    layer = secure_directory(files.root.parent, files.node.parent.name, files.node.name, ETC_LAYER)
+    remove_files(layer, *content)
+    dfd = os.open(layer, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name, text in content.items():
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+            os.fchmod(fd, 0o644)  # whatever the agent's umask
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+    finally:
+        os.close(dfd)
+    return layer
 
 
 def sandbox_argv(spec_path: Path, argv: Sequence[str], python: str = sys.executable) -> list[str]:
@@ -142,6 +171,7 @@ class Sandbox:
                 raise OSError(f"no sandbox for {files.root.name}: {problem}")
             return await launch(argv, env=env, cwd=files.root, log_path=files.log, owner=owner)
         spec = workload_spec(files, env, owner, self.shared)
+        write_etc_layer(files, env)
         path = files.node / SPEC_FILE
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
