@@ -195,6 +195,7 @@ async def test_a_restarted_agent_grants_a_readopted_lane_job_its_lane_again(node
         assert (readopted.state, readopted.step) == (ReportState.RUNNING, "readopted")
         assert f"lane 2 (4000 MiB, new_lane) of {GPU}, policy pack, granted again" in readopted.detail
         assert again.workloads["lane-r"].proc.pid == pid and again.lanes[1].holds() == ("lane-r",)
+        assert again.workloads["lane-r"].control is not None  # its xCUDA quota (P + E) reopened: guarded again
         events = await until(again, lambda: "lane-r" in again.finished)
         done = [r for r in reports(events, "lane-r") if r.state is ReportState.COMPLETED]
         assert len(done) == 1 and done[0].iterations_done == 300
