@@ -40,3 +40,13 @@ def test_every_workload_of_a_gpu_gets_that_gpus_uid() -> None:
     assert users.key("job-a", "vc-a", gpu=None) == "job:job-a"  # no GPU known: a uid of its own
     assert users._free("gpu:3", {}) == 200_003 and users._free("gpu:3", {200_003: "job:old"}) == 200_004
     assert WorkloadUsers(per="job").key("job-a", "vc-a", gpu=3) == "job:job-a"
+
+
+def test_a_workload_with_xcuda_gets_the_etc_layer_that_pins_it() -> None:
+    files = WorkloadFiles(Path("/w/job-a"))
+    pinned = {"LD_PRELOAD": "/opt/x/libxcuda.so", "XCUDA_CONTROL": "/w/.node/job-a/xcuda.control",
+              "XCUDA_STATE": "/w/.node/job-a/xcuda.state"}  # what `hivemux.xcuda.preload_env` gives an offline job
+    spec = workload_spec(files, pinned, None)
+    assert spec.etc_layer == Path("/w/.node/job-a/etc") and json.loads(spec.to_json())["etc_layer"] == "/w/.node/job-a/etc"
+    assert workload_spec(files, {"PATH": "/bin"}, None).etc_layer is None  # no xCUDA (training, online): /etc as it is
+    assert workload_spec(files, {"XCUDA_CONTROL": "/c"}, None).etc_layer is None  # no shim preloaded: nothing to pin

@@ -14,7 +14,8 @@ the real MPS that matter for sharing (its manual, "nvidia-cuda-mps-control(1)"):
   (the client is killed), ``set_active_thread_percentage PID PCT`` /
   ``get_active_thread_percentage PID`` (the server's limit),
   ``set_default_active_thread_percentage PCT`` / ``get_default_active_thread_percentage``
-  (for the next server), ``quit`` (servers and daemon stop);
+  (for the next server; ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the environment of ``-d`` sets
+  it too, as the real daemon's does), ``quit`` (servers and daemon stop, the default is lost);
 - with no daemon running every command fails with "Cannot find MPS control daemon process".
 
 Clients (`client.py`, the fake CUDA driver's side) connect to the daemon at their "cuInit":
@@ -365,6 +366,7 @@ def command(pipe: Path, line: str) -> list[str]:
         if daemon is not None:
             os.kill(daemon, signal.SIGTERM)
         (pipe / DAEMON_PID).unlink(missing_ok=True)
+        (pipe / "default_percentage").unlink(missing_ok=True)  # "the set value is lost if a quit command is executed"
         log("Exit")
         return []
     return [f"Unknown command {name}"]
@@ -384,6 +386,9 @@ def main(argv: list[str]) -> int:
             return 1
         (pipe / "fault").unlink(missing_ok=True)  # a wedge belongs to the daemon that had it
         (pipe / SOCKET).unlink(missing_ok=True)
+        default = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")  # the daemon level's default cap
+        if default:
+            (pipe / "default_percentage").write_text(f"{float(default):g}")
         pid = spawn("daemon", pipe)
         (pipe / DAEMON_PID).write_text(str(pid))
         for _ in range(500):  # returns once the daemon listens
