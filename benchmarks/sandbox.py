@@ -4,9 +4,11 @@ GPU buys on the (faithful) fake MPS.
 1. Start-up: LAUNCHES launches of ``/bin/true`` through the executor's own start step, timed
    from the call to the process's exit: today's launch (`supervisor.launch` as an unprivileged
    uid) against the sandboxed one (`sandbox.Sandbox.launch`: namespaces, read-only node, hidden
-   work root, private /tmp, then the same uid), and the sandboxed one in a cgroup of its own
+   work root, private /tmp, then the same uid), the sandboxed one in a cgroup of its own
    (`cgroups`, issue 30 item 3: made with its limits, joined, killed-and-removed after; when
-   this node has usable cgroups). Median and p99 ms of each, and the differences.
+   this node has usable cgroups), and the sandboxed one of a workload with xCUDA (its ``/etc``
+   overlaid with ``ld.so.preload`` and ``xcuda.conf``, so ``/bin/true`` itself loads the shim,
+   which reads its control block at load). Median and p99 ms of each, and the differences.
 2. Two co-located MPS clients of one GPU (`tests/support/fake_mps`, which serves one uid per GPU
    at a time like the real daemon), each busy BUSY_S: before (a uid per job) and after (the
    GPU's one uid): seconds their busy intervals overlap, and the wall time for both.
@@ -30,13 +32,15 @@ from pathlib import Path
 from hivemux.executor.cgroup_plan import limits_for
 from hivemux.executor.cgroups import NodeCgroups
 from hivemux.executor.cpu_devices import MPS_CONTROL
-from hivemux.executor.launch import workload_files
+from hivemux.executor.launch import create_xcuda_files, workload_files
 from hivemux.executor.sandbox import Sandbox
 from hivemux.executor.supervisor import launch
 from hivemux.executor.users import Owner
+from hivemux.xcuda import LaunchControl, preload_env
 
 LAUNCHES = 60
 BUSY_S = 1.0
+PINNED = "sandboxed, xCUDA pinned"  # no cgroup: it differs from "sandboxed" by the pinning alone
 UID = 340_000
 FAKE = Path(__file__).resolve().parent.parent / "tests" / "support" / "fake_mps"
 
@@ -52,11 +56,14 @@ async def startup(root: Path) -> dict[str, dict[str, float]]:
     os.chmod(work, 0o711)
     files = workload_files(work, "job-bench").create(Owner(UID, UID, "gpu:0", switch=True))
     env = {"PATH": "/usr/bin:/bin"}
+    control, state = create_xcuda_files(files, mem_quota_bytes=64 << 20, owner=(UID, UID), sm_share=40.0,
+                                        launch=LaunchControl(t_sm=1200, c_h=1590, a_l=1.0, a_h=0.2, kp=300, ki=3000, kd=0, target=0.7))
+    pinned = preload_env(control=control.path, state=state.path, base=env)
     sandbox = Sandbox(True)
     assert sandbox.problem() is None, sandbox.problem()
     cgroups = NodeCgroups.open(Path("/sys/fs/cgroup"), "bench", work)
     limits = limits_for("offline", gpus=1, host_memory_mib=None, cpus=None)
-    kinds = ["today", "sandboxed", *(["sandboxed+cgroup"] if cgroups.available else [])]
+    kinds = ["today", "sandboxed", *(["sandboxed+cgroup"] if cgroups.available else []), PINNED]
     times: dict[str, list[float]] = {k: [] for k in kinds}
     for i in range(LAUNCHES * len(kinds)):
         kind = kinds[i % len(kinds)]  # alternated: the machine's noise hits each
@@ -65,8 +72,8 @@ async def startup(root: Path) -> dict[str, dict[str, float]]:
         if kind == "today":
             proc = await launch(["/bin/true"], env=env, cwd=files.root, log_path=files.log, owner=Owner(UID, UID, "gpu:0", True))
         else:
-            proc = await sandbox.launch(["/bin/true"], env=env, files=files, owner=Owner(UID, UID, "gpu:0", True),
-                                        cgroups=cg.procs if cg is not None else ())
+            proc = await sandbox.launch(["/bin/true"], env=pinned if kind == PINNED else env, files=files,
+                                        owner=Owner(UID, UID, "gpu:0", True), cgroups=cg.procs if cg is not None else ())
         ended = await proc.wait()
         cgroups.release(cg)
         times[kind].append((time.perf_counter() - t0) * 1000)
@@ -115,6 +122,7 @@ def main() -> None:
         before = served(before_dir, (UID + 1, UID + 2))  # a uid per job
         after = served(after_dir, (UID, UID))  # the GPU's one uid
     added = start["sandboxed"]["median_ms"] - start["today"]["median_ms"]
+    pinning = start[PINNED]["median_ms"] - start["sandboxed"]["median_ms"]
     print(f"{'launch of /bin/true':<28}{'median ms':>12}{'p99 ms':>12}")
     for kind, fig in start.items():
         print(f"{kind:<28}{fig['median_ms']:>12.1f}{fig['p99_ms']:>12.1f}")
@@ -122,11 +130,13 @@ def main() -> None:
     cgroup_added = start["sandboxed+cgroup"]["median_ms"] - start["sandboxed"]["median_ms"] if "sandboxed+cgroup" in start else None
     if cgroup_added is not None:
         print(f"{'added by the cgroup':<28}{cgroup_added:>12.1f}")
+    print(f"{'added by pinning xCUDA':<28}{pinning:>12.1f}")
     print()
     print(f"{'two MPS clients, one GPU':<28}{'overlap s':>12}{'wall s':>12}   (each busy {BUSY_S:g} s)")
     print(f"{'before: a uid per job':<28}{before['overlap_s']:>12.2f}{before['wall_s']:>12.2f}")
     print(f"{'after: the GPU uid':<28}{after['overlap_s']:>12.2f}{after['wall_s']:>12.2f}")
-    print(json.dumps({"startup": start, "sandbox_added_median_ms": added, "cgroup_added_median_ms": cgroup_added, "launches": LAUNCHES,
+    print(json.dumps({"startup": start, "sandbox_added_median_ms": added, "cgroup_added_median_ms": cgroup_added,
+                      "xcuda_pinning_added_median_ms": pinning, "launches": LAUNCHES,
                       "mps_two_clients": {"before": before, "after": after, "busy_s": BUSY_S}}))
 
 

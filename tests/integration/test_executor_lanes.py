@@ -195,6 +195,7 @@ async def test_a_restarted_agent_grants_a_readopted_lane_job_its_lane_again(node
         assert (readopted.state, readopted.step) == (ReportState.RUNNING, "readopted")
         assert f"lane 2 (4000 MiB, new_lane) of {GPU}, policy pack, granted again" in readopted.detail
         assert again.workloads["lane-r"].proc.pid == pid and again.lanes[1].holds() == ("lane-r",)
+        assert again.workloads["lane-r"].control is not None  # its xCUDA quota (P + E) reopened: guarded again
         events = await until(again, lambda: "lane-r" in again.finished)
         done = [r for r in reports(events, "lane-r") if r.state is ReportState.COMPLETED]
         assert len(done) == 1 and done[0].iterations_done == 300
@@ -204,3 +205,29 @@ async def test_a_restarted_agent_grants_a_readopted_lane_job_its_lane_again(node
         assert "Traceback" not in log
     finally:
         await again.stop()
+
+
+async def test_a_lane_job_is_an_mps_client_held_by_xcuda_to_its_grants_p_plus_e(node: ProcessNode) -> None:
+    """Issue 30: a lane job runs as an MPS client of its GPU (so a second lane job gets a context
+    under EXCLUSIVE_PROCESS) with xCUDA's quota set to its grant's ``P + E``: an allocation past
+    it is refused by the shim, whatever the job declared; ``Σ P_i + Σ L_j ≤ C`` holds on the device."""
+    from hivemux.xcuda import build
+
+    native = build()
+    probe = (str(native / "tests" / "probe"), "proc", "init", f"alloc:linear:{70 << 20}", f"alloc:linear:{60 << 20}", "info")
+    command = ("/usr/bin/env", f"LD_LIBRARY_PATH={native / 'fake'}", "FAKE_CUDA_LOG=calls.log", *probe)
+    start = lane_start("lane-x", 10, lane=0, p=16, e=48, lane_size=48)
+    start = start.model_copy(update={"workload": start.workload.model_copy(update={"command": command})})  # type: ignore[union-attr]
+    accepted, _ = await handle(node, start)
+    assert accepted.state is ReportState.ACCEPTED
+    w = node.workloads["lane-x"]
+    assert w.control is not None and w.control.read()["mem_quota_bytes"] == 64 << 20  # P + E = 16 + 48 MiB
+    assert w.control.read()["flags"] & 1 == 0  # no launch control: no online service on a lane GPU
+    await until(node, lambda: "lane-x" not in node.workloads)
+    work = node.config.work_dir
+    log = (work / ".node" / "lane-x" / "log").read_text()
+    assert f"alloc linear {70 << 20} rc=2" in log and f"alloc linear {60 << 20} rc=0" in log, log  # OUT_OF_MEMORY, then fits
+    assert f"total={64 << 20}" in log, log  # cuMemGetInfo: its grant, not the GPU
+    mps = (work / "mps" / "gpu-1" / "log" / "control.log").read_text()
+    assert "connected to server" in mps and "mps_server=0" not in (work / "lane-x" / "calls.log").read_text()
+    assert node.lanes[1].holds() == ()  # its lane released when it ended

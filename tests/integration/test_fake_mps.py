@@ -92,6 +92,12 @@ def test_the_server_percentage_caps_what_a_client_asks(gpu: dict[str, str]) -> N
     assert result(client(unset, busy=0.0))["percentage"] == 30.0  # no request: the server's limit
 
 
+def test_a_garbage_percentage_is_refused_and_the_daemon_serves_on(gpu: dict[str, str]) -> None:
+    for garbage in ("abc", "0", "150", "nan"):
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" in result(client(gpu, busy=0.0, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=garbage))["error"]
+    assert result(client(gpu, busy=0.0, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE="25"))["percentage"] == 25.0
+
+
 def test_exclusive_process_refuses_a_context_without_mps(gpu: dict[str, str]) -> None:
     running = client(gpu, busy=1.5)  # an MPS client: the server holds the GPU
     deadline = time.monotonic() + 20.0  # the server starts with the first client: wait for it, bounded

@@ -14,13 +14,20 @@ when the workload leaves the node's table (stopped, evicted, completed, failed:
 `NodeWorkloads.on_forget`): the lane server ends its session and releases its lane reference,
 ``P`` and ``E``; its neighbours' sessions are not touched.
 
-Lane jobs hold no GPU alone: several run on one GPU, none under MPS or xCUDA (lanes partition
-memory, the gate serializes iterations within a lane), so the memory guard and the MPS recovery,
-which look at offline and online workloads only, leave them be. The workload is the built-in
-training loop run with ``--lanes`` and the grant's ``--persistent-mib`` / ``--ephemeral-mib``
-(`lane_args`); a job's own command line gets the socket (``HIVEMUX_SALUS_SOCKET``) and its name
-(``HIVEMUX_JOB_ID``) and uses the adaptor itself. The gate takes the grant's ``P``/``E`` whatever
-the process declares.
+Lane jobs hold no GPU alone: several run on one GPU at once, so each is an MPS client of the
+GPU's server (issue 30: the GPUs are in EXCLUSIVE_PROCESS mode, where a second process's own
+context would be refused), under the GPU's common uid like every client there, and xCUDA holds
+each to its grant: its memory quota is ``P + E`` (`lane_quota_mib`, Salus §3.3: a job never holds
+more than its persistent memory and one lane's worth of ephemeral memory), so
+``Σ P_i + Σ L_j ≤ C`` holds on the device, not only in the placer's arithmetic; the shim refuses
+an allocation past it, and the memory guard evicts a job whose processes hold more per NVML
+(`memory_guard`). No launch control (no online service shares a lane GPU) and no SM share (the
+gate serializes iterations within a lane). The MPS recovery terminates and relaunches them with
+the GPU's other clients; a relaunch registers again into the same lane. The workload is the
+built-in training loop run with ``--lanes`` and the grant's ``--persistent-mib`` /
+``--ephemeral-mib`` (`lane_args`); a job's own command line gets the socket
+(``HIVEMUX_SALUS_SOCKET``) and its name (``HIVEMUX_JOB_ID``) and uses the adaptor itself. The gate
+takes the grant's ``P``/``E`` whatever the process declares.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from __future__ import annotations
 from hivemux.events import ExecutorCommand
 from hivemux.executor.gpu_daemons import GpuDaemons
 from hivemux.executor.launch import gpu_index
-from hivemux.executor.workload import NodeWorkloads, Workload
+from hivemux.executor.workload import NodeWorkloads, Workload, is_lane_job
 from hivemux.lanes.lane_assignment import Refused
 from hivemux.salus.server import Granted
 
@@ -43,6 +50,13 @@ def lane_args(command: ExecutorCommand | None) -> tuple[str, ...]:
     if command.solo_iteration_time_ms:
         args += ("--iteration-seconds", f"{command.solo_iteration_time_ms / 1000.0:g}")
     return args
+
+
+def lane_quota_mib(command: ExecutorCommand | None) -> float | None:
+    """A lane start's GPU memory limit: its grant's ``P + E`` (MiB); None for any other start."""
+    if command is None or command.lane is None:
+        return None
+    return command.lane.persistent_mib + command.lane.ephemeral_mib
 
 
 def lane_text(granted: Granted, gpu_id: str) -> str:
@@ -87,6 +101,3 @@ class LaneJobs:
         """The lane jobs running on any of ``gpu_ids`` (a start that wants them whole is refused)."""
         return sorted(w.job_id for w in self.workloads.jobs.values() if is_lane_job(w) and set(w.gpu_ids) & set(gpu_ids))
 
-
-def is_lane_job(w: Workload) -> bool:
-    return w.command is not None and w.command.lane is not None and w.kind == "training"

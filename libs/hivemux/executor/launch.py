@@ -22,7 +22,12 @@ Environment (MuxFlow preprint §3-4):
   ``CUDA_MPS_LOG_DIRECTORY`` of that GPU's MPS daemon;
 - offline: ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` = its SM share (MPS reads it once, when the
   client connects: a new share needs a new process), and xCUDA preloaded
-  (`hivemux.xcuda.preload_env`: ``LD_PRELOAD``, ``XCUDA_CONTROL``, ``XCUDA_STATE``);
+  (`hivemux.xcuda.preload_env`: ``LD_PRELOAD``, ``XCUDA_CONTROL``, ``XCUDA_STATE``); the share is
+  also in the control block, from which xCUDA rewrites the variable before the driver
+  initializes (the environment only says where things are; in a sandbox not even that:
+  `sandbox`, `hivemux.xcuda.pinned_etc`);
+- Salus lane jobs: MPS clients too, with xCUDA's quota = their grant's ``P + E`` and no launch
+  control or SM share (`lane_jobs`);
 - training pods: whole GPUs, ``CUDA_VISIBLE_DEVICES`` = their indices, no MPS, no xCUDA.
 
 The command line is the job's as *submitted* (``JobSubmission.workload.command``, resolved by
@@ -147,14 +152,17 @@ def train_argv(model: str, batch_size: int, iterations: int, command: Sequence[s
 
 
 def create_xcuda_files(files: WorkloadFiles, *, mem_quota_bytes: int, launch: LaunchControl,
-                       owner: tuple[int, int] | None = None) -> tuple[ControlBlock, StateFile]:
+                       owner: tuple[int, int] | None = None, sm_share: float | None = None,
+                       throttle: bool = True) -> tuple[ControlBlock, StateFile]:
     """The control block (the agent's, 0644) and the state file (``owner``'s, 0600) of a new run,
     in the agent's own directory (`hivemux.xcuda.secure_directory`): a previous run's files are
-    unlinked (never followed), then both are created with ``O_EXCL | O_NOFOLLOW``."""
+    unlinked (never followed), then both are created with ``O_EXCL | O_NOFOLLOW``. ``sm_share``:
+    the ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` xCUDA pins (None: the variable is left alone);
+    ``throttle``: launch control on (offline work beside an online service) or off (lane jobs)."""
     secure_directory(files.root.parent, files.xcuda_dir.parent.name, files.xcuda_dir.name)
     remove_files(files.xcuda_dir, files.control.name, files.state.name)
-    control = ControlBlock.create(files.control, mem_quota_bytes=mem_quota_bytes)
-    control.set_launch_control(launch)
+    control = ControlBlock.create(files.control, mem_quota_bytes=mem_quota_bytes, active_thread_percentage=sm_share or 0.0)
+    control.set_launch_control(launch, enabled=throttle)
     state = StateFile.create(files.state, owner=owner)
     return control, state
 

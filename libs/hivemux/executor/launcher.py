@@ -7,8 +7,9 @@ control block (memory quota: ``memory_quota_fraction`` of the GPU, §6: "fixed t
 command's when it is lower) and the offline cpuset; online services get MPS and the online cpuset;
 training pods get whole GPUs, a gang's rendezvous and their checkpoints in the cluster's store
 (`rendezvous`). Every workload gets a cgroup of its own with its host memory, CPU and pids
-limits (`cgroups`, issue 30), joined before its command runs. Training and offline work also get the GPU's Salus lane server; a
-lane job (issue 20, `lane_jobs`) runs the training loop gated by it with its grant's P and E.
+limits (`cgroups`, issue 30), joined before its command runs. Training and offline work also
+get the GPU's Salus lane server; a lane job (issue 20, `lane_jobs`) runs the training loop gated
+by it with its grant's P and E, as an MPS client of its GPU held by xCUDA to ``P + E`` (issue 30).
 A relaunch resumes at the last checkpoint (what ran after it is lost) and starts unfrozen.
 
 What runs is the job's submitted workload (``Workload.spec``, from `admission`; a re-adopted
@@ -31,7 +32,7 @@ from hivemux.executor.config import NodeConfig
 from hivemux.executor.cpuset import Cpusets
 from hivemux.executor.gpu_daemons import GpuDaemons
 from hivemux.executor.gpu_readings import GpuReadings
-from hivemux.executor.lane_jobs import lane_args
+from hivemux.executor.lane_jobs import is_lane_job, lane_args, lane_quota_mib
 from hivemux.executor.rendezvous import NodeAddresses, pod_env
 from hivemux.executor.launch import (
     MIB,
@@ -67,8 +68,12 @@ class Launcher:
         self.sandbox = Sandbox(config.sandbox, config.sandbox_shared)
 
     def quota_bytes(self, w: Workload) -> int:
-        """xCUDA's memory quota of ``w``: the node's cap (a fraction of its GPU's memory), or its
-        command's quota when that is lower (a command tightens the limit, never lifts it)."""
+        """xCUDA's memory quota of ``w``: a lane job's grant, ``P + E`` (Salus's limit, `lane_jobs`);
+        else the node's cap (a fraction of its GPU's memory), or its command's quota when that is
+        lower (a command tightens the limit, never lifts it)."""
+        grant = lane_quota_mib(w.command) if w.kind == "training" else None
+        if grant is not None:
+            return int(grant * MIB)
         total = self.readings.memory_total_mib(w.gpu, self.config.gpu_memory_mib)
         cap = self.config.memory_quota_fraction * total
         quota = cap if w.memory_quota_mib is None else min(cap, w.memory_quota_mib)
@@ -101,14 +106,18 @@ class Launcher:
         w.owner = w.owner or self.owner(w)
         w.files.create(w.owner)  # its private directory (its uid, 0700) and the agent's about it
         mps_env = None
-        if w.kind in ("offline", "online"):
+        lane_job = is_lane_job(w)
+        if w.kind in ("offline", "online") or lane_job:  # MPS clients (lane jobs: several on one GPU)
             daemon = await self.daemons.client_daemon(indices[0], w.owner.uid if w.owner.switch else None)
             mps_env = daemon.client_env() if daemon is not None else None  # None: no MPS, time-sliced
-        if w.kind == "offline" and self.config.xcuda and w.control is None:
+        share = w.sm_share if w.kind == "offline" else None
+        if (w.kind == "offline" or lane_job) and self.config.xcuda and w.control is None:
             ids = (w.owner.uid, w.owner.gid) if w.owner.switch else None
             w.control, w.state = create_xcuda_files(w.files, mem_quota_bytes=self.quota_bytes(w),
-                                                     launch=self.config.launch_control, owner=ids)
+                                                     launch=self.config.launch_control, owner=ids, sm_share=share,
+                                                     throttle=not lane_job)
         elif w.control is not None:
+            w.control.set_share(share)  # a relaunch for a new share: its new processes get it
             w.control.set_flags(freeze=False)  # a relaunch starts unfrozen
         env = workload_env(self.base_env, w.files, gpu_indices=indices, mps=mps_env,
                            sm_share=w.sm_share if w.kind == "offline" else None,

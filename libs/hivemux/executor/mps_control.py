@@ -81,7 +81,11 @@ class MpsDaemon:
         }
 
     def _env(self) -> dict[str, str]:
-        return {**self._base_env, **self.client_env()}
+        # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in the control daemon's environment is the default cap
+        # of its servers, i.e. of every client of the GPU, the online one included: a client's
+        # share is its own variable (xCUDA pins the offline one's), never the daemon's.
+        base = {k: v for k, v in self._base_env.items() if k != "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"}
+        return {**base, **self.client_env()}
 
     async def _run(self, args: list[str], stdin: str | None) -> tuple[int, str]:
         try:

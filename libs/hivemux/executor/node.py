@@ -99,7 +99,7 @@ from hivemux.executor.recovery import Ledger
 from hivemux.executor.rendezvous import NodeAddresses
 from hivemux.executor.remediation import Remediation
 from hivemux.executor.service_watch import ServiceWatch
-from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, replica_key
+from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, is_lane_job, replica_key
 from hivemux.executor.workload_monitor import WorkloadMonitor
 from hivemux.executor.xcuda_feed import XcudaFeed
 from hivemux.salus.server import Granted, LaneServer
@@ -310,14 +310,15 @@ class ProcessNode:
                     self.reporter.lifecycle(w, cause, JobState.EVICTED, now, reason)]
         if lane is not None:  # the grant the start carried, on the GPU's new lane server
             w.lane = lane_text(lane, command.gpu_ids[0])
-        if w.kind == "offline" and w.files.control.exists() and w.files.state.exists():
+        shim = w.kind == "offline" or is_lane_job(w)  # xCUDA and an MPS daemon (lane jobs: issue 30)
+        if shim and w.files.control.exists() and w.files.state.exists():
             try:
                 w.control, w.state = ControlBlock.open(w.files.control), StateFile.open(w.files.state)
             except (OSError, ValueError) as error:
                 log.warning("%s: xCUDA files not reopened: %s", w.job_id, error)
         w.owner = self.launcher.owner(w)  # the uid it runs as, recorded in its directory (`users`)
         w.cgroup = self.cgroups.attach(w.key)  # its process is still in it: removed when it ends
-        if w.kind == "offline":
+        if shim:
             try:
                 uid = w.owner.uid if w.owner.switch else None
                 await self.daemons.daemon(gpu_index(w.gpu), uid)  # the daemon outlived the agent: found by its pid file

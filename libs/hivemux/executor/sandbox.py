@@ -16,9 +16,11 @@ interpreter with ``-I -S``: no dependency beyond the kernel; ``unshare(2)`` and 
 | ``/tmp``, ``/var/tmp``, ``/dev/shm`` | private tmpfs |
 | privileges | the workload's uid/gid, no supplementary groups, umask 077, ``no_new_privs`` |
 | limits | the workload's cgroups (`cgroups`: host memory, CPU, pids), joined by the sandbox's outer process before it unshares anything: the sandbox and all the workload forks are in them |
+| xCUDA pinned | a workload with xCUDA: ``/etc`` overlaid (read-only) with the agent's ``ld.so.preload`` (the shim in every process, ``LD_PRELOAD`` or not) and ``xcuda.conf`` (where its control block, state file and driver are: the shim ignores the environment), `hivemux.xcuda.pinned_etc` |
 
 `workload_spec` is pure (what the view is); `Sandbox.launch` writes the spec into the agent's
-directory about the workload (``sandbox.json``, root 0600) and starts
+directory about the workload (``sandbox.json``, root 0600), the ``/etc`` layer of a workload with
+xCUDA beside it (``etc/``, root 0755, its files 0644), and starts
 ``python -I -S sandbox_init.py <spec> -- <argv>`` as the workload's process-group leader: the
 supervisor's signals, group RSS and adoption work unchanged (the group holds the sandbox's two
 small processes and the workload). A root agent whose kernel refuses the namespaces starts
@@ -45,10 +47,12 @@ from hivemux.executor.supervisor import Supervised, launch
 from hivemux.executor.users import Owner
 from hivemux.salus import SOCKET_ENV as SALUS_SOCKET_ENV
 from hivemux.workloads.progress import CHECKPOINT_DIR_ENV
+from hivemux.xcuda import pinned_etc, remove_files, secure_directory
 
 log = logging.getLogger("hivemux.executor.sandbox")
 INIT = Path(__file__).with_name("sandbox_init.py")
 SPEC_FILE = "sandbox.json"
+ETC_LAYER = "etc"  # <work>/.node/<job>/etc: the files laid over the workload's /etc
 PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 
 
@@ -68,6 +72,7 @@ class SandboxSpec:
     hide: tuple[Path, ...]
     binds: tuple[Bind, ...]
     private_tmp: tuple[Path, ...] = PRIVATE_TMP
+    etc_layer: Path | None = None  # a directory laid over /etc (read-only overlay): xCUDA pinned
     cgroups: tuple[Path, ...] = ()  # the cgroup.procs files the sandbox joins first (`cgroups`)
     namespaces: bool = True  # False: no sandbox to build (none can be), only its cgroups joined
 
@@ -76,6 +81,7 @@ class SandboxSpec:
             "cwd": str(self.cwd), "env": dict(self.env), "uid": self.uid, "gid": self.gid,
             "hide": [str(p) for p in self.hide], "private_tmp": [str(p) for p in self.private_tmp],
             "binds": [{"path": str(b.path), "writable": b.writable, "optional": b.optional} for b in self.binds],
+            "etc_layer": None if self.etc_layer is None else str(self.etc_layer),
             "cgroups": [str(p) for p in self.cgroups], "namespaces": self.namespaces,
         })
 
@@ -88,7 +94,8 @@ def workload_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | N
                   shared: Sequence[Path] = (), cgroups: Sequence[Path] = ()) -> SandboxSpec:
     """The view of one workload (module docstring). ``shared``: node paths every workload may
     read that a private ``/tmp`` or the hidden work root would otherwise hide; ``cgroups``: the
-    ``cgroup.procs`` files of its cgroups (`cgroups.WorkloadCgroup.procs`)."""
+    ``cgroup.procs`` files of its cgroups (`cgroups.WorkloadCgroup.procs`). A workload whose
+    environment preloads xCUDA gets the ``/etc`` layer of `etc_layer` (`hivemux.xcuda.pinned_etc`)."""
     work_root = files.root.parent
     hide = [work_root]
     binds = [Bind(files.root, True), Bind(files.node, False), Bind(files.state, True, optional=True)]
@@ -107,16 +114,38 @@ def workload_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | N
     switch = owner is not None and owner.switch
     return SandboxSpec(cwd=files.root, env=dict(env), uid=owner.uid if switch and owner else None,
                        gid=owner.gid if switch and owner else None, hide=tuple(hide), binds=tuple(binds),
-                       cgroups=tuple(cgroups))
+                       etc_layer=files.node / ETC_LAYER if pinned_etc(env) is not None else None, cgroups=tuple(cgroups))
 
 
 def cgroups_only_spec(files: WorkloadFiles, env: Mapping[str, str], owner: Owner | None, cgroups: Sequence[Path]) -> SandboxSpec:
     """No sandbox can be built, yet the workload has cgroups: ``sandbox_init`` joins them, drops to
-    the workload's ids and execs, so the command still starts inside its limits."""
+    the workload's ids and execs, so the command still starts inside its limits (no ``/etc``
+    layer either: without a mount namespace xCUDA is only as pinned as its environment)."""
     switch = owner is not None and owner.switch
     return SandboxSpec(cwd=files.root, env=dict(env), uid=owner.uid if switch and owner else None,
                        gid=owner.gid if switch and owner else None, hide=(), binds=(), private_tmp=(),
                        cgroups=tuple(cgroups), namespaces=False)
+
+
+def write_etc_layer(files: WorkloadFiles, env: Mapping[str, str]) -> Path | None:
+    """The ``/etc`` layer of a workload with xCUDA (`hivemux.xcuda.pinned_etc`), written afresh
+    in the agent's directory about it (`hivemux.xcuda.secure_directory`: root's, writable by
+    nobody else; each file created ``O_EXCL | O_NOFOLLOW``, 0644); None without xCUDA."""
+    content = pinned_etc(env)
+    if content is None:
+        return None
+    layer = secure_directory(files.root.parent, files.node.parent.name, files.node.name, ETC_LAYER)
+    remove_files(layer, *content)
+    dfd = os.open(layer, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name, text in content.items():
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dfd)
+            os.fchmod(fd, 0o644)  # whatever the agent's umask
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+    finally:
+        os.close(dfd)
+    return layer
 
 
 def sandbox_argv(spec_path: Path, argv: Sequence[str], python: str = sys.executable) -> list[str]:
@@ -162,6 +191,7 @@ class Sandbox:
             spec = cgroups_only_spec(files, env, owner, cgroups)
         else:
             spec = workload_spec(files, env, owner, self.shared, cgroups)
+            write_etc_layer(files, env)
         path = files.node / SPEC_FILE
         tmp = path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)

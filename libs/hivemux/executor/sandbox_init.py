@@ -28,7 +28,13 @@ stderr, which is the workload's log, before anything of the workload runs):
 - ``binds``: the paths put back, each opened ``O_PATH | O_NOFOLLOW`` before anything is hidden
   (a symlink a workload planted is refused, not followed), writable or read-only;
 - a fresh ``/proc`` (only the namespace's processes), private ``/tmp``, ``/var/tmp`` and
-  ``/dev/shm`` (tmpfs), ``/dev/mqueue`` of the new IPC namespace.
+  ``/dev/shm`` (tmpfs), ``/dev/mqueue`` of the new IPC namespace;
+- ``etc_layer`` (a workload with xCUDA): a read-only overlay on ``/etc`` whose upper layer is the
+  agent's directory holding ``ld.so.preload`` and ``xcuda.conf`` (`hivemux.xcuda.pinned_etc`),
+  the node's ``/etc`` beneath; the mounts that were under ``/etc`` (a container's ``hosts``,
+  ``resolv.conf``) are bound back on top, read-only. The dynamic loader then preloads the shim
+  into every process of the workload, and the shim finds its files without the environment.
+  Checked after mounting: ``/etc/ld.so.preload`` must read as the layer's.
 
 Where no sandbox can be built (an agent that is not root, or the sandbox turned off) but the
 workload has cgroups, the spec says ``namespaces: false``: the one process joins them, drops
@@ -116,6 +122,41 @@ def _mkdirs(path: str) -> None:
     os.makedirs(path, mode=0o755, exist_ok=True)
 
 
+def _etc_sources(layer: str | None) -> tuple[int, int, list[tuple[int, str]]] | None:
+    """The layer, the node's /etc and the mounts under it, opened before anything changes."""
+    if not layer:
+        return None
+    try:
+        layer_fd = os.open(layer, O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        etc_fd = os.open("/etc", O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as error:
+        raise Refused(f"/etc layer {layer}: {error.strerror}") from None
+    below = []
+    for point in _visible():
+        if point.startswith("/etc/"):
+            try:
+                below.append((os.open(point, O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC), point))
+            except OSError:
+                continue  # shadowed, or gone: nothing to put back
+    return layer_fd, etc_fd, below
+
+
+def pin_etc(layer_fd: int, etc_fd: int, below: list[tuple[int, str]]) -> None:
+    """Lay the agent's files over /etc (module docstring): a read-only overlay, the layer on top."""
+    lower = f"lowerdir=/proc/self/fd/{layer_fd}:/proc/self/fd/{etc_fd}"
+    mount("overlay", "/etc", "overlay", MS_RDONLY | MS_NOSUID | MS_NODEV, lower)
+    for fd, point in below:
+        if os.path.lexists(point):
+            mount(f"/proc/self/fd/{fd}", point, None, MS_BIND)
+            mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+    with open(f"/proc/self/fd/{layer_fd}/ld.so.preload", "rb") as mine, open("/etc/ld.so.preload", "rb") as seen:
+        if mine.read() != seen.read():
+            raise Refused("/etc/ld.so.preload does not read as the agent's after the overlay")
+    os.close(layer_fd)
+    os.close(etc_fd)
+
+
 def build(spec: dict) -> None:
     """The workload's view of the file system (module docstring); we are pid 1, root."""
     # the paths to put back, opened before anything hides them; never through a symlink
@@ -130,7 +171,10 @@ def build(spec: dict) -> None:
                 continue
             raise Refused(f"bind {path}: {error.strerror}") from None
         sources.append((fd, path, bool(bind["writable"]), is_dir))
+    etc = _etc_sources(spec.get("etc_layer"))
     read_only_everywhere()
+    if etc is not None:
+        pin_etc(*etc)
     for private in spec["private_tmp"]:  # first: a hidden or bound path may lie under /tmp
         if os.path.isdir(private):
             mount("tmpfs", private, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")

@@ -195,9 +195,14 @@ class NodeWorkloads:
             self.on_forget(w)
 
     def mps_clients(self, gpu: int) -> list[Workload]:
-        """The live MPS clients of GPU ``gpu``: its offline jobs and its online service."""
+        """The live MPS clients of GPU ``gpu``: its offline jobs, its online service, its Salus lane jobs."""
         return [w for w in [*self.jobs.values(), *self.online.values()]
-                if w.kind in ("offline", "online") and gpu_index(w.gpu) == gpu and w.proc is not None and not w.done]
+                if (w.kind in ("offline", "online") or is_lane_job(w)) and gpu_index(w.gpu) == gpu and w.proc is not None and not w.done]
+
+
+def is_lane_job(w: Workload) -> bool:
+    """A Salus lane job (issue 20): a training start that carries a lane grant (`lane_jobs`)."""
+    return w.command is not None and w.command.lane is not None and w.kind == "training"
 
 
 def replica_key(job_id: str, gpu_id: str) -> str:

@@ -53,7 +53,7 @@ class XcudaFeed:
         fed = 0
         for w in workloads:
             now = self.now.get(w.gpu)
-            if w.control is None or now is None or w.done:
+            if w.control is None or now is None or w.done or w.kind != "offline":  # lane jobs: no launch control
                 continue
             w.control.sample(u_sm=now[0], c_sm=now[1])
             fed += 1

@@ -19,11 +19,12 @@ from hivemux.xcuda.files import (
     secure_directory,
 )
 from hivemux.xcuda.layout import Layout, layout
-from hivemux.xcuda.library import NATIVE_DIR, build, library_path, preload_env
+from hivemux.xcuda.library import CONFIG_FILE, NATIVE_DIR, build, library_path, pinned_etc, preload_env
 
 LAYOUT_VERSION: int = layout().version
 
 __all__ = [
+    "CONFIG_FILE",
     "LAYOUT_VERSION",
     "NATIVE_DIR",
     "ControlBlock",
@@ -36,6 +37,7 @@ __all__ = [
     "build",
     "layout",
     "library_path",
+    "pinned_etc",
     "preload_env",
     "remove_files",
     "secure_directory",

@@ -30,6 +30,7 @@ Worked example::
     cb.set_launch_control(t_sm=1200, c_h=1590, a_l=1.0, a_h=0.2, kp=2000, ki=20000, kd=0, target=0.8)
     cb.sample(u_sm=0.55, c_sm=1410)      # each GPU monitor sample
     cb.set_flags(freeze=True)            # SysMonitor says Overlimit: hold all launches
+    cb.set_share(40)                     # CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of its next processes
 """
 
 from __future__ import annotations
@@ -199,7 +200,8 @@ class ControlBlock:
         self._f = layout().control
 
     @classmethod
-    def create(cls, path: str | os.PathLike, *, mem_quota_bytes: int = 0) -> ControlBlock:
+    def create(cls, path: str | os.PathLike, *, mem_quota_bytes: int = 0,
+               active_thread_percentage: float = 0.0) -> ControlBlock:
         lay = layout()
         path = Path(path)
         fd = _create(path, lay.constants["CONTROL_SIZE"], 0o644, None)
@@ -212,6 +214,7 @@ class ControlBlock:
         pack_into(mm, 0, f["layout_version"], lay.version)
         pack_into(mm, 0, f["size"], lay.constants["CONTROL_SIZE"])
         pack_into(mm, 0, f["mem_quota_bytes"], mem_quota_bytes)
+        pack_into(mm, 0, f["active_thread_percentage"], float(active_thread_percentage))
         pack_into(mm, 0, f["magic"], lay.constants["CONTROL_MAGIC"])  # last: marks it valid
         return cb
 
@@ -258,6 +261,12 @@ class ControlBlock:
 
     def set_quota(self, mem_quota_bytes: int) -> None:
         self.write(mem_quota_bytes=mem_quota_bytes)
+
+    def set_share(self, percentage: float | None) -> None:
+        """The workload's SM share, which xCUDA writes into the client's
+        ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` before the driver initializes (MPS reads it once,
+        when the client connects: a new share reaches new processes); None or 0: none."""
+        self.write(active_thread_percentage=float(percentage or 0.0))
 
     def set_launch_control(self, params: LaunchControl, *, enabled: bool = True) -> None:
         flags = unpack_from(self._mm, 0, self._f["flags"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 # libs/hivemux/xcuda -> repository root -> native/xcuda
@@ -36,6 +37,31 @@ def built_layout_version(path: Path | None = None) -> int:
     fn = lib.xcuda_layout_version
     fn.restype = ctypes.c_uint
     return int(fn())
+
+
+CONFIG_FILE = "/etc/xcuda.conf"  # XCUDA_CONFIG_FILE of native/xcuda/src/xcuda_internal.h
+SETTINGS = ("XCUDA_CONTROL", "XCUDA_STATE", "XCUDA_REAL_LIBCUDA")  # what it may say
+
+
+def pinned_etc(env: Mapping[str, str]) -> dict[str, str] | None:
+    """The files a sandbox lays over ``/etc`` so that its workload cannot drop xCUDA or move it
+    by editing its environment, for a workload whose environment `preload_env` made (None
+    when it has no xCUDA): ``ld.so.preload`` (the dynamic loader loads the shim into every
+    process, with or without ``LD_PRELOAD``) and ``xcuda.conf`` (`CONFIG_FILE`: the shim then
+    takes its control block, state file and driver from there and ignores the environment).
+
+    >>> pinned_etc({"LD_PRELOAD": "/x/libxcuda.so", "XCUDA_CONTROL": "/w/c", "XCUDA_STATE": "/w/s"})
+    {'ld.so.preload': '/x/libxcuda.so\\n', 'xcuda.conf': 'XCUDA_CONTROL=/w/c\\nXCUDA_STATE=/w/s\\n'}
+    """
+    if not env.get("XCUDA_CONTROL"):
+        return None
+    shim = next((p for p in env.get("LD_PRELOAD", "").replace(" ", ":").split(":") if p.endswith("/libxcuda.so")), None)
+    if shim is None:
+        return None
+    lines = [f"{name}={env[name]}\n" for name in SETTINGS if env.get(name)]
+    if any("\n" in line[:-1] for line in lines) or "\n" in shim:
+        raise ValueError("an xCUDA path with a newline cannot be pinned")
+    return {"ld.so.preload": shim + "\n", Path(CONFIG_FILE).name: "".join(lines)}
 
 
 def preload_env(

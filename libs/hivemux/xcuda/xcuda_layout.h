@@ -4,7 +4,8 @@
  *
  *   control block  written by the executor, mapped read-only by every offline process:
  *                  memory quota, launch-control parameters of eq. 1-2 and the PID controller,
- *                  the executor's freeze flag.
+ *                  the executor's freeze flag, the MPS active thread percentage (SM share)
+ *                  xCUDA sets in the client's environment before the driver initializes.
  *   state file     shared read-write by all processes of one offline workload: the robust
  *                  process-shared lock, per-process memory usage, the freeze marks that play
  *                  the part of the paper's shared pipe, and what each process's controller did.
@@ -22,7 +23,7 @@
 
 #include <stdint.h>
 
-#define XCUDA_LAYOUT_VERSION 1
+#define XCUDA_LAYOUT_VERSION 2
 #define XCUDA_CONTROL_MAGIC 0x58435443
 #define XCUDA_STATE_MAGIC 0x58435354
 #define XCUDA_CONTROL_SIZE 256
@@ -64,7 +65,8 @@ typedef union xcuda_lock_area {
     X(double, target, 104, "target GPU load U_GPU the controller holds, 0..1") \
     X(double, max_interval_us, 112, "upper bound of the launch interval, microseconds") \
     X(uint64_t, sample_time_ns, 120, "CLOCK_MONOTONIC time of the sample, nanoseconds; dt of the PID step") \
-    X(uint64_t, generation, 128, "bumped by the executor on every write; diagnostics only")
+    X(uint64_t, generation, 128, "bumped by the executor on every write; diagnostics only") \
+    X(double, active_thread_percentage, 136, "the workload's SM share: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE xCUDA sets before the driver initializes and before each context is created; 0 = leave the variable alone")
 
 #define XCUDA_STATE_FIELDS(X) \
     X(uint32_t, magic, 0, "XCUDA_STATE_MAGIC") \

@@ -30,6 +30,21 @@
  *                                      holds (decimal bytes, rewritten on every change): what
  *                                      the driver knows, which the fake NVML reports per process
  *                                      (its "procdir" directive), whatever xCUDA counted
+ *   FAKE_CUDA_DEVICES=dir              (a path: the fake MPS's device nodes, dir/nvidia<i>) one
+ *                                      device; a context without MPS holds dir/nvidia<i> (i: the
+ *                                      first of CUDA_VISIBLE_DEVICES) with an exclusive flock and
+ *                                      is refused with CUDA_ERROR_DEVICE_UNAVAILABLE while an MPS
+ *                                      server or another context holds it (EXCLUSIVE_PROCESS)
+ *
+ * MPS, as the real driver (nvidia-cuda-mps-control(1)): cuInit connects to the control daemon of
+ * CUDA_MPS_PIPE_DIRECTORY (the fake one, libs/hivemux/executor/cpu_devices/fake_mps_control.py,
+ * listening on <pipe>/control.sock) and asks for a server with its
+ * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, read from the environment at that moment; it blocks while
+ * the daemon serves another uid, keeps the connection while the process lives and gets the
+ * percentage the server grants (the variable only lowers the server's limit). No daemon there:
+ * the process runs without MPS. The cuInit line of FAKE_CUDA_LOG says what was asked and granted
+ * ("percentage=<env> mps_server=<pid> mps_percentage=<granted>"); context creation logs the
+ * variable as it is then.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,8 +55,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +79,7 @@ static int cfg_version = 13000;
 static uint64_t cfg_array_align = 65536, cfg_granule = 2ull << 20, cfg_pitch_align = 512;
 static uint64_t *stats; /* launches, busy_ns, calls */
 static const char *cfg_usage_dir; /* FAKE_CUDA_USAGE_DIR */
+static const char *cfg_device_dir; /* FAKE_CUDA_DEVICES as a directory */
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
@@ -69,7 +88,9 @@ static uint64_t env_u64(const char *name, uint64_t dflt) {
 
 __attribute__((constructor)) static void fake_init(void) {
     cfg_total = env_u64("FAKE_CUDA_TOTAL_MEM", cfg_total);
-    cfg_devices = (int)env_u64("FAKE_CUDA_DEVICES", 1);
+    const char *devices = getenv("FAKE_CUDA_DEVICES");
+    if (devices && strchr(devices, '/')) cfg_device_dir = devices; /* the fake MPS's device nodes */
+    else cfg_devices = (int)env_u64("FAKE_CUDA_DEVICES", 1);
     cfg_busy_ns = env_u64("FAKE_CUDA_LAUNCH_BUSY_US", 0) * 1000ull;
     cfg_depth = env_u64("FAKE_CUDA_QUEUE_DEPTH", 64);
     cfg_oom_at = (long)env_u64("FAKE_CUDA_OOM_AT", (uint64_t)-1);
@@ -284,12 +305,79 @@ static void pools_shrink_locked(void) {
     }
 }
 
+/* ---- MPS and EXCLUSIVE_PROCESS (header comment) ---- */
+static int mps_fd = -1, mps_server; /* the control daemon's connection, held while the process lives */
+static char mps_granted[32] = "-";
+static int device_fd = -1;          /* a context of its own: the GPU held exclusively */
+
+static const char *env_or_dash(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : "-";
+}
+
+/* CUDA_SUCCESS when connected, or when there is no daemon to connect to (no MPS) */
+static CUresult mps_connect(void) {
+    const char *pipe = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    if (mps_fd >= 0 || pipe == NULL || *pipe == '\0') return CUDA_SUCCESS;
+    int dir = open(pipe, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) return CUDA_SUCCESS;
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/control.sock", dir); /* pipe paths can be long */
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) { /* no daemon: no MPS */
+        if (fd >= 0) close(fd);
+        close(dir);
+        return CUDA_SUCCESS;
+    }
+    close(dir);
+    char req[96], answer[128];
+    int n = snprintf(req, sizeof req, "connect %.60s\n", env_or_dash("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    size_t got = 0;
+    if (write(fd, req, (size_t)n) != n) goto failed;
+    while (got < sizeof answer - 1 && (got == 0 || answer[got - 1] != '\n')) { /* blocks while another uid is served */
+        ssize_t r = read(fd, answer + got, sizeof answer - 1 - got);
+        if (r <= 0) goto failed;
+        got += (size_t)r;
+    }
+    answer[got] = '\0';
+    if (sscanf(answer, "ok %d %31s", &mps_server, mps_granted) != 2) goto failed;
+    mps_fd = fd;
+    return CUDA_SUCCESS;
+failed:
+    close(fd);
+    return CUDA_ERROR_MPS_CONNECTION_FAILED;
+}
+
+/* A context without MPS takes its GPU exclusively (the GPUs are in EXCLUSIVE_PROCESS mode). */
+static CUresult own_device(void) {
+    if (mps_fd >= 0 || cfg_device_dir == NULL || device_fd >= 0) return CUDA_SUCCESS;
+    const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/nvidia%d", cfg_device_dir, visible && *visible ? atoi(visible) : 0);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return CUDA_ERROR_NO_DEVICE;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    }
+    device_fd = fd;
+    return CUDA_SUCCESS;
+}
+
 /* ================= the API ================= */
 EXPORT CUresult cuInit(unsigned int Flags) {
     ENTER();
+    char asked[64];
+    snprintf(asked, sizeof asked, "%s", env_or_dash("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
+    CUresult r = mps_connect();
+    if (r != CUDA_SUCCESS) {
+        LOG(__func__, r, "%u percentage=%s mps=refused", Flags, asked);
+        return r;
+    }
     atomic_store(&initialized, 1);
     for (int d = 0; d < 8; d++) { default_pools[d].dev = d; default_pools[d].alive = 1; }
-    LOG(__func__, CUDA_SUCCESS, "%u", Flags);
+    LOG(__func__, CUDA_SUCCESS, "%u percentage=%s mps_server=%d mps_percentage=%s", Flags, asked,
+        mps_fd >= 0 ? mps_server : 0, mps_fd >= 0 ? mps_granted : "-");
     return CUDA_SUCCESS;
 }
 
@@ -346,6 +434,8 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     ENTER();
     NEED_INIT();
     if (dev < 0 || dev >= cfg_devices) return CUDA_ERROR_INVALID_DEVICE;
+    CUresult held = own_device();
+    if (held != CUDA_SUCCESS) { LOG(__func__, held, "dev=%d %s", dev, "exclusive_process"); return held; }
     pthread_mutex_lock(&mu);
     fake_ctx *c = &primaries[dev];
     c->dev = dev;
@@ -355,7 +445,7 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     int refs = c->refs;
     mu_unlock();
     *pctx = c;
-    LOG(__func__, CUDA_SUCCESS, "dev=%d refs=%d", dev, refs);
+    LOG(__func__, CUDA_SUCCESS, "dev=%d refs=%d percentage=%s", dev, refs, env_or_dash("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
     return CUDA_SUCCESS;
 }
 
@@ -388,13 +478,15 @@ EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { ENTER(); return primary_
 static CUresult ctx_create(const char *name, CUcontext *pctx, CUdevice dev, uint64_t t0) {
     if (!atomic_load(&initialized)) return CUDA_ERROR_NOT_INITIALIZED;
     if (dev < 0 || dev >= cfg_devices) return CUDA_ERROR_INVALID_DEVICE;
+    CUresult held = own_device();
+    if (held != CUDA_SUCCESS) { logf_(t0, name, held, "dev=%d %s", dev, "exclusive_process"); return held; }
     fake_ctx *c = calloc(1, sizeof *c);
     if (!c) return CUDA_ERROR_OUT_OF_MEMORY;
     c->dev = dev;
     c->alive = 1;
     if (ctx_depth < 16) ctx_stack[ctx_depth++] = c;
     *pctx = c;
-    logf_(t0, name, CUDA_SUCCESS, "dev=%d ctx=%p", dev, (void *)c);
+    logf_(t0, name, CUDA_SUCCESS, "dev=%d ctx=%p percentage=%s", dev, (void *)c, env_or_dash("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"));
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {

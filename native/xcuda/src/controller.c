@@ -46,6 +46,7 @@ int xcuda_read_params(const xcuda_control *c, xcuda_params *o) {
         o->kd = load_double(&c->kd);
         o->target = load_double(&c->target);
         o->max_interval_us = load_double(&c->max_interval_us);
+        o->active_thread_percentage = load_double(&c->active_thread_percentage);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (LOAD_RELAXED(&c->seq) == s1) return 0;
     }

@@ -61,7 +61,7 @@ XCUDA_NO_SANITIZE static dlsym_fn real_dlsym(void) {
 
 static void load_driver_once(void) {
     t_loading = 1;
-    const char *path = getenv("XCUDA_REAL_LIBCUDA");
+    const char *path = xcuda_setting("XCUDA_REAL_LIBCUDA");
     if (path == NULL || path[0] == '\0') path = "libcuda.so.1";
     g_driver_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (g_driver_handle == NULL) xcuda_log("cannot open the real driver %s: %s", path, dlerror());

@@ -79,20 +79,24 @@ static CUresult after_create(CUresult r, CUcontext *pctx) {
 }
 XCUDA_API CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     xcuda_ensure_runtime();
+    xcuda_pin_share();
     return after_create(REAL(cuCtxCreate)(pctx, flags, dev), pctx);
 }
 XCUDA_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
     xcuda_ensure_runtime();
+    xcuda_pin_share();
     return after_create(REAL(cuCtxCreate_v2)(pctx, flags, dev), pctx);
 }
 XCUDA_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
                                   unsigned int flags, CUdevice dev) {
     xcuda_ensure_runtime();
+    xcuda_pin_share();
     return after_create(REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev), pctx);
 }
 XCUDA_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
                                   CUdevice dev) {
     xcuda_ensure_runtime();
+    xcuda_pin_share();
     return after_create(REAL(cuCtxCreate_v4)(pctx, ctxCreateParams, flags, dev), pctx);
 }
 XCUDA_API CUresult cuCtxDestroy_v2(CUcontext ctx) {
@@ -107,6 +111,7 @@ XCUDA_API CUresult cuCtxDestroy(CUcontext ctx) {
 }
 XCUDA_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
     xcuda_ensure_runtime();
+    xcuda_pin_share();
     CUresult r = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
     if (r == CUDA_SUCCESS && pctx) xcuda_track_primary_retained(dev, *pctx);
     return r;

@@ -12,6 +12,21 @@
  *     of control-block changes,
  *   - and runs the freeze sequence after a signal (freeze.c).
  * After fork the child starts from scratch: it is a new process of the workload.
+ *
+ * Where the files are (xcuda_setting): in the executor's sandbox a node-owned configuration
+ * file, XCUDA_CONFIG_FILE (/etc/xcuda.conf, lines NAME=VALUE for XCUDA_CONTROL, XCUDA_STATE and
+ * XCUDA_REAL_LIBCUDA), is authoritative: the environment is not consulted, so a workload that
+ * unsets or rewrites those variables changes nothing (the sandbox's own /etc/ld.so.preload
+ * loads this library into every process, so dropping LD_PRELOAD changes nothing either).
+ * Without the file (no sandbox) the environment says where the files are, as before.
+ *
+ * The SM share (xcuda_pin_share): MPS gives a client the CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of
+ * its environment, capped by its server's set_active_thread_percentage, and reads it when the
+ * client initializes. The server's cap is one per server, i.e. per uid, i.e. per GPU here (all
+ * clients of a GPU share its uid), so it cannot tell an offline client from the online one;
+ * the client's own variable is what separates them. xCUDA therefore rewrites the variable from
+ * the control block (active_thread_percentage) when the library loads, right before the real
+ * cuInit and before every context is created, whatever the workload put there.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -66,6 +81,94 @@ void xcuda_log(const char *fmt, ...) {
     int fd = g_log_fd >= 0 ? g_log_fd : 2;
     ssize_t w = write(fd, buf, len);
     (void)w;
+}
+
+/* ---- where the files are: the sandbox's configuration file, else the environment ---- */
+static const char *const g_setting_names[] = {"XCUDA_CONTROL", "XCUDA_STATE", "XCUDA_REAL_LIBCUDA"};
+#define N_SETTINGS (sizeof g_setting_names / sizeof g_setting_names[0])
+static char g_setting_values[N_SETTINGS][1024];
+static int g_setting_set[N_SETTINGS];
+static int g_config_file;   /* 1: XCUDA_CONFIG_FILE exists; the environment is not consulted */
+static int g_config_broken; /* 1: it exists but cannot be read: nothing runs (fail closed) */
+static pthread_once_t g_config_once = PTHREAD_ONCE_INIT;
+
+static void read_config(void) {
+    int fd = open(XCUDA_CONFIG_FILE, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT) g_config_file = g_config_broken = 1;
+        return;
+    }
+    g_config_file = 1;
+    char buf[4096];
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n < 0 || n == (ssize_t)sizeof buf - 1) { /* unreadable, or longer than any file the executor writes */
+        g_config_broken = 1;
+        return;
+    }
+    buf[n] = '\0';
+    for (char *line = buf, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        char *eq = strchr(line, '=');
+        if (line[0] == '#' || eq == NULL) continue;
+        *eq = '\0';
+        for (size_t i = 0; i < N_SETTINGS; i++) {
+            if (strcmp(line, g_setting_names[i]) != 0) continue;
+            if (strlen(eq + 1) >= sizeof g_setting_values[i]) {
+                g_config_broken = 1;
+                return;
+            }
+            strcpy(g_setting_values[i], eq + 1);
+            g_setting_set[i] = 1;
+        }
+    }
+}
+
+const char *xcuda_setting(const char *name) {
+    pthread_once(&g_config_once, read_config);
+    if (!g_config_file) return getenv(name);
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (strcmp(name, g_setting_names[i]) == 0) return g_setting_set[i] ? g_setting_values[i] : NULL;
+    return NULL;
+}
+
+/* ---- the SM share (module comment) ---- */
+static void set_share(double percentage) {
+    if (!(percentage > 0.0)) return; /* 0: no share given; NaN never */
+    if (percentage > 100.0) percentage = 100.0;
+    char want[32];
+    snprintf(want, sizeof want, "%g", percentage);
+    const char *have = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+    if (have == NULL || strcmp(have, want) != 0) setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", want, 1);
+}
+
+void xcuda_pin_share(void) {
+    xcuda_params p;
+    if (g_xcuda_ctl == NULL) return;
+    /* a write that never completes (a writer that died mid-way): the field itself, one aligned word */
+    set_share(xcuda_read_params(g_xcuda_ctl, &p) == 0 ? p.active_thread_percentage
+                                                      : load_double(&g_xcuda_ctl->active_thread_percentage));
+}
+
+/* At load, before the program's own code: the share from the control block read with pread
+ * (no mapping: most processes of a sandbox never touch CUDA). */
+static void pin_share_at_load(void) {
+    const char *path = xcuda_setting("XCUDA_CONTROL");
+    if (path == NULL || path[0] == '\0') return;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    for (int tries = 0; tries < 100; tries++) {
+        xcuda_control c;
+        uint32_t seq_after;
+        if (pread(fd, &c, sizeof c, 0) != (ssize_t)sizeof c) break;
+        if (c.magic != XCUDA_CONTROL_MAGIC || c.layout_version != XCUDA_LAYOUT_VERSION) break;
+        if (pread(fd, &seq_after, sizeof seq_after, offsetof(xcuda_control, seq)) != (ssize_t)sizeof seq_after) break;
+        if ((c.seq & 1u) || seq_after != c.seq) continue;
+        set_share(c.active_thread_percentage);
+        break;
+    }
+    close(fd);
 }
 
 uint64_t xcuda_quota_bytes(void) {
@@ -206,13 +309,18 @@ static int start_runtime(void) {
     if (logp && logp[0] && g_log_fd < 0) g_log_fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     const char *poll = getenv("XCUDA_POLL_US");
     if (poll && atol(poll) > 0) g_poll_ns = (uint64_t)atol(poll) * 1000ull;
+    pthread_once(&g_config_once, read_config);
+    if (g_config_broken) {
+        xcuda_log("%s cannot be read: refused", XCUDA_CONFIG_FILE);
+        return -1;
+    }
     xcuda_load_driver();
-    const char *ctl = getenv("XCUDA_CONTROL");
+    const char *ctl = xcuda_setting("XCUDA_CONTROL");
     if (ctl && ctl[0] && g_xcuda_ctl == NULL) { /* after fork the parent's mapping is kept */
         g_xcuda_ctl = map_control(ctl);
         if (!g_xcuda_ctl) return -1;
     }
-    const char *st = getenv("XCUDA_STATE");
+    const char *st = xcuda_setting("XCUDA_STATE");
     if (st && st[0]) {
         if (xcuda_state_attach(st) != 0) return -1;
         g_wake_word = &g_xcuda_state->event_seq;
@@ -229,7 +337,8 @@ static int start_runtime(void) {
         xcuda_log("cannot start the helper thread: %s", strerror(rc));
         return -1;
     }
-    xcuda_log("started: control=%s state=%s", ctl ? ctl : "-", st ? st : "-");
+    xcuda_log("started: control=%s state=%s (%s)", ctl ? ctl : "-", st ? st : "-",
+              g_config_file ? XCUDA_CONFIG_FILE : "environment");
     return 0;
 }
 
@@ -265,6 +374,7 @@ static void atfork_child(void) {
 
 __attribute__((constructor)) static void xcuda_constructor(void) {
     pthread_atfork(NULL, NULL, atfork_child);
+    pin_share_at_load();
 }
 
 __attribute__((destructor)) static void xcuda_destructor(void) {
@@ -273,6 +383,7 @@ __attribute__((destructor)) static void xcuda_destructor(void) {
 
 XCUDA_API CUresult cuInit(unsigned int Flags) {
     if (ensure() != 0) return CUDA_ERROR_NOT_PERMITTED;
+    xcuda_pin_share(); /* the driver connects to MPS here and reads the share */
     return REAL(cuInit)(Flags);
 }
 

@@ -81,6 +81,12 @@ void xcuda_wake_helper(void);            /* async-signal-safe */
 uint64_t xcuda_now_ns(void);
 void xcuda_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t xcuda_quota_bytes(void);        /* 0 = none */
+/* XCUDA_CONTROL, XCUDA_STATE, XCUDA_REAL_LIBCUDA: from XCUDA_CONFIG_FILE when it exists (the
+ * sandbox's, node-owned: the environment is then ignored), else from the environment */
+#define XCUDA_CONFIG_FILE "/etc/xcuda.conf"
+const char *xcuda_setting(const char *name);
+/* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE := the control block's share (nothing when it is 0) */
+void xcuda_pin_share(void);
 
 /* ---- shared accounting (state.c) ---- */
 int xcuda_state_attach(const char *path); /* 0 ok */
@@ -107,6 +113,7 @@ typedef struct xcuda_params {
     uint32_t flags, sample_seq;
     uint64_t quota, sample_time_ns;
     double u_sm, c_sm, c_h, t_sm, a_l, a_h, kp, ki, kd, target, max_interval_us;
+    double active_thread_percentage;
 } xcuda_params;
 int xcuda_read_params(const xcuda_control *ctl, xcuda_params *out); /* seqlock read */
 double xcuda_clock_factor(const xcuda_params *p);                   /* eq. 2 */

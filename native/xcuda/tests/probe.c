@@ -26,6 +26,9 @@
  *                                    of $XCUDA_STATE (rc = errno of open, 0 when written)
  *   writecontrol:QUOTA               the same with $XCUDA_CONTROL: set mem_quota_bytes to QUOTA
  *                                    (0 = none); rc = errno of open, 0 when written
+ *   cuinit | newctx                  cuInit alone | cuCtxCreate alone (after cuinit)
+ *   getenv:NAME | setenv:NAME=VALUE | unsetenv:NAME    the process's own environment, as a
+ *                                    workload edits it ("getenv NAME=<value or (unset)>")
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -244,6 +247,21 @@ static void run(const char *cmd) {
         if (r == CUDA_SUCCESS) r = api.DeviceGet(&dev, 0);
         if (r == CUDA_SUCCESS) r = api.CtxCreate(&ctx, 0, dev);
         printf("ctx rc=%d\n", (int)r);
+    } else if (strcmp(buf, "cuinit") == 0) {
+        printf("cuinit rc=%d\n", (int)api.Init(0));
+    } else if (strcmp(buf, "newctx") == 0) {
+        CUresult r = api.DeviceGet(&dev, 0);
+        if (r == CUDA_SUCCESS) r = api.CtxCreate(&ctx, 0, dev);
+        printf("newctx rc=%d\n", (int)r);
+    } else if (strcmp(buf, "getenv") == 0) {
+        const char *v = getenv(arg1);
+        printf("getenv %s=%s\n", arg1, v ? v : "(unset)");
+    } else if (strcmp(buf, "setenv") == 0) {
+        char *eq = strchr(arg1, '=');
+        if (eq) *eq++ = '\0';
+        printf("setenv rc=%d\n", eq ? setenv(arg1, eq, 1) : -1);
+    } else if (strcmp(buf, "unsetenv") == 0) {
+        printf("unsetenv rc=%d\n", unsetenv(arg1));
     } else if (strcmp(buf, "alloc") == 0) {
         do_alloc(arg1, strtoull(arg2, NULL, 0));
     } else if (strcmp(buf, "free") == 0) {

@@ -1,5 +1,6 @@
 """The memory guard (`hivemux.executor.memory_guard`): NVML's per-process GPU memory against
-each offline workload's xCUDA quota, on real processes.
+each workload's limit, on real processes: an offline job's xCUDA quota, a lane job's P + E, a
+whole-GPU training job's GPUs, an online service's share (alerted, never evicted; issue 30).
 
 NVML is the fake ``libnvidia-ml.so.1`` (tests/support/fake_nvml) loaded by pynvml through the
 agent's `NvmlBackend`; its per-process figures are either scripted (``proc`` lines) or — for
@@ -43,7 +44,7 @@ DECIDED = datetime(2020, 1, 1, tzinfo=UTC)
 def nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     path = tmp_path / "nvml.script"
     monkeypatch.setenv(SCRIPT_ENV, str(path))
-    script = NvmlScript(path=path, gpus=[FakeGpu()])
+    script = NvmlScript(path=path, gpus=[FakeGpu(), FakeGpu(uuid="GPU-5b4ac7a0-0000-4c1d-9a2e-000000000001")])
     script.write()
     backend = NvmlBackend("node-00", library=build_fake_nvml(), watch_xid=False)
     yield script, backend
@@ -173,3 +174,93 @@ async def test_a_workload_that_zeroes_its_account_stays_within_the_quota_and_run
     assert await guard.watch() == [] and "job" in table.jobs  # the driver's 60 MiB are within the quota
     out = await guard.graceful.end(w, w.command.event_id, evicted=False, reason="test over")  # type: ignore[union-attr]
     assert out[-1].state is JobState.STOPPED
+
+
+# Issue 30: the guard covers every kind of workload, each against its own limit.
+SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+async def started(tmp_path: Path, table: NodeWorkloads, job: str, kind: str, gpus: tuple[str, ...], *,
+                  quota_mib: float | None = None, lane: bool = False) -> Workload:
+    """A sleeping process as a workload of ``kind`` (with an xCUDA control block when ``quota_mib``)."""
+    from hivemux.events import LaneGrant
+
+    action = {"offline": CommandAction.START_OFFLINE, "training": CommandAction.START_TRAINING,
+              "online": CommandAction.START_ONLINE}[kind]  # fmt: skip
+    grant = LaneGrant(lane_id=0, lane_size_mib=48, persistent_mib=16, ephemeral_mib=48, policy="fifo") if lane else None
+    command = ExecutorCommand(
+        occurred_at=DECIDED, source="t", node_id="node-00", action=action, job_id=job, gpu_ids=gpus, lane=grant,
+        sm_share=50.0 if kind == "offline" else None, workload=WorkloadSpec(model="m", batch_size=1, iterations=10),
+    )  # fmt: skip
+    files = WorkloadFiles(tmp_path / job).create()
+    w = Workload(job, kind, gpus, files, command, total=10)
+    if quota_mib is not None:
+        w.control, w.state = create_xcuda_files(files, mem_quota_bytes=int(quota_mib * MIB),
+                                                 launch=NodeConfig("n", tmp_path).launch_control, throttle=not lane)
+    w.proc = await launch(SLEEP, env=dict(os.environ), cwd=tmp_path, log_path=tmp_path / f"{job}.log")
+    table.jobs[w.key] = w
+    return w
+
+
+def evicted(out: list) -> str:
+    [final] = [e for e in out if getattr(e, "state", None) is ReportState.EVICTED and not isinstance(e, JobLifecycleEvent)]
+    return final.detail
+
+
+async def test_a_lane_job_over_its_grants_p_plus_e_is_evicted(tmp_path: Path, nvml) -> None:  # type: ignore[no-untyped-def]
+    script, backend = nvml
+    table, guard = guard_parts(tmp_path, backend)
+    w = await started(tmp_path, table, "lane-a", "training", ("node-00/gpu-0",), quota_mib=16 + 48, lane=True)
+    script.procs = [(0, w.proc.pid, 60 * MIB)]  # type: ignore[union-attr]
+    script.write()
+    assert await guard.watch() == []
+    script.procs = [(0, w.proc.pid, 80 * MIB)]  # type: ignore[union-attr]
+    script.write()
+    detail = evicted(await guard.watch())
+    assert detail.startswith(f"GPU memory over quota: NVML reports 80 MiB held by pids {w.proc.pid} (80 MiB), "  # type: ignore[union-attr]
+                             "quota 64 MiB = its lane grant's P + E")
+    assert table.jobs == {}
+
+
+async def test_a_whole_gpu_training_job_is_evicted_for_memory_on_a_gpu_it_was_not_given(tmp_path: Path, nvml) -> None:  # type: ignore[no-untyped-def]
+    script, backend = nvml  # two GPUs
+    table, guard = guard_parts(tmp_path, backend)
+    w = await started(tmp_path, table, "train", "training", ("node-00/gpu-0",))
+    pid = w.proc.pid  # type: ignore[union-attr]
+    script.procs = [(0, pid, 14_000 * MIB)]  # its own GPU: all of it is its to use
+    script.write()
+    assert await guard.watch() == [] and "train" in table.jobs
+    script.procs = [(0, pid, 14_000 * MIB), (1, pid, 700 * MIB)]
+    script.write()
+    detail = evicted(await guard.watch())
+    assert detail.startswith(f"GPU memory on GPUs it was not given: NVML reports 700 MiB held by pids {pid} (700 MiB), "
+                             "none allowed beyond node-00/gpu-0")
+
+
+async def test_an_online_service_over_its_share_is_alerted_once_and_not_evicted(tmp_path: Path, nvml) -> None:  # type: ignore[no-untyped-def]
+    script, backend = nvml
+    table, guard = guard_parts(tmp_path, backend)
+    gpu = ("node-00/gpu-0",)
+    online = await started(tmp_path, table, "svc", "online", gpu)
+    await started(tmp_path, table, "off", "offline", gpu, quota_mib=6000)  # its quota is kept for it
+    pid = online.proc.pid  # type: ignore[union-attr]
+    script.procs = [(0, pid, 9000 * MIB)]  # 15360 MiB less 6000: 9360 MiB are the service's
+    script.write()
+    assert await guard.watch() == []
+    script.procs = [(0, pid, 9500 * MIB)]
+    script.write()
+    [alert] = await guard.watch()
+    assert (alert.state, alert.step, alert.job_id) == (ReportState.RUNNING, "gpu_memory_over", "svc")
+    assert alert.detail == (f"GPU memory over its share of the GPU: NVML reports 9500 MiB held by pids {pid} (9500 MiB), "
+                            "node-00/gpu-0's 15360 MiB less the offline quotas beside it (6000 MiB): 9360 MiB; "
+                            "not evicted: an online service is evicted only by its SLO rules")
+    assert await guard.watch() == [] and set(table.jobs) == {"svc", "off"}  # once per breach; both run on
+    script.procs = [(0, pid, 100 * MIB)]
+    script.write()
+    assert await guard.watch() == []
+    script.procs = [(0, pid, 9400 * MIB)]
+    script.write()
+    [again] = await guard.watch()  # a new breach: a new alert, with its own id
+    assert again.step == "gpu_memory_over" and again.event_id != alert.event_id
+    for w in list(table.jobs.values()):
+        await guard.graceful.end(w, w.command.event_id, evicted=False, reason="test over")  # type: ignore[union-attr]

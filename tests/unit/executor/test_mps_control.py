@@ -79,3 +79,25 @@ async def test_crash_and_hang_are_told_apart_and_restart_recovers(daemon: MpsDae
     await daemon.restart()  # the wedged daemon is killed, a fresh one answers
     daemon.timeout_s = 5.0
     assert (await daemon.check()).state == "running"
+
+
+async def test_the_agents_own_share_variable_never_caps_the_gpus_clients(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in the control daemon's environment is its servers' default
+    cap (the fake does as the real daemon): the agent does not hand its own down to the daemon."""
+    fake_mps.install(tmp_path / "bin")
+    monkeypatch.setenv("PATH", fake_mps.path_with(tmp_path / "bin"))
+    monkeypatch.setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "30")
+    d = MpsDaemon(0, tmp_path / "mps", timeout_s=5.0)
+    try:
+        await d.start()
+        assert await d.command("get_default_active_thread_percentage") == ["100"]
+    finally:
+        await d.quit()
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(tmp_path / "log")}
+    subprocess.run([sys.executable, str(fake_mps.SCRIPT), "-d"], env=env, check=True, timeout=10)  # 30 in its environment
+    ask = lambda line: subprocess.run([sys.executable, str(fake_mps.SCRIPT)], input=line + "\n", env=env,  # noqa: E731
+                                      capture_output=True, text=True, timeout=10).stdout.split()
+    assert ask("get_default_active_thread_percentage") == ["30"]
+    ask("quit")

@@ -52,3 +52,16 @@ def test_the_sandbox_joins_the_workloads_cgroups_and_without_one_still_does() ->
     plain = cgroups_only_spec(files, {"PATH": "/bin"}, Owner(200_000, 200_000, "gpu:0", switch=True), procs)
     assert (plain.namespaces, plain.hide, plain.binds, plain.private_tmp, plain.uid) == (False, (), (), (), 200_000)
     assert json.loads(plain.to_json())["cgroups"] == [str(p) for p in procs]
+
+
+def test_a_workload_with_xcuda_gets_the_etc_layer_that_pins_it() -> None:
+    files = WorkloadFiles(Path("/w/job-a"))
+    pinned = {"LD_PRELOAD": "/opt/x/libxcuda.so", "XCUDA_CONTROL": "/w/.node/job-a/xcuda.control",
+              "XCUDA_STATE": "/w/.node/job-a/xcuda.state"}  # what `hivemux.xcuda.preload_env` gives an offline job
+    spec = workload_spec(files, pinned, None)
+    assert spec.etc_layer == Path("/w/.node/job-a/etc") and json.loads(spec.to_json())["etc_layer"] == "/w/.node/job-a/etc"
+    assert workload_spec(files, {"PATH": "/bin"}, None).etc_layer is None  # no xCUDA (training, online): /etc as it is
+    assert workload_spec(files, {"XCUDA_CONTROL": "/c"}, None).etc_layer is None  # no shim preloaded: nothing to pin
+    procs = (Path("/sys/fs/cgroup/memory/a/cgroup.procs"),)  # with its cgroups too: the spec carries both
+    both = json.loads(workload_spec(files, pinned, None, cgroups=procs).to_json())
+    assert (both["etc_layer"], both["cgroups"], both["namespaces"]) == ("/w/.node/job-a/etc", [str(procs[0])], True)

@@ -14,7 +14,8 @@ the real MPS that matter for sharing (its manual, "nvidia-cuda-mps-control(1)"):
   (the client is killed), ``set_active_thread_percentage PID PCT`` /
   ``get_active_thread_percentage PID`` (the server's limit),
   ``set_default_active_thread_percentage PCT`` / ``get_default_active_thread_percentage``
-  (for the next server), ``quit`` (servers and daemon stop);
+  (for the next server; ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in the environment of ``-d`` sets
+  it too, as the real daemon's does), ``quit`` (servers and daemon stop, the default is lost);
 - with no daemon running every command fails with "Cannot find MPS control daemon process".
 
 Clients (`client.py`, the fake CUDA driver's side) connect to the daemon at their "cuInit":
@@ -25,8 +26,11 @@ the daemon reads the client's uid from the socket (``SO_PEERCRED``) and
   shut down as soon as all its connected clients are gone, then a server for the waiting uid
   starts and admits it (clients of the old uid arriving meanwhile wait behind it);
 - **active thread percentage**: a client's share is its ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``
-  capped by the server's (``set_active_thread_percentage``): the environment "will only further
-  constrain the limit set by the control daemon";
+  capped by the server's (``set_active_thread_percentage``, taken by the clients that connect
+  afterwards; clients already connected keep theirs): the environment "will only further
+  constrain the limit set by the control daemon". The cap is per server, so per uid: with one
+  uid per GPU it is one cap for all the GPU's clients. A percentage that is not a number in
+  (0, 100] is refused (the client's "cuInit" fails) rather than guessed;
 - **EXCLUSIVE_PROCESS**: each server holds its GPU's device (``$FAKE_CUDA_DEVICES/nvidia<i>``,
   an exclusive ``flock``) while it runs; a process that creates a context without MPS takes
   the same lock and is refused while a server or another such context holds it.
@@ -210,7 +214,17 @@ class Daemon:
         if len(request) != 2 or request[0] != "connect":
             conn.close()
             return
-        asked = None if request[1] == "-" else float(request[1])
+        try:
+            asked = None if request[1] == "-" else float(request[1])
+        except ValueError:
+            asked = -1.0
+        if asked is not None and not 0 < asked <= 100:  # garbage from a client never stops the daemon
+            log(f"Client {pid} of uid {uid} refused: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE {request[1]!r}")
+            try:
+                conn.sendall(b"error invalid CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\n")
+            finally:
+                conn.close()
+            return
         self.waiting.append((conn, pid, uid, asked))
         self.selector.register(conn, selectors.EVENT_READ)  # EOF: the client is gone
         log(f"Client {pid} of uid {uid} asks for a server")
@@ -352,6 +366,7 @@ def command(pipe: Path, line: str) -> list[str]:
         if daemon is not None:
             os.kill(daemon, signal.SIGTERM)
         (pipe / DAEMON_PID).unlink(missing_ok=True)
+        (pipe / "default_percentage").unlink(missing_ok=True)  # "the set value is lost if a quit command is executed"
         log("Exit")
         return []
     return [f"Unknown command {name}"]
@@ -371,6 +386,9 @@ def main(argv: list[str]) -> int:
             return 1
         (pipe / "fault").unlink(missing_ok=True)  # a wedge belongs to the daemon that had it
         (pipe / SOCKET).unlink(missing_ok=True)
+        default = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")  # the daemon level's default cap
+        if default:
+            (pipe / "default_percentage").write_text(f"{float(default):g}")
         pid = spawn("daemon", pipe)
         (pipe / DAEMON_PID).write_text(str(pid))
         for _ in range(500):  # returns once the daemon listens
