@@ -148,10 +148,14 @@ def report(w: Workload, *, node_id: str, source: str, cause: UUID, state: Report
 
 def lifecycle(w: Workload, *, node_id: str, source: str, cause: UUID, state: JobState, at: datetime,
               reason: str) -> JobLifecycleEvent:
-    """A gang pod's (its start has a rendezvous) names its run, and its failure is ``pod_failed``:
-    the cell allocator decides what it does to the job (`hivemux.cells.gang`)."""
+    """A gang pod's (its start has a rendezvous) names its run. The failure of a job's workload
+    (a gang pod, an offline job, a submitted service's replica) is ``pod_failed``: its decider
+    decides what it does to the job against its ``max_restarts`` (`hivemux.jobs.limits`: the cell
+    allocator for gangs and services, the matcher for offline jobs). A lane job's failure (its
+    allocator ends it) and a configured fleet service's stay ``failed``."""
     r = w.command.rendezvous if w.command is not None else None
-    if r is not None and state is JobState.FAILED:
+    decided = r is not None or w.kind == "offline" or (w.kind == "online" and w.command is not None)
+    if decided and state is JobState.FAILED:
         state = JobState.POD_FAILED
     return JobLifecycleEvent(
         event_id=derived_id("lifecycle", cause, w.job_id, state.value),
