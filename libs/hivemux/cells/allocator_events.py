@@ -110,7 +110,7 @@ from . import api
 from .allocator import Allocation, CellAllocator
 from .binding_safety import BindingChange, double_bindings
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
-from .gang import RESTARTS_INPUT, RUN_INPUT, Fail, Gangs, rendezvous
+from .gang import RESTARTS_INPUT, RUN_INPUT, Fail, Gangs, pod_index, rendezvous
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 from .lane_events import LaneEventMaker, candidate, needs_profile
 from .lane_choice import LaneJobPlaced, LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
@@ -369,7 +369,7 @@ class AllocatorEvents:
         restart = ExecutorCommand(
             event_id=derived_id("restart", failed, cause), occurred_at=at, source=self.source, node_id=info.node,
             action=CommandAction.START_ONLINE, job_id=job_id, gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation),
-            workload=job.workload, reason=clip_reason(verdict.reason),
+            workload=job.workload, pod=pod_index(failed), reason=clip_reason(verdict.reason),
         )  # fmt: skip
         return [restart, self._lifecycle(job_id, JobState.BOUND, at, cause, verdict.reason, inputs)]
 
@@ -541,7 +541,7 @@ class AllocatorEvents:
             out.append(ExecutorCommand(
                 event_id=derived_id("start", derived_id("bound", name, cause)), occurred_at=at, source=self.source,
                 node_id=info.node, action=CommandAction.START_TRAINING, job_id=job_id,
-                gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation), workload=job.workload, rendezvous=r,
+                gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation), workload=job.workload, rendezvous=r, pod=pod_index(name),
                 reason=clip_reason(f"pod {name} bound to {info.node} GPUs {list(info.leaf_cell_isolation)}: rank {r.rank} of "
                                    f"{r.world_size}, rendezvous at {r.master_node}:{r.master_port}"),
             ))  # fmt: skip
@@ -576,7 +576,7 @@ class AllocatorEvents:
                     out.append(
                         ExecutorCommand(
                             event_id=derived_id("start", key), occurred_at=at, source=self.source, node_id=bind.node,
-                            action=_START[job.kind], job_id=d.job_id, gpu_ids=gpus, workload=job.workload,
+                            action=_START[job.kind], job_id=d.job_id, gpu_ids=gpus, workload=job.workload, pod=pod_index(pod.name),
                             reason=clip_reason(f"pod {pod.name} bound to {bind.node} GPUs {list(bind.leaf_cells)}"),
                         )  # fmt: skip
                     )

@@ -149,8 +149,8 @@ class ProcessNode:
         # online services' own commands (issue 29): ports at launch, readiness and scrapes on ticks
         self.services = ServiceWatch(config, workloads=self.table, reporter=self.reporter, graceful=self.graceful)
         self.launcher.services = self.services
-        self.logs = LogShipper(config.log_bound, self.reporter,
-                               lambda w: pod_index(self.admissions.bound.get(w.job_id, {}), config.node_id, w.gpu_ids))
+        self.logs = LogShipper(config.log_bound, self.reporter, lambda w: w.command.pod if w.command is not None and w.command.pod is not None
+                               else pod_index(self.admissions.bound.get(w.job_id, {}), config.node_id, w.gpu_ids))  # fmt: skip
         self._handled: OrderedDict[UUID, None] = OrderedDict()
         self._lock = asyncio.Lock()
 

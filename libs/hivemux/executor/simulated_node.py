@@ -38,6 +38,11 @@ one iteration at a time per lane, in the event time the ticks pass in. Each lane
 own iterations and throughput (``detail``: its lane and the policy); a stop or eviction of one
 ends its lane session only, and its neighbours go on.
 
+Logs (issue 29 item 6): each simulated workload prints what a real one would — its start, its
+progress every 10 s of its clock, a service's latency windows, its end — shipped on every tick
+(after `advance`) on ``jobs.logs`` through the process agent's bounded path (`simulated_logs`), one stream per pod
+(``ExecutorCommand.pod``) on its node, so `hivemux jobs logs` reads a demo job's output.
+
 Worked example: a start at 0 s of 100 iterations at 100 ms solo, 60 % of the SMs of a GPU with
 no online activity (ResNet-50's shape: normalized 0.625, 6.25 it/s): ticks at 4 s and 8 s report
 25 then 50 iterations, each with an observation of the window since the previous one.
@@ -66,6 +71,8 @@ from hivemux.events.base import clip_reason
 from hivemux.executor.admission import Refusal, beyond_the_node
 from hivemux.executor.lane_gpu import LaneGpu, LaneJobSpec, LaneProgress, LaneStarted
 from hivemux.executor.recovery import Ledger
+from hivemux.executor.simulated_logs import SimulatedLogs, SimulatedPrints
+from hivemux.jobs.log_bound import LogBound
 from hivemux.simulated.catalog import solo_profile
 from hivemux.simulated.gpu_types import GPU_TYPES
 from hivemux.simulated.interference import shared_execution
@@ -78,7 +85,7 @@ _CHECKED = frozenset({*_STARTS, CommandAction.START_ONLINE, CommandAction.ADJUST
 
 class SimulatedExecutor:
     def __init__(self, *, source: str, default_gpu_type: str = "T4", clock: Callable[[], float] = time.time,
-                 latency_window_s: float = 5.0) -> None:
+                 latency_window_s: float = 5.0, log_bound: LogBound | None = None) -> None:
         self.source = source
         self.default_gpu_type = default_gpu_type
         self.clock = clock
@@ -102,6 +109,8 @@ class SimulatedExecutor:
         self.lane_gpus: dict[str, LaneGpu] = {}
         self.lane_starts: dict[tuple[str, str], ExecutorCommand] = {}  # (node, job) -> its lane start
         self.lane_finished: set[tuple[str, str]] = set()
+        self.logs = SimulatedLogs(log_bound or LogBound(), self.agent)  # what the workloads print (`simulated_logs`)
+        self.prints = SimulatedPrints(self.logs)
 
     # -- NodeBackend ----------------------------------------------------------------------------
     async def start(self, ledger: Ledger | None = None) -> list[Event]:
@@ -125,12 +134,14 @@ class SimulatedExecutor:
             if command.action is CommandAction.START_ONLINE:  # a service serves on: it is its GPUs' again
                 if not self._start_online(command, now):
                     continue
+                self.prints.started(command, now, adopted=True)
                 out.append(self._report(command, ReportState.RUNNING, now, detail="re-adopted after the executor restarted"))
                 continue
             if command.lane is not None:  # a lane job resumes in its lane from its last report
                 done = min(last.iterations_done, command.workload.iterations - 1)
                 self._start_lane(command, now, done=done, report=False)
                 if (command.node_id, command.job_id) in self.lane_starts:
+                    self.prints.started(command, now, adopted=True)
                     out.append(self._report(command, ReportState.RUNNING, now, iterations=done, total=command.workload.iterations,
                                             detail="re-adopted in its lane after the executor restarted"))
                 continue
@@ -149,6 +160,7 @@ class SimulatedExecutor:
                 continue
             self.commands[(command.node_id, command.job_id)] = command
             self.observed_until[(command.node_id, command.job_id)] = now
+            self.prints.started(command, now, adopted=True)
             detail = f"re-adopted after the executor restarted; last reported at {last.occurred_at.isoformat()}"
             out.append(self._report(command, ReportState.RUNNING, now, iterations=int(workload.iterations_done), total=total,
                                     detail=detail))
@@ -173,7 +185,8 @@ class SimulatedExecutor:
         return self.handle(command, now=self.at())
 
     async def tick(self) -> list[Event]:
-        return self.advance(self.at())
+        now = self.at()
+        return [*self.advance(now), *self.logs.ship(at=now)]  # what the workloads printed up to now (`simulated_logs`)
 
     def at(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
@@ -198,12 +211,14 @@ class SimulatedExecutor:
         if self._serving(command.node_id, command.job_id, command.gpu_ids):
             return self._stop_online(command)
         stopped = node.stop(command.job_id)
-        self.commands.pop((command.node_id, command.job_id), None)
+        started = self.commands.pop((command.node_id, command.job_id), None)
         self.observed_until.pop((command.node_id, command.job_id), None)
         if stopped is None:
             return []  # not running here (finished, or a re-delivered stop)
         at = command.occurred_at  # the stop is the command's decision: its event time
         evicted = command.action is CommandAction.EVICT
+        if started is not None:
+            self.prints.ended(started, at, f"{'evicted' if evicted else 'stopped'} at iteration {int(stopped.iterations_done)}: {command.reason}")
         state = ReportState.EVICTED if evicted else ReportState.STOPPED
         return [
             self._report(command, state, at, iterations=int(stopped.iterations_done), total=stopped.iterations_total,
@@ -249,6 +264,7 @@ class SimulatedExecutor:
             return []  # already running or finished here: a re-delivered command changes nothing
         self.commands[(command.node_id, command.job_id)] = command
         self.observed_until[(command.node_id, command.job_id)] = now
+        self.prints.started(command, now)
         share = f" with {command.sm_share:.0f} % of the SMs" if command.sm_share is not None else ""
         return [
             self._report(command, ReportState.ACCEPTED, now, total=workload.iterations_total),
@@ -269,6 +285,7 @@ class SimulatedExecutor:
             self.services[gpu_id] = command
             self.latency_until.pop(gpu_id, None)  # its first window starts now
         assert command.workload is not None
+        self.prints.started(command, now)
         rate = command.workload.request_rate
         what = f"serving {command.workload.model}" + (f" at {rate:g} req/s" if rate else "")
         return [
@@ -281,12 +298,13 @@ class SimulatedExecutor:
         the replica serving there, and is reported without a lifecycle event (the service runs on)."""
         gpus = self._serving(command.node_id, command.job_id, command.gpu_ids)
         start = self.services[gpus[0]]
+        evicted = command.action is CommandAction.EVICT
         for gpu_id in gpus:
+            self.prints.ended(self.services[gpu_id], command.occurred_at, f"{'evicted' if evicted else 'stopped'}: {command.reason}")
             del self.services[gpu_id]
             self.latency_until.pop(gpu_id, None)
             self.online.pop(gpu_id, None)
         at = command.occurred_at
-        evicted = command.action is CommandAction.EVICT
         report = self._report(start, ReportState.EVICTED if evicted else ReportState.STOPPED, at, detail=command.reason)
         report = report.model_copy(update={"event_id": derived_id("report", command.event_id, report.state.value)})
         if command.gpu_ids:
@@ -325,6 +343,7 @@ class SimulatedExecutor:
         self.lane_starts[key] = command
         if not report:
             return []  # re-adopted: `adopt` reports it
+        self.prints.started(command, now)
         where = f"lane {started.lane_id} ({started.lane_size_mib:g} MiB, {started.step}) of {gpu_id}, policy {started.policy}"
         note = f"; {started.note}" if started.note else ""
         return [
@@ -346,6 +365,7 @@ class SimulatedExecutor:
         gpu = self.lane_gpus[start.gpu_ids[0]]
         left = gpu.stop(command.job_id, at=now)
         at, evicted = command.occurred_at, command.action is CommandAction.EVICT
+        self.prints.ended(start, at, f"{'evicted' if evicted else 'stopped'} at iteration {left.iterations_done if left else 0}: {command.reason}")
         state = ReportState.EVICTED if evicted else ReportState.STOPPED
         total = start.workload.iterations if start.workload else 0
         report = self._report(start, state, at, iterations=left.iterations_done if left else 0, total=total,
@@ -372,10 +392,12 @@ class SimulatedExecutor:
         state = ReportState.COMPLETED if p.finished else ReportState.RUNNING
         report = self._report(command, state, at, progress=progress, detail=f"lane {p.lane_id} of {gpu_id}, policy {gpu.policy}")
         if not p.finished:
+            self.prints.progress(command, at, p.iterations_done, p.iterations_total, p.throughput_it_s)
             return [report]
         del self.lane_starts[(command.node_id, p.job)]
         self.lane_finished.add((command.node_id, p.job))
         done = f"{p.iterations_total} iterations done in lane {p.lane_id} of {gpu_id}"
+        self.prints.ended(command, at, f"done: {done}")
         return [report, self._lifecycle(command, JobState.COMPLETED, at, done)]
 
     def _adjust(self, node: SimulatedNode, command: ExecutorCommand) -> list[Event]:
@@ -415,6 +437,8 @@ class SimulatedExecutor:
             p99 = online_p99_ms(spec.model if spec else service, online, slowdown)
             slo = spec.slo_p99_ms if spec and spec.slo_p99_ms else slo_p99_ms(spec.model if spec else service)
             placed = self.commands.get((node_id, neighbour.job_id)) if neighbour is not None else None
+            if gpu_id in self.services:
+                self.prints.latency(self.services[gpu_id], now, p99, slo, (now - start).total_seconds())
             out.append(OnlineLatencyReport(
                 event_id=derived_id("latency", gpu_id, now.isoformat()), occurred_at=now, source=self.agent(node_id),
                 node_id=node_id, gpu_id=gpu_id, service=service, p50_ms=p99 / 2.0, p99_ms=p99, slo_p99_ms=slo,
@@ -441,8 +465,12 @@ class SimulatedExecutor:
                     out.append(self._observation(command, progress, window_start, now, shares.get(progress.job_id)))
                     self.observed_until[key] = now
                 if progress.finished:
+                    self.prints.ended(command, now, f"done: {progress.iterations_total} iterations")
                     out.append(self._lifecycle(command, JobState.COMPLETED, now, f"{progress.iterations_total} iterations done"))
                     del self.commands[key], self.observed_until[key]
+                else:
+                    self.prints.progress(command, now, progress.iterations_done, progress.iterations_total, progress.throughput_it_s,
+                                         progress.normalized_throughput)  # fmt: skip
         return out + self._advance_lanes(now) + self.latency(now)
 
     # -- records ----------------------------------------------------------------------------------

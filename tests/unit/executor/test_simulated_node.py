@@ -239,7 +239,8 @@ async def test_the_backend_interface_runs_on_the_node_clock() -> None:
     accepted, _ = await executor.on_command(command)
     assert accepted.occurred_at == T0  # the workload starts when the node handles the command
     clock[0] += 4.0
-    report, observation = await executor.tick()
+    report, observation, printed = await executor.tick()  # what it printed is shipped too (test_simulated_logs)
+    assert printed.text.endswith("[a simulated workload: no process runs]\n") and printed.occurred_at == at(4)
     assert (report.occurred_at, observation.window_start, observation.window_end) == (at(4), T0, at(4))
     assert report.iterations_done == math.floor(4 * 10 * report.normalized_throughput)
     assert await executor.on_command(command) == []  # re-delivered
