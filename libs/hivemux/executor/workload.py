@@ -202,11 +202,19 @@ class NodeWorkloads:
                 if w.kind in ("offline", "online") and gpu_index(w.gpu) == gpu and w.proc is not None and not w.done]
 
 
+def finished_key(job_id: str, command: ExecutorCommand | None) -> str:
+    """What `NodeWorkloads.finished` remembers of a completed workload besides its job id: a gang
+    pod's completion is its run's (``job@run``), so the next run of a gang that restarted after
+    another pod failed starts here again; any other start for a job completed here changes nothing."""
+    r = command.rendezvous if command is not None else None
+    return f"{job_id}@{r.run}" if r is not None else job_id
+
+
 def replica_key(job_id: str, gpu_id: str) -> str:
-    """The table key and file name of an online service's further replica on this node: the
-    first replica here is keyed by the job id (as every other workload), a second one, on
-    another GPU, by the job id and its GPU (``svc-a:gpu-1``), so each has its own process,
-    files and progress."""
+    """The table key and file name of an online service's further replica (or a gang's further
+    pod) on this node: the first one here is keyed by the job id (as every other workload), a
+    second one, on other GPUs, by the job id and its first GPU (``svc-a:gpu-1``), so each has its
+    own process, files (log, progress, node-local checkpoints) and progress."""
     return f"{job_id}:gpu-{gpu_index(gpu_id)}"
 
 
