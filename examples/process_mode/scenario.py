@@ -178,8 +178,9 @@ class Scenario:
         hold_nodes = self.nodes("hold")
         self.say(f"hold {'running' if held else self.state('hold')} on {', '.join(hold_nodes)}; submitting urgent, for the gang's pair")
         self.submit("urgent")
-        preempted = self.until("the gang preempted", lambda: "preempted" in self.cli("jobs", "history", "train"), 180)
-        self.say(f"gang {'preempted: ' + self.describe('train')['last_reason'] if preempted else 'not preempted'}")
+        preempted = self.until("the gang preempted", lambda: next(
+            (line.strip() for line in self.cli("jobs", "history", "train").splitlines() if "preempted by" in line), None), 180)
+        self.say(f"gang {preempted or 'not preempted'}")
 
         timed_out = self.until("hold timed out", lambda: self.state("hold") == "timed_out", 240)
         hold = self.describe("hold")
