@@ -91,3 +91,20 @@ def test_a_restarted_allocator_counts_on_from_its_own_lifecycle_events() -> None
         assert again.on_lifecycle(e, replaying=True) == []
     [ended] = of(again.on_lifecycle(failure(first, 30), replaying=False), JobLifecycleEvent)
     assert ended.state is JobState.FAILED  # the second failure: over max_restarts 1
+
+
+def test_a_lane_job_placed_in_its_lane_is_started_for_its_limits() -> None:
+    """A Salus lane job's queue timeout ends with its lane (it started there), and its runtime counts
+    from it: past its max_runtime_s it leaves its lane, stopped, and ends timed_out."""
+    from test_lane_refusals import lane_job
+    from test_lane_refusals import shell as lane_shell
+
+    edge = lane_shell()
+    job = lane_job("small", seconds=0).model_copy(update={"queue_timeout_s": 5.0, "max_runtime_s": 30.0})
+    out = edge.on_submission(job, replaying=False)
+    [start] = [c for c in of(out, ExecutorCommand) if c.job_id == "small"]
+    assert start.lane is not None
+    assert lifecycle(edge.on_tick(tick(10), replaying=False)) == []  # placed in its lane: its queue timeout is over
+    out = edge.on_tick(tick(31), replaying=False)
+    assert lifecycle(out) == [("small", JobState.TIMED_OUT)]
+    assert [(c.action, c.node_id) for c in of(out, ExecutorCommand) if c.job_id == "small"] == [(CommandAction.STOP, start.node_id)]
