@@ -80,6 +80,14 @@ from hivemux.simulated.online_latency import online_p99_ms, slo_p99_ms
 from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
 
 _STARTS = {CommandAction.START_OFFLINE: "offline", CommandAction.START_TRAINING: "training"}
+
+
+def workload_key(command: ExecutorCommand) -> str:
+    """What a start runs is known by on its node: its job; a gang pod by its job, run and rank (job
+    ids hold no '/'), so two pods of one gang on one node run side by side, and the gang's next
+    run starts there even where a pod of this one finished (issue 29)."""
+    r = command.rendezvous
+    return command.job_id if r is None else f"{command.job_id}/{r.run}/{r.rank}"
 _CHECKED = frozenset({*_STARTS, CommandAction.START_ONLINE, CommandAction.ADJUST})  # against the fleet (`_beyond`)
 
 
@@ -90,7 +98,7 @@ class SimulatedExecutor:
         self.default_gpu_type = default_gpu_type
         self.clock = clock
         self.nodes: dict[str, SimulatedNode] = {}
-        self.commands: dict[tuple[str, str], ExecutorCommand] = {}  # (node, job) -> the command that started it
+        self.commands: dict[tuple[str, str], ExecutorCommand] = {}  # (node, workload key) -> the command that started it (`workload_key`)
         self.gpu_types: dict[str, str] = {}
         self.gpu_memory: dict[str, float] = {}  # gpu_id -> its memory (MiB), from its samples
         self.node_gpus: dict[str, set[str]] = {}  # node -> the GPUs its samples named: the fleet it knows
@@ -102,7 +110,7 @@ class SimulatedExecutor:
         self.submitted: set[str] = set()  # submitted services (job ids): known from their commands, not from samples
         self.latency_until: dict[str, datetime] = {}
         self.latency_window_s = latency_window_s
-        self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
+        self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, workload key) -> end of its last observation window
         self.ledger: Ledger | None = None
         self.adopted: set[str] = set()  # nodes whose runs were re-adopted
         # Salus lanes (issue 20): the lane jobs of each shared GPU, run by `lane_gpu.LaneGpu`
@@ -150,7 +158,7 @@ class SimulatedExecutor:
             solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
             total = command.workload.iterations
             workload = RunningWorkload(
-                job_id=command.job_id, command_id=str(command.event_id), kind=_STARTS[command.action],
+                job_id=workload_key(command), command_id=str(command.event_id), kind=_STARTS[command.action],
                 gpu_ids=command.gpu_ids, iterations_total=total, iterations_done=float(min(last.iterations_done, total)),
                 solo_iteration_time_ms=command.solo_iteration_time_ms or solo.iteration_time_ms,
                 sm_share=command.sm_share if command.action is CommandAction.START_OFFLINE else None,
@@ -158,8 +166,8 @@ class SimulatedExecutor:
             )  # fmt: skip
             if not node.start(workload):
                 continue
-            self.commands[(command.node_id, command.job_id)] = command
-            self.observed_until[(command.node_id, command.job_id)] = now
+            self.commands[(command.node_id, workload_key(command))] = command
+            self.observed_until[(command.node_id, workload_key(command))] = now
             self.prints.started(command, now, adopted=True)
             detail = f"re-adopted after the executor restarted; last reported at {last.occurred_at.isoformat()}"
             out.append(self._report(command, ReportState.RUNNING, now, iterations=int(workload.iterations_done), total=total,
@@ -210,21 +218,28 @@ class SimulatedExecutor:
             return self._adjust(node, command)
         if self._serving(command.node_id, command.job_id, command.gpu_ids):
             return self._stop_online(command)
-        stopped = node.stop(command.job_id)
-        started = self.commands.pop((command.node_id, command.job_id), None)
-        self.observed_until.pop((command.node_id, command.job_id), None)
-        if stopped is None:
-            return []  # not running here (finished, or a re-delivered stop)
         at = command.occurred_at  # the stop is the command's decision: its event time
         evicted = command.action is CommandAction.EVICT
-        if started is not None:
-            self.prints.ended(started, at, f"{'evicted' if evicted else 'stopped'} at iteration {int(stopped.iterations_done)}: {command.reason}")
         state = ReportState.EVICTED if evicted else ReportState.STOPPED
-        return [
-            self._report(command, state, at, iterations=int(stopped.iterations_done), total=stopped.iterations_total,
-                         detail=command.reason),
-            self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason),
-        ]
+        out: list[Event] = []
+        for key in self._workloads_of(command.node_id, command.job_id):  # every pod of the job here (a gang's may be several)
+            stopped = node.stop(key)
+            started = self.commands.pop((command.node_id, key))
+            self.observed_until.pop((command.node_id, key), None)
+            if stopped is None:
+                continue
+            self.prints.ended(started, at, f"{'evicted' if evicted else 'stopped'} at iteration {int(stopped.iterations_done)}: {command.reason}")
+            report = self._report(command, state, at, iterations=int(stopped.iterations_done), total=stopped.iterations_total,
+                                  detail=command.reason)
+            out.append(report if key == command.job_id else report.model_copy(update={
+                "event_id": derived_id("report", command.event_id, state.value, key), "gpu_ids": started.gpu_ids}))
+        if not out:
+            return []  # not running here (finished, or a re-delivered stop)
+        return [*out, self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
+
+    def _workloads_of(self, node_id: str, job_id: str) -> list[str]:
+        """The keys of ``job_id``'s workloads on the node (`workload_key`)."""
+        return sorted(k for n, k in self.commands if n == node_id and (k == job_id or k.startswith(job_id + "/")))
 
     def _beyond(self, command: ExecutorCommand) -> Refusal | None:
         """A start or adjust no node of the fleet can have (`admission.beyond_the_node`): a GPU
@@ -236,19 +251,19 @@ class SimulatedExecutor:
             kind = GPU_TYPES.get(self.gpu_types.get(gpu_id, self.default_gpu_type))
             return float(kind.memory_mib) if kind is not None else float("inf")
 
-        running = self.commands.get((command.node_id, command.job_id))
+        running = self.commands.get((command.node_id, workload_key(command)))
         return beyond_the_node(command, memory, self.node_gpus.get(command.node_id), running.gpu_ids if running is not None else ())
 
     def _start(self, node: SimulatedNode, command: ExecutorCommand, now: datetime) -> list[Event]:
         assert command.workload is not None  # the model validator guarantees it for starts
         sharing = sorted(job for g in command.gpu_ids if g in self.lane_gpus for job in self.lane_gpus[g].runs)
-        if sharing and command.job_id not in node.running:
+        if sharing and workload_key(command) not in node.running:
             why = f"{', '.join(command.gpu_ids)} runs the lane jobs {', '.join(sharing)}: not to be had whole"
             return [self._lane_refused(command, why).model_copy(update={"step": "gpu_in_lanes"})]
         gpu_type = self.gpu_types.get(command.gpu_ids[0], self.default_gpu_type)
         solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
         workload = RunningWorkload(
-            job_id=command.job_id,
+            job_id=workload_key(command),
             command_id=str(command.event_id),
             kind=_STARTS[command.action],
             gpu_ids=command.gpu_ids,
@@ -262,8 +277,8 @@ class SimulatedExecutor:
         )
         if not node.start(workload):
             return []  # already running or finished here: a re-delivered command changes nothing
-        self.commands[(command.node_id, command.job_id)] = command
-        self.observed_until[(command.node_id, command.job_id)] = now
+        self.commands[(command.node_id, workload.job_id)] = command
+        self.observed_until[(command.node_id, workload.job_id)] = now
         self.prints.started(command, now)
         share = f" with {command.sm_share:.0f} % of the SMs" if command.sm_share is not None else ""
         return [
@@ -320,7 +335,7 @@ class SimulatedExecutor:
         if key in self.lane_starts or key in self.lane_finished:
             return []  # running or finished here: a re-delivered start changes nothing
         node = self.nodes.get(command.node_id)
-        alone = next((w.job_id for w in (node.running.values() if node else ()) if gpu_id in w.gpu_ids), None)
+        alone = next((w.job_id.split("/")[0] for w in (node.running.values() if node else ()) if gpu_id in w.gpu_ids), None)
         if alone is None and gpu_id in self.services:  # an online service's GPU, never a lane GPU
             alone = self.services[gpu_id].job_id
         if alone is not None:
@@ -531,6 +546,7 @@ class SimulatedExecutor:
         )
 
     def _lifecycle(self, command: ExecutorCommand, state: JobState, at: datetime, reason: str) -> JobLifecycleEvent:
+        r = command.rendezvous  # a gang pod's names its run and rank, as the process agent's (`workload.lifecycle`)
         return JobLifecycleEvent(
             event_id=derived_id("lifecycle", command.event_id, state.value),
             occurred_at=at,
@@ -540,4 +556,5 @@ class SimulatedExecutor:
             reason=reason,
             node_id=command.node_id,
             gpu_ids=command.gpu_ids,
+            inputs={"run": r.run, "rank": str(r.rank)} if r is not None else {},
         )
