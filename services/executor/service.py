@@ -37,6 +37,7 @@ from hivemux.executor.backend import NodeBackend
 from hivemux.executor.node import ProcessNode
 from hivemux.executor.recovery import read_ledger
 from hivemux.executor.simulated_node import SimulatedExecutor
+from hivemux.jobs.log_bound import LogBound
 from hivemux.observability import serve
 from hivemux.services.executor.settings import ExecutorSettings
 from hivemux.topics import CELL_BINDINGS, EXECUTOR_COMMANDS, GPU_TELEMETRY, JOBS_SUBMITTED, NODE_AGENTS, PLACEMENTS
@@ -48,7 +49,8 @@ NAME = "executor"
 def backend(settings: ExecutorSettings) -> NodeBackend:
     source = f"{NAME}/{settings.instance}"
     if settings.backend == "simulated":
-        return SimulatedExecutor(source=source, default_gpu_type=settings.default_gpu_type)
+        return SimulatedExecutor(source=source, default_gpu_type=settings.default_gpu_type,
+                                 log_bound=LogBound(settings.log_head_bytes, settings.log_tail_bytes))
     source = f"{NAME}/{settings.node_id}"  # a node's agent speaks for its node (bus.authorization)
     if settings.xcuda:
         from hivemux.xcuda import library_path

@@ -88,8 +88,8 @@ class Matcher:
     def on_placement(self, placement: Placement, _: RecordContext) -> None:
         self.core.on_placement(placement)
 
-    def on_report(self, report: ExecutorReport, _: RecordContext) -> None:
-        self.core.on_report(report)
+    def on_report(self, report: ExecutorReport, ctx: RecordContext) -> list[Event]:
+        return self.core.on_report(report, live=not ctx.replaying)  # a failed run: requeued or failed (`jobs.limits`)
 
     def on_lifecycle(self, change: JobLifecycleEvent, ctx: RecordContext) -> list[Event]:
         return self.core.on_lifecycle(change, live=not ctx.replaying)  # users' cancel / suspend / resume

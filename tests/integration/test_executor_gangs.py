@@ -5,7 +5,9 @@ knowing the other's address from its ``nodes.agents`` record) and a checkpoint s
 - a 2-pod job whose pods are bound one per node runs a real torch.distributed (gloo, CPU)
   all-reduce from the environment the agents give it, and both pods complete with the sum;
 - a pod that checkpointed on node-00, evicted there and bound to node-01, resumes on node-01
-  from node-00's last checkpoint (the store is keyed by job and rank, not by node).
+  from node-00's last checkpoint (the store is keyed by job and rank, not by node);
+- two pods of one gang on one node run side by side (each its own process, files, LOCAL_RANK and
+  checkpoint directory, its own log stream) and all-reduce with a pod on the other node.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ async def agents(tmp_path: Path) -> AsyncIterator[tuple[ProcessNode, ProcessNode
 
 
 def admit_gang(nodes: tuple[ProcessNode, ...], job: str, spec: WorkloadSpec, placement: dict[str, str]) -> None:
-    """The submission and each pod's binding (``placement``: pod -> node), folded by every agent."""
+    """The submission and each pod's binding (``placement``: pod -> node; pod i on GPU i of its node), folded by every agent."""
     submission = JobSubmission(occurred_at=T0, source="api/test", job_id=job, vc=VC, kind=JobKind.TRAINING, pods=len(placement),
                                workload=spec)  # fmt: skip
     for node in nodes:
@@ -75,14 +77,19 @@ def admit_gang(nodes: tuple[ProcessNode, ...], job: str, spec: WorkloadSpec, pla
         for pod, node_id in placement.items():
             node.on_admission(CellBinding(
                 occurred_at=T0, source="cell-allocator/test", job_id=job, vc=VC, state="bound", pod=pod,
-                priority=Priority.GUARANTEED, node_ids=(node_id,), gpu_ids=(f"{node_id}/gpu-0",), reason="test binding",
+                priority=Priority.GUARANTEED, node_ids=(node_id,), gpu_ids=(gpu(pod, node_id),), reason="test binding",
             ))  # fmt: skip
 
 
-def start(job: str, spec: WorkloadSpec, r: Rendezvous, node_id: str) -> ExecutorCommand:
+def gpu(pod: str, node_id: str) -> str:
+    return f"{node_id}/gpu-{pod.rsplit('/', 1)[1]}"
+
+
+def start(job: str, spec: WorkloadSpec, r: Rendezvous, node_id: str, pod: int | None = None) -> ExecutorCommand:
+    pod = r.rank if pod is None else pod
     return ExecutorCommand(
         event_id=derived_id("gang-start", job, r.run, r.rank), occurred_at=T0, source="cell-allocator/test", node_id=node_id,
-        action=CommandAction.START_TRAINING, job_id=job, gpu_ids=(f"{node_id}/gpu-0",), workload=spec, rendezvous=r,
+        action=CommandAction.START_TRAINING, job_id=job, gpu_ids=(gpu(f"{job}/{pod}", node_id),), workload=spec, rendezvous=r, pod=pod,
     )  # fmt: skip
 
 
@@ -171,3 +178,27 @@ async def test_a_pod_moved_to_another_node_resumes_from_its_last_checkpoint(
     assert (begun["resumed_from"], begun["iteration"]) == (last, last)
     env = (b.config.work_dir / ".node" / job / "log").read_text()
     assert "Traceback" not in env
+
+
+async def test_two_pods_of_a_gang_on_one_node_run_side_by_side(agents: tuple[ProcessNode, ProcessNode, Path]) -> None:
+    a, b, store = agents
+    job = "gang-local"
+    spec = WorkloadSpec(model="custom", batch_size=1, iterations=1, command=(sys.executable, str(SCRIPT)))
+    placement = {f"{job}/0": "node-00", f"{job}/1": "node-00", f"{job}/2": "node-01"}
+    ranks = rendezvous(job, list(placement.items()), run="run-3")
+    admit_gang((a, b), job, spec, placement)
+    commands = [start(job, spec, ranks[pod], node, pod=int(pod.rsplit("/", 1)[1])) for pod, node in placement.items()]
+    started = await asyncio.gather(*((a if c.node_id == "node-00" else b).on_command(c) for c in commands))
+    assert [[e.state for e in out if isinstance(e, JobLifecycleEvent)] for out in started] == [[JobState.RUNNING]] * 3
+    assert sorted(a.workloads) == [job, f"{job}:gpu-1"]  # the second pod here is a workload of its own
+    assert len({w.files.root for w in a.workloads.values()}) == 2
+    out = await until((a, b), lambda: not a.workloads and not b.workloads and job in b.finished)
+    ended = sorted((e.node_id, e.state, e.inputs["rank"]) for e in out if isinstance(e, JobLifecycleEvent))
+    assert ended == [("node-00", JobState.COMPLETED, "0"), ("node-00", JobState.COMPLETED, "1"), ("node-01", JobState.COMPLETED, "2")]
+    seen = {rank: json.loads((store / job / f"rank-{rank}" / "result.json").read_text()) for rank in range(3)}
+    assert [(s["RANK"], s["LOCAL_RANK"], s["NODE_RANK"], s["LOCAL_WORLD_SIZE"], s["sum"]) for s in seen.values()] == [
+        ("0", "0", "0", "2", 6.0), ("1", "1", "0", "2", 6.0), ("2", "0", "1", "1", 6.0)]
+    # the gang restarted as a new run after its pods completed (another pod failed) starts here again
+    rerun = rendezvous(job, list(placement.items()), run="run-4")
+    again = await a.on_command(start(job, spec, rerun[f"{job}/0"], "node-00", pod=0))
+    assert [e.state for e in again if isinstance(e, JobLifecycleEvent)] == [JobState.RUNNING]

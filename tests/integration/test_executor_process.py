@@ -346,7 +346,8 @@ async def test_process_exits_and_node_memory_pressure(tmp_path: Path, mps_on_pat
         await handle(node, start_offline("crashes").model_copy(update={"workload": crashing}))
         out = await until(node, lambda: "crashes" not in node.workloads)
         assert [(e.state, e.step, e.exit_code) for e in out if isinstance(e, ExecutorReport)] == [(ReportState.FAILED, "exited", 7)]
-        assert [(e.state, e.reason) for e in out if isinstance(e, JobLifecycleEvent)] == [(JobState.FAILED, "process exited with code 7")]
+        # an offline job's failed run is the matcher's to judge against its max_restarts (`jobs.limits`): pod_failed
+        assert [(e.state, e.reason) for e in out if isinstance(e, JobLifecycleEvent)] == [(JobState.POD_FAILED, "process exited with code 7")]
         # the user's own command needs no progress protocol: exit 0 is success, as for a Kubernetes Job (issue 29)
         quiet = WorkloadSpec(model="custom", batch_size=1, iterations=1, command=(sys.executable, "-c", "print('done')"))
         await handle(node, start_offline("quiet").model_copy(update={"workload": quiet}))

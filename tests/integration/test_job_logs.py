@@ -23,7 +23,7 @@ from support.buskit import eventually
 
 from hivemux.api.app import ApiConfig, create_app
 from hivemux.bus import Publisher, ensure_topics
-from hivemux.events import ClockTick, CommandAction, ExecutorCommand, JobLogChunk, WorkloadSpec
+from hivemux.events import ClockTick, CommandAction, ExecutorCommand, JobLifecycleEvent, JobLogChunk, JobState, WorkloadSpec
 from hivemux.executor.node import NodeConfig, ProcessNode
 from hivemux.infra import Endpoints, InfraSettings, embedded_infra, free_port
 from hivemux.jobs.log_bound import LogBound
@@ -166,3 +166,41 @@ async def test_a_workloads_output_reaches_the_cli_and_the_api_bounded_escaped_an
     tick = ClockTick(occurred_at=ended + timedelta(seconds=61), source="health-processor/test", ticker="test")
     await project(infra, pool, [tick], LogRetention(keep_s=60))
     assert (await read_log(pool, job)).chunks == []  # kept 60 s of event time after the job ended, then swept
+
+
+async def test_a_simulated_workloads_output_reaches_jobs_logs(infra: Endpoints, pg_dsn: str) -> None:
+    """`make demo`'s executor (`SimulatedExecutor`) prints what its workloads would (start, progress,
+    end, `simulated_logs`): shipped as its ticks run, folded by the projector, read by `hivemux jobs logs`."""
+    from hivemux.executor.simulated_node import SimulatedExecutor
+
+    await ensure_topics(infra.bootstrap_servers, ALL_TOPICS)
+    job = f"sim-logs-{uuid.uuid4().hex[:8]}"
+    clock = [datetime.now(UTC).timestamp()]
+    executor = SimulatedExecutor(source="executor/0", clock=lambda: clock[0])
+    start = ExecutorCommand(
+        occurred_at=datetime.now(UTC), source="cell-allocator/test", node_id=NODE, action=CommandAction.START_TRAINING, job_id=job,
+        gpu_ids=(f"{NODE}/gpu-0",), workload=WorkloadSpec(model="resnet50", batch_size=32, iterations=200), pod=0,
+    )  # fmt: skip
+    events: list[Any] = await executor.on_command(start)
+    for _ in range(200):  # a tick a second of the node's clock until it completes (ResNet-50 at batch 32: about 70 s)
+        clock[0] += 1.0
+        events += await executor.tick()
+        if any(isinstance(e, JobLifecycleEvent) and e.state is JobState.COMPLETED for e in events):
+            break  # its last line was shipped by the same tick
+    assert [e for e in events if isinstance(e, JobLogChunk)], "nothing printed"
+    pool = await connect(pg_dsn, max_size=2)
+    try:
+        await migrate(pool)
+        await project(infra, pool, events)
+    finally:
+        await pool.close()
+    env = {**os.environ, "HIVEMUX_POSTGRES_DSN": pg_dsn, "KAFKA_BOOTSTRAP_SERVERS": infra.bootstrap_servers}
+    env.pop("HIVEMUX_API_URL", None)
+    cli = await asyncio.create_subprocess_exec(sys.executable, "-m", "hivemux.cli.main", "jobs", "logs", job, env=env,
+                                               stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)  # fmt: skip
+    out, _ = await cli.communicate()
+    assert cli.returncode == 0, out
+    lines = out.decode().splitlines()
+    assert "training resnet50 (batch 32), 200 iterations on node-00 node-00/gpu-0" in lines[0], lines
+    assert any("iteration " in line and "it/s" in line for line in lines[1:-1]), lines
+    assert lines[-1].endswith("done: 200 iterations"), lines

@@ -263,8 +263,9 @@ async def test_a_gpus_last_sample_moves_only_forward_and_only_with_metrics(pg_ds
 
 
 async def test_a_jobs_limits_are_in_its_row_and_its_timed_out_end_is_final(pg_dsn: str) -> None:
-    """Issue 29 item 7: max_runtime_s, queue_timeout_s and max_restarts as submitted, in the row
-    `jobs describe` and the API show (`api.views.job_json`); ``timed_out`` is a finished state."""
+    """Issue 29 item 7: max_runtime_s, queue_timeout_s and max_restarts as submitted, and the
+    restarts a decider counted, in the row `jobs describe` and the API show (`api.views.job_json`);
+    ``timed_out`` is a finished state."""
     from hivemux.api.views import job_json
     from hivemux.events import JobKind, JobLifecycleEvent, JobState, JobSubmission, WorkloadSpec
     from hivemux.projection import project
@@ -276,13 +277,16 @@ async def test_a_jobs_limits_are_in_its_row_and_its_timed_out_end_is_final(pg_ds
     store = ReadModelStore(pool)
     job = JobSubmission(occurred_at=T0, source="api/test", job_id="limited", vc="vc-a", kind=JobKind.TRAINING, pods=2,
                         max_runtime_s=3600, queue_timeout_s=600, workload=WorkloadSpec(model="bert", batch_size=8, iterations=10))  # fmt: skip
+    restarted = [JobLifecycleEvent(occurred_at=T0, source="cell-allocator/0", job_id="limited", state=JobState.WAITING, reason="restart",
+                                   inputs={"restarts": n}) for n in ("2", "1")]  # fmt: skip
     ends = [JobLifecycleEvent(occurred_at=T0, source="cell-allocator/0", job_id="limited", state=s, reason=s.value)
             for s in (JobState.TIMED_OUT, JobState.RUNNING)]  # fmt: skip
-    changes = [c for i, e in enumerate([job, *ends]) for c in project(e, Position("t", 0, i))]
-    await store.apply(changes, {}, {("t", 0): 3})
+    changes = [c for i, e in enumerate([job, *restarted, *ends]) for c in project(e, Position("t", 0, i))]
+    await store.apply(changes, {}, {("t", 0): 5})
     try:
         row = await store.job("limited")
         assert row is not None and (row.state, row.last_reason) == ("timed_out", "timed_out")  # never left
         assert job_json(row)["limits"] == {"max_runtime_s": 3600.0, "queue_timeout_s": 600.0, "max_restarts": 3}
+        assert job_json(row)["restarts"] == 2  # the failures counted against them so far: the largest told (migration 0017)
     finally:
         await pool.close()

@@ -14,7 +14,7 @@ def job_json(job: JobRow) -> dict[str, Any]:
         "priority_value": job.priority_value, "pods": job.pods, "gpus": job.gpus, "placement": job.placement, "binding": job.binding,
         "submitted_at": job.submitted_at.isoformat() if job.submitted_at else None,
         "updated_at": job.updated_at.isoformat(), "last_reason": job.last_reason, "lane": job.lane,
-        "limits": job.limits,
+        "limits": job.limits, "restarts": job.restarts,
     }  # fmt: skip
 
 

@@ -47,9 +47,13 @@ of the same service on the same node serves on); or a `JobCommandRefused` with t
 VC's free guaranteed GPUs in its inputs). A recorded `JobResized` sets the service's size after a
 restart (`JobAllocator.resized`).
 
-Limits (issue 29, `jobs.limits`): on each clock tick consumed live, a training job past its
-``queue_timeout_s`` (not started) or ``max_runtime_s`` (since it started) has its pods stopped
-and its cells freed, and ends ``timed_out``.
+Limits (issue 29, `jobs.limits`): on each clock tick consumed live, a training job or online
+service past its ``queue_timeout_s`` (a gang not started; a service not at its full size) or
+``max_runtime_s`` (since it started; a service since its first replica was bound) has its pods
+stopped and its cells freed, and ends ``timed_out``. A service's replica that fails (the
+executor's ``pod_failed`` naming its node and GPUs) starts again on its GPU, its cells kept, as a
+``start_online`` and a ``bound`` lifecycle event counting the restart; past ``max_restarts``
+replica failures the service ends ``failed``, every replica stopped (`gang.Gangs.replica_failed`).
 
 Events are stamped with the allocation's event time and their ids derived from its cause
 (`events.derived_id`), so a replay emits the same ids. While the shell folds the recorded topics
@@ -106,10 +110,10 @@ from . import api
 from .allocator import Allocation, CellAllocator
 from .binding_safety import BindingChange, double_bindings
 from .config import bind_info_from_annotation, bind_info_to_annotation, pod_spec_from_annotation, pod_spec_to_annotation
-from .gang import RESTARTS_INPUT, RUN_INPUT, Fail, Gangs, rendezvous
+from .gang import RESTARTS_INPUT, RUN_INPUT, Fail, Gangs, pod_index, rendezvous
 from .job_allocator import Decision, JobRefused, JobWaiting, PodBound, PodPreempted, PodReleased, TrainingJob
 from .lane_events import LaneEventMaker, candidate, needs_profile
-from .lane_choice import LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
+from .lane_choice import LaneJobPlaced, LaneJobRefused, LaneJobSpec, LaneJobWaiting, LaneSettings, choose
 from .resize import ReplicasRefused
 from .takeover import BindingLedger, Ending, Release
 
@@ -172,6 +176,7 @@ class AllocatorEvents:
         self.profiles: dict[str, Profile] = {}  # of lane jobs that gave no P and E (`on_profile`)
         self.gangs = Gangs()  # training jobs' runs and failed runs (`gang`)
         self.limits = Limits()  # queue_timeout_s and max_runtime_s, decided on clock ticks (`jobs.limits`)
+        self.replica_failures: set[uuid.UUID] = set()  # services' pod_failed events acted on or folded: each acts once
 
     @_decides
     def on_submission(self, job: JobSubmission, *, replaying: bool) -> list[Event]:
@@ -182,8 +187,7 @@ class AllocatorEvents:
             reason = f"VC {job.vc} does not exist in the cell configuration (version {self.core.config_version})"
             return [self._lifecycle(job.job_id, JobState.REJECTED, job.occurred_at, str(job.event_id), reason)]
         self.submissions[job.job_id] = job
-        if job.kind is JobKind.TRAINING:
-            self.limits.submitted(job)
+        self.limits.submitted(job)
         lane = choose(candidate(job, self.profiles.get(job.job_id)), self.core.lanes.settings) if job.kind is JobKind.TRAINING else None
         if isinstance(lane, LaneJobWaiting):  # for its profile (`on_profile`)
             return [] if replaying else self.lanes.events(lane, job.occurred_at, str(job.event_id)) or []
@@ -256,6 +260,8 @@ class AllocatorEvents:
         if binding.state == "bound" and binding.pod_spec and binding.bind_info:
             pod = api.Pod(binding.pod, pod_spec_from_annotation(binding.pod_spec))
             self.core.restore(binding.job_id, pod, bind_info_from_annotation(binding.bind_info))
+            if self._online(binding.job_id):  # a service runs from its first replica, is placed at its full size
+                self.limits.start(binding.job_id, binding.occurred_at, placed=self.core.jobs.fully_placed(binding.job_id))
         elif binding.state in ("released", "preempted"):
             self.core.forget(binding.job_id, binding.pod)
 
@@ -279,7 +285,12 @@ class AllocatorEvents:
         self.lanes.heard(change, mine)  # a lane job's latest start (folded before going live)
         if mine:
             self.gangs.heard(job_id, change.inputs.get(RESTARTS_INPUT))
-        run = change.inputs.get(RUN_INPUT) if change.source.split("/")[0] == "executor" else None
+            if change.state is JobState.BOUND and "lane_id" in change.inputs:
+                self.limits.start(job_id, at)  # a lane job placed in its lane (folded before going live)
+        executor = change.source.split("/")[0] == "executor"
+        if executor and change.state is JobState.POD_FAILED and self._online(job_id):
+            return self._replica_failed(change, replaying=replaying)
+        run = change.inputs.get(RUN_INPUT) if executor else None
         if run is not None and change.state is not JobState.COMPLETED:  # a gang pod's report (`gang`)
             if change.state in _POD_ENDS and self.gangs.current(job_id, run) and not replaying:
                 return self._gang_ended(change)
@@ -326,6 +337,41 @@ class AllocatorEvents:
             allocation = self.core.restart(job_id, at=at, cause=cause)
             told = self._lifecycle(job_id, JobState.WAITING, at, cause, verdict.reason, inputs)
         return [*self._stops(allocation, job_id, verdict.reason), told, *self.events(allocation)]
+
+    def _online(self, job_id: str) -> bool:
+        job = self.submissions.get(job_id)
+        return job is not None and job.kind is JobKind.ONLINE
+
+    def _replica_failed(self, change: JobLifecycleEvent, *, replaying: bool) -> list[Event]:
+        """A replica of an online service failed on its node (the executor's ``pod_failed``
+        names the node and the replica's GPUs): it starts again there, its cells kept, or the
+        service fails past its ``max_restarts`` (module docstring). A failure is acted on once;
+        one of a replica no longer bound there (removed by a resize, preempted) changes nothing."""
+        job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
+        if change.event_id in self.replica_failures:
+            return []
+        self.replica_failures.add(change.event_id)
+        pods = self.core.jobs.placed.get(job_id, {})
+        failed = next((name for name, (_, info) in sorted(pods.items())
+                       if info.node == change.node_id and set(gpu_ids(info.node, info.leaf_cell_isolation)) == set(change.gpu_ids)), None)  # fmt: skip
+        job = self.submissions[job_id]
+        if replaying or failed is None or job_id in self.core.jobs.ended:
+            return []
+        what = f"replica {failed} on {change.node_id} failed ({change.reason})"
+        verdict = self.gangs.replica_failed(job_id, what=what, max_restarts=job.max_restarts)
+        inputs = {RESTARTS_INPUT: str(verdict.restarts), "replica": failed}
+        if isinstance(verdict, Fail):
+            self.stopped_on_command.add(job_id)  # the executors' stopped reports are not the service's end
+            allocation = self.core.end(job_id, at=at, cause=cause)
+            told = self._lifecycle(job_id, JobState.FAILED, at, cause, verdict.reason, inputs)
+            return [*self._stops(allocation, job_id, verdict.reason), told, *self.events(allocation)]
+        _, info = pods[failed]
+        restart = ExecutorCommand(
+            event_id=derived_id("restart", failed, cause), occurred_at=at, source=self.source, node_id=info.node,
+            action=CommandAction.START_ONLINE, job_id=job_id, gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation),
+            workload=job.workload, pod=pod_index(failed), reason=clip_reason(verdict.reason),
+        )  # fmt: skip
+        return [restart, self._lifecycle(job_id, JobState.BOUND, at, cause, verdict.reason, inputs)]
 
     @_decides
     def on_priority(self, change: JobPriorityChanged, *, replaying: bool) -> list[Event]:
@@ -421,11 +467,17 @@ class AllocatorEvents:
         """Jobs over their queue_timeout_s or max_runtime_s at the tick's event time (`jobs.limits`):
         every pod is stopped gracefully, the cells are freed and the job ends ``timed_out``."""
         out: list[Event] = []
-        for t in self.limits.due(tick.occurred_at):
+        at, cause = tick.occurred_at, str(tick.event_id)
+        for t in self.limits.due(at):
+            reason, job = t.reason, self.submissions.get(t.job_id)
+            if job is not None and job.kind is JobKind.ONLINE and t.inputs["limit"] == "queue_timeout_s":
+                bound = len(self.core.jobs.placed.get(t.job_id, {}))
+                reason = f"{reason}: {bound} of its {len(self.core.jobs.jobs[t.job_id].pod_sizes)} replicas bound, not at its full size"
             self.stopped_on_command.add(t.job_id)  # the executors' stopped reports are not the job's end
-            allocation = self.core.end(t.job_id, at=tick.occurred_at, cause=str(tick.event_id))
-            told = self._lifecycle(t.job_id, JobState.TIMED_OUT, tick.occurred_at, str(tick.event_id), t.reason, t.inputs)
-            out += [*self._stops(allocation, t.job_id, t.reason), told, *self.events(allocation)]
+            allocation = self.core.end(t.job_id, at=at, cause=cause)
+            told = self._lifecycle(t.job_id, JobState.TIMED_OUT, at, cause, reason, t.inputs)
+            lane_stops = self.lanes.stops(allocation.decisions, t.job_id, at, cause, reason)
+            out += [*self._stops(allocation, t.job_id, reason), *lane_stops, told, *self.events(allocation)]
         return out
 
     def retry(self) -> list[Event]:
@@ -489,13 +541,15 @@ class AllocatorEvents:
             out.append(ExecutorCommand(
                 event_id=derived_id("start", derived_id("bound", name, cause)), occurred_at=at, source=self.source,
                 node_id=info.node, action=CommandAction.START_TRAINING, job_id=job_id,
-                gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation), workload=job.workload, rendezvous=r,
+                gpu_ids=gpu_ids(info.node, info.leaf_cell_isolation), workload=job.workload, rendezvous=r, pod=pod_index(name),
                 reason=clip_reason(f"pod {name} bound to {info.node} GPUs {list(info.leaf_cell_isolation)}: rank {r.rank} of "
                                    f"{r.world_size}, rendezvous at {r.master_node}:{r.master_port}"),
             ))  # fmt: skip
         return out
 
     def _events(self, d: Decision, at: datetime, cause: str) -> list[Event]:
+        if isinstance(d, LaneJobPlaced):
+            self.limits.start(d.job_id, at)  # in its lane: started (`jobs.limits`)
         lane_events = self.lanes.events(d, at, cause)  # a lane job's, or a lane GPU's (`lane_events`)
         if lane_events is not None:
             return lane_events
@@ -507,6 +561,8 @@ class AllocatorEvents:
                 key = derived_id("bound", pod.name, cause)
                 gpus = gpu_ids(bind.node, bind.leaf_cells)
                 gang = job is not None and job.kind is JobKind.TRAINING  # started with its gang (`_gang_starts`)
+                if job is not None and job.kind is JobKind.ONLINE:
+                    self.limits.start(d.job_id, at, placed=False)  # serving from its first replica (`jobs.limits`)
                 out: list[Event] = [
                     CellBinding(
                         event_id=key, occurred_at=at, source=self.source, job_id=d.job_id, vc=vc, state="bound",
@@ -520,7 +576,7 @@ class AllocatorEvents:
                     out.append(
                         ExecutorCommand(
                             event_id=derived_id("start", key), occurred_at=at, source=self.source, node_id=bind.node,
-                            action=_START[job.kind], job_id=d.job_id, gpu_ids=gpus, workload=job.workload,
+                            action=_START[job.kind], job_id=d.job_id, gpu_ids=gpus, workload=job.workload, pod=pod_index(pod.name),
                             reason=clip_reason(f"pod {pod.name} bound to {bind.node} GPUs {list(bind.leaf_cells)}"),
                         )  # fmt: skip
                     )

@@ -21,7 +21,8 @@ stopped and its cells freed, and the job waits to be bound again as a new run (a
 against ``max_restarts``, an eviction by a node does not), or, past ``max_restarts`` failed runs,
 ends ``failed``. A report of an earlier run changes nothing. The count of failed runs is on the
 log in the allocator's own lifecycle events (``inputs["restarts"]``): a restarted allocator folds
-it back (`Gangs.heard`).
+it back (`Gangs.heard`). An online service's replicas are no gang, but their failures are
+counted here the same way (`Gangs.replica_failed`: the replica restarts in place).
 """
 
 from __future__ import annotations
@@ -120,6 +121,16 @@ class Gangs:
         if count > max_restarts:
             return Fail(f"{what}: failed {count} runs, more than max_restarts {max_restarts}: the gang is stopped", count)
         return Restart(f"{what}: the whole gang is stopped and restarts from its checkpoints (restart {count} of {max_restarts})", count)
+
+    def replica_failed(self, job_id: str, *, what: str, max_restarts: int) -> Restart | Fail:
+        """An online service's replica failed (``what`` says which and where): it starts again
+        on its GPU, or, past ``max_restarts`` failures of the service's replicas, the service
+        fails (`jobs.limits`: what max_restarts means per kind). Replicas are no gang: the
+        others serve on."""
+        count = self.failures[job_id] = self.restarts(job_id) + 1
+        if count > max_restarts:
+            return Fail(f"{what}: {count} replica failures, more than max_restarts {max_restarts}: the service is stopped", count)
+        return Restart(f"{what}: the replica starts again on its GPU (restart {count} of {max_restarts})", count)
 
     def forget(self, job_id: str) -> None:
         self.runs.pop(job_id, None)

@@ -20,6 +20,10 @@ Which devices (`--devices`):
   ``HIVEMUX_ALLOCATOR_CONFIG``'s) with one CPU-backed device per GPU cell
   (`hivemux.executor.cpu_devices`): the fake libnvidia-ml and MPS control the tests use,
   labelled ``<type>-cpu`` wherever a device type shows.
+
+Either way every agent mounts the same checkpoint store, ``<workdir>/checkpoints`` (a local
+directory standing for the NFS mount of a real cluster): a training pod checkpoints under
+``<store>/<job>/rank-<rank>``, so a gang preempted and bound to other nodes resumes there.
 """
 
 from __future__ import annotations
@@ -110,12 +114,16 @@ def plan(workdir: Path, env: dict[str, str], devices: Devices = "auto") -> NodeA
     count, name = visible_gpus() if devices != "cpu" else (0, "")
     if devices == "gpus" and count == 0:
         raise click.ClickException("--devices gpus: NVML shows no GPU on this machine (use --devices cpu for CPU devices)")
-    nodes_dir = workdir / "nodes"
-    nodes_dir.mkdir(parents=True, exist_ok=True)
-    for directory in (workdir, nodes_dir):
+    nodes_dir, store = workdir / "nodes", workdir / "checkpoints"
+    for directory in (nodes_dir, store):
+        directory.mkdir(parents=True, exist_ok=True)
+    for directory in (workdir, nodes_dir, store):
         directory.chmod(directory.stat().st_mode | stat.S_IXOTH)
     reachable_by_workloads(nodes_dir)
-    common = {"HIVEMUX_EXECUTOR_BACKEND": "process", "HIVEMUX_EXECUTOR_WORK_DIR": str(nodes_dir)}
+    # the cluster's checkpoint store: one directory every agent here mounts (NFS in production), so a
+    # gang bound to other nodes resumes from its checkpoints (`executor.rendezvous`)
+    common = {"HIVEMUX_EXECUTOR_BACKEND": "process", "HIVEMUX_EXECUTOR_WORK_DIR": str(nodes_dir),
+              "HIVEMUX_EXECUTOR_CHECKPOINT_STORE": str(store)}
     if count > 0:
         return _gpu_agents(workdir, env, common, count, name)
     config = parse_config(load_config(Path(env["HIVEMUX_ALLOCATOR_CONFIG"]) if env.get("HIVEMUX_ALLOCATOR_CONFIG") else None))

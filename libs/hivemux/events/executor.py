@@ -91,6 +91,8 @@ class ExecutorCommand(Event):
     solo_iteration_time_ms: float | None = Field(default=None, gt=0, le=MAX_ITERATION_MS, description="Profiled solo speed, to normalize progress")
     lane: LaneGrant | None = Field(default=None, description="start_training in a Salus lane of a shared GPU (issue 20); None: the GPUs are the job's alone")
     rendezvous: Rendezvous | None = Field(default=None, description="start_training of a gang's pod: its torch.distributed rendezvous (issue 29)")
+    pod: int | None = Field(default=None, ge=0, le=4095,
+                            description="start_training / start_online: the pod (replica) it starts, its binding's <job>/<index>: its log stream and, beside another pod of the job on the node, its own workload")
     reason: Reason = ""
 
     @model_validator(mode="after")

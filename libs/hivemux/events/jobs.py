@@ -144,12 +144,13 @@ class JobSubmission(Event):
         description="lanes: share one GPU with other small jobs in Salus lanes (a 1-GPU training job); exclusive: whole GPUs; None: the scheduler's policy decides",
     )
     principal: Name | None = Field(default=None, description="Who asked (the API's token principal, tenant:token-id); None: a tool or a record from before issue 17")
+    # What each limit means per kind (training, offline, online): `hivemux.jobs.limits`.
     max_runtime_s: float | None = Field(default=None, gt=0, le=366 * 86400,
-                                        description="Wall-clock limit of a run from its start: then it is stopped gracefully and ends timed_out; None: no limit")
+                                        description="Wall-clock limit from the job's first start (a service: its first replica bound): then it is stopped gracefully and ends timed_out; None: no limit")
     queue_timeout_s: float | None = Field(default=None, gt=0, le=366 * 86400,
-                                          description="A job (a gang: all its pods) not started this long after its submission ends timed_out; None: it waits as long as it takes")
+                                          description="A job not placed whole this long after its submission (a gang: all its pods; an offline job: on a GPU; a service: every replica) ends timed_out; None: it waits as long as it takes")
     max_restarts: int = Field(default=3, ge=0, le=1000,
-                              description="Training: failed runs restarted (the whole gang, from its checkpoints) before the job ends failed")
+                              description="Failures taken before the job ends failed: a gang restarts whole from its checkpoints, an offline job goes back to the queue, a service's failed replica starts again on its GPU")
 
     @model_validator(mode="before")
     @classmethod
@@ -242,7 +243,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
     SUSPENDED = "suspended"
     RESUMED = "resumed"
-    POD_FAILED = "pod_failed"  # a training pod's process failed (its node's executor); the cell allocator decides: restart the gang or failed
+    POD_FAILED = "pod_failed"  # a job's process failed (its node's executor); its decider restarts it or fails it (`jobs.limits`)
     TIMED_OUT = "timed_out"  # over its max_runtime_s or queue_timeout_s (`jobs.limits`)
 
 

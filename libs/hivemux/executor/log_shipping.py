@@ -28,6 +28,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from hivemux.events import CellBinding, JobLogChunk, derived_id
@@ -100,16 +101,26 @@ class LogShipper:
             ranges = tuple((start, os.pread(fd, end - start, start)) for start, end in plan_read(s.offset, size, self.bound))
         finally:
             os.close(fd)
-        made = cut(ranges, self.bound, offset=s.offset, final=final)
-        if made.next_offset != s.offset:
-            s.offset = made.next_offset
+        r = self.reporter
+        chunks, next_offset = log_chunks(self.bound, ranges, source=r.source, node_id=r.node_id, job_id=s.job_id, pod=s.pod,
+                                         offset=s.offset, final=final, at=r.at())  # fmt: skip
+        if next_offset != s.offset:
+            s.offset = next_offset
             _write_cursor(s.cursor, s.offset)
-        r, at = self.reporter, self.reporter.at()
-        return [JobLogChunk(
-            event_id=derived_id("log", s.job_id, r.node_id, s.pod, p.offset, p.length), occurred_at=at, source=r.source,
-            job_id=s.job_id, node_id=r.node_id, pod=s.pod, offset=p.offset, length=p.length, text=p.text,
-            head_bytes=self.bound.head_bytes, tail_bytes=self.bound.tail_bytes,
-        ) for p in made.pieces]  # fmt: skip
+        return chunks
+
+
+def log_chunks(bound: LogBound, ranges: tuple[tuple[int, bytes], ...], *, source: str, node_id: str, job_id: str, pod: int,
+               offset: int, final: bool, at: datetime) -> tuple[list[JobLogChunk], int]:
+    """What one look at a stream ships (``ranges`` read as `plan_read` planned them from ``offset``),
+    and the stream's next offset: the one conversion of `cut`'s pieces into records, for the
+    process agent's files and the simulated executor's streams (`simulated_logs`) alike."""
+    made = cut(ranges, bound, offset=offset, final=final)
+    return [JobLogChunk(
+        event_id=derived_id("log", job_id, node_id, pod, p.offset, p.length), occurred_at=at, source=source,
+        job_id=job_id, node_id=node_id, pod=pod, offset=p.offset, length=p.length, text=p.text,
+        head_bytes=bound.head_bytes, tail_bytes=bound.tail_bytes,
+    ) for p in made.pieces], made.next_offset  # fmt: skip
 
 
 def _read_cursor(path: Path) -> int:

@@ -99,7 +99,7 @@ from hivemux.executor.recovery import Ledger
 from hivemux.executor.rendezvous import NodeAddresses
 from hivemux.executor.remediation import Remediation
 from hivemux.executor.service_watch import ServiceWatch
-from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, is_lane_job, replica_key
+from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, finished_key, is_lane_job, replica_key
 from hivemux.executor.workload_monitor import WorkloadMonitor
 from hivemux.executor.xcuda_feed import XcudaFeed
 from hivemux.salus.server import Granted, LaneServer
@@ -150,8 +150,8 @@ class ProcessNode:
         # online services' own commands (issue 29): ports at launch, readiness and scrapes on ticks
         self.services = ServiceWatch(config, workloads=self.table, reporter=self.reporter, graceful=self.graceful)
         self.launcher.services = self.services
-        self.logs = LogShipper(config.log_bound, self.reporter,
-                               lambda w: pod_index(self.admissions.bound.get(w.job_id, {}), config.node_id, w.gpu_ids))
+        self.logs = LogShipper(config.log_bound, self.reporter, lambda w: w.command.pod if w.command is not None and w.command.pod is not None
+                               else pod_index(self.admissions.bound.get(w.job_id, {}), config.node_id, w.gpu_ids))  # fmt: skip
         self._handled: OrderedDict[UUID, None] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -340,7 +340,7 @@ class ProcessNode:
         now = self.at()
         report, lifecycle = self.reporter.report, self.reporter.lifecycle
         if w.done:
-            self.table.finished.add(w.job_id)
+            self.table.finished |= {w.job_id, finished_key(w.job_id, command)}
             return [report(w, cause, ReportState.COMPLETED, now, step="recovered", detail="found done by the restarted executor"),
                     lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done")]
         reason = (f"the executor of {self.config.node_id} restarted and found the process of {w.job_id} gone "
@@ -484,8 +484,10 @@ class ProcessNode:
                 raise InvalidEvent(f"{command.action} of {command.job_id}: {error}") from error
         key = command.job_id
         running = self.table.jobs.get(command.job_id)
-        if kind == "online" and (replicas := self.table.replicas(command.job_id)):
-            # a service's replicas are tracked per GPU: another GPU here is another replica
+        pods = kind == "online" or command.rendezvous is not None  # a service's replicas, a gang's pods
+        if pods and (replicas := self.table.replicas(command.job_id)):
+            # tracked per GPU: another GPU here is another replica, or another pod of the gang (its own
+            # process, files, log stream and node-local checkpoints; its LOCAL_RANK is its rendezvous')
             running = next((w for w in replicas if set(w.gpu_ids) == set(admitted.gpu_ids)), None)
             if running is None and command.job_id in self.table.jobs:
                 key = replica_key(command.job_id, admitted.gpu_ids[0])
@@ -495,7 +497,7 @@ class ProcessNode:
             return self._refused(command, "unsafe_name", str(error), admitted.gpu_ids)
         if running is not None:
             return await self._update(running, command, admitted)
-        if command.job_id in self.table.finished:
+        if finished_key(command.job_id, command) in self.table.finished:
             return []
         lane = ""
         if command.lane is not None:  # a Salus lane job (`lane_jobs`): its lane first, then its process

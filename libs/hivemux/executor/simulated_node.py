@@ -38,6 +38,11 @@ one iteration at a time per lane, in the event time the ticks pass in. Each lane
 own iterations and throughput (``detail``: its lane and the policy); a stop or eviction of one
 ends its lane session only, and its neighbours go on.
 
+Logs (issue 29 item 6): each simulated workload prints what a real one would — its start, its
+progress every 10 s of its clock, a service's latency windows, its end — shipped on every tick
+(after `advance`) on ``jobs.logs`` through the process agent's bounded path (`simulated_logs`), one stream per pod
+(``ExecutorCommand.pod``) on its node, so `hivemux jobs logs` reads a demo job's output.
+
 Worked example: a start at 0 s of 100 iterations at 100 ms solo, 60 % of the SMs of a GPU with
 no online activity (ResNet-50's shape: normalized 0.625, 6.25 it/s): ticks at 4 s and 8 s report
 25 then 50 iterations, each with an observation of the window since the previous one.
@@ -66,6 +71,8 @@ from hivemux.events.base import clip_reason
 from hivemux.executor.admission import Refusal, beyond_the_node
 from hivemux.executor.lane_gpu import LaneGpu, LaneJobSpec, LaneProgress, LaneStarted
 from hivemux.executor.recovery import Ledger
+from hivemux.executor.simulated_logs import SimulatedLogs, SimulatedPrints
+from hivemux.jobs.log_bound import LogBound
 from hivemux.simulated.catalog import solo_profile
 from hivemux.simulated.gpu_types import GPU_TYPES
 from hivemux.simulated.interference import shared_execution
@@ -73,17 +80,25 @@ from hivemux.simulated.online_latency import online_p99_ms, slo_p99_ms
 from hivemux.simulated.node_agent import Progress, RunningWorkload, SimulatedNode
 
 _STARTS = {CommandAction.START_OFFLINE: "offline", CommandAction.START_TRAINING: "training"}
+
+
+def workload_key(command: ExecutorCommand) -> str:
+    """What a start runs is known by on its node: its job; a gang pod by its job, run and rank (job
+    ids hold no '/'), so two pods of one gang on one node run side by side, and the gang's next
+    run starts there even where a pod of this one finished (issue 29)."""
+    r = command.rendezvous
+    return command.job_id if r is None else f"{command.job_id}/{r.run}/{r.rank}"
 _CHECKED = frozenset({*_STARTS, CommandAction.START_ONLINE, CommandAction.ADJUST})  # against the fleet (`_beyond`)
 
 
 class SimulatedExecutor:
     def __init__(self, *, source: str, default_gpu_type: str = "T4", clock: Callable[[], float] = time.time,
-                 latency_window_s: float = 5.0) -> None:
+                 latency_window_s: float = 5.0, log_bound: LogBound | None = None) -> None:
         self.source = source
         self.default_gpu_type = default_gpu_type
         self.clock = clock
         self.nodes: dict[str, SimulatedNode] = {}
-        self.commands: dict[tuple[str, str], ExecutorCommand] = {}  # (node, job) -> the command that started it
+        self.commands: dict[tuple[str, str], ExecutorCommand] = {}  # (node, workload key) -> the command that started it (`workload_key`)
         self.gpu_types: dict[str, str] = {}
         self.gpu_memory: dict[str, float] = {}  # gpu_id -> its memory (MiB), from its samples
         self.node_gpus: dict[str, set[str]] = {}  # node -> the GPUs its samples named: the fleet it knows
@@ -95,13 +110,15 @@ class SimulatedExecutor:
         self.submitted: set[str] = set()  # submitted services (job ids): known from their commands, not from samples
         self.latency_until: dict[str, datetime] = {}
         self.latency_window_s = latency_window_s
-        self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, job) -> end of its last observation window
+        self.observed_until: dict[tuple[str, str], datetime] = {}  # (node, workload key) -> end of its last observation window
         self.ledger: Ledger | None = None
         self.adopted: set[str] = set()  # nodes whose runs were re-adopted
         # Salus lanes (issue 20): the lane jobs of each shared GPU, run by `lane_gpu.LaneGpu`
         self.lane_gpus: dict[str, LaneGpu] = {}
         self.lane_starts: dict[tuple[str, str], ExecutorCommand] = {}  # (node, job) -> its lane start
         self.lane_finished: set[tuple[str, str]] = set()
+        self.logs = SimulatedLogs(log_bound or LogBound(), self.agent)  # what the workloads print (`simulated_logs`)
+        self.prints = SimulatedPrints(self.logs)
 
     # -- NodeBackend ----------------------------------------------------------------------------
     async def start(self, ledger: Ledger | None = None) -> list[Event]:
@@ -125,12 +142,14 @@ class SimulatedExecutor:
             if command.action is CommandAction.START_ONLINE:  # a service serves on: it is its GPUs' again
                 if not self._start_online(command, now):
                     continue
+                self.prints.started(command, now, adopted=True)
                 out.append(self._report(command, ReportState.RUNNING, now, detail="re-adopted after the executor restarted"))
                 continue
             if command.lane is not None:  # a lane job resumes in its lane from its last report
                 done = min(last.iterations_done, command.workload.iterations - 1)
                 self._start_lane(command, now, done=done, report=False)
                 if (command.node_id, command.job_id) in self.lane_starts:
+                    self.prints.started(command, now, adopted=True)
                     out.append(self._report(command, ReportState.RUNNING, now, iterations=done, total=command.workload.iterations,
                                             detail="re-adopted in its lane after the executor restarted"))
                 continue
@@ -139,7 +158,7 @@ class SimulatedExecutor:
             solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
             total = command.workload.iterations
             workload = RunningWorkload(
-                job_id=command.job_id, command_id=str(command.event_id), kind=_STARTS[command.action],
+                job_id=workload_key(command), command_id=str(command.event_id), kind=_STARTS[command.action],
                 gpu_ids=command.gpu_ids, iterations_total=total, iterations_done=float(min(last.iterations_done, total)),
                 solo_iteration_time_ms=command.solo_iteration_time_ms or solo.iteration_time_ms,
                 sm_share=command.sm_share if command.action is CommandAction.START_OFFLINE else None,
@@ -147,8 +166,9 @@ class SimulatedExecutor:
             )  # fmt: skip
             if not node.start(workload):
                 continue
-            self.commands[(command.node_id, command.job_id)] = command
-            self.observed_until[(command.node_id, command.job_id)] = now
+            self.commands[(command.node_id, workload_key(command))] = command
+            self.observed_until[(command.node_id, workload_key(command))] = now
+            self.prints.started(command, now, adopted=True)
             detail = f"re-adopted after the executor restarted; last reported at {last.occurred_at.isoformat()}"
             out.append(self._report(command, ReportState.RUNNING, now, iterations=int(workload.iterations_done), total=total,
                                     detail=detail))
@@ -173,7 +193,8 @@ class SimulatedExecutor:
         return self.handle(command, now=self.at())
 
     async def tick(self) -> list[Event]:
-        return self.advance(self.at())
+        now = self.at()
+        return [*self.advance(now), *self.logs.ship(at=now)]  # what the workloads printed up to now (`simulated_logs`)
 
     def at(self) -> datetime:
         return datetime.fromtimestamp(self.clock(), UTC)
@@ -197,19 +218,28 @@ class SimulatedExecutor:
             return self._adjust(node, command)
         if self._serving(command.node_id, command.job_id, command.gpu_ids):
             return self._stop_online(command)
-        stopped = node.stop(command.job_id)
-        self.commands.pop((command.node_id, command.job_id), None)
-        self.observed_until.pop((command.node_id, command.job_id), None)
-        if stopped is None:
-            return []  # not running here (finished, or a re-delivered stop)
         at = command.occurred_at  # the stop is the command's decision: its event time
         evicted = command.action is CommandAction.EVICT
         state = ReportState.EVICTED if evicted else ReportState.STOPPED
-        return [
-            self._report(command, state, at, iterations=int(stopped.iterations_done), total=stopped.iterations_total,
-                         detail=command.reason),
-            self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason),
-        ]
+        out: list[Event] = []
+        for key in self._workloads_of(command.node_id, command.job_id):  # every pod of the job here (a gang's may be several)
+            stopped = node.stop(key)
+            started = self.commands.pop((command.node_id, key))
+            self.observed_until.pop((command.node_id, key), None)
+            if stopped is None:
+                continue
+            self.prints.ended(started, at, f"{'evicted' if evicted else 'stopped'} at iteration {int(stopped.iterations_done)}: {command.reason}")
+            report = self._report(command, state, at, iterations=int(stopped.iterations_done), total=stopped.iterations_total,
+                                  detail=command.reason)
+            out.append(report if key == command.job_id else report.model_copy(update={
+                "event_id": derived_id("report", command.event_id, state.value, key), "gpu_ids": started.gpu_ids}))
+        if not out:
+            return []  # not running here (finished, or a re-delivered stop)
+        return [*out, self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
+
+    def _workloads_of(self, node_id: str, job_id: str) -> list[str]:
+        """The keys of ``job_id``'s workloads on the node (`workload_key`)."""
+        return sorted(k for n, k in self.commands if n == node_id and (k == job_id or k.startswith(job_id + "/")))
 
     def _beyond(self, command: ExecutorCommand) -> Refusal | None:
         """A start or adjust no node of the fleet can have (`admission.beyond_the_node`): a GPU
@@ -221,19 +251,19 @@ class SimulatedExecutor:
             kind = GPU_TYPES.get(self.gpu_types.get(gpu_id, self.default_gpu_type))
             return float(kind.memory_mib) if kind is not None else float("inf")
 
-        running = self.commands.get((command.node_id, command.job_id))
+        running = self.commands.get((command.node_id, workload_key(command)))
         return beyond_the_node(command, memory, self.node_gpus.get(command.node_id), running.gpu_ids if running is not None else ())
 
     def _start(self, node: SimulatedNode, command: ExecutorCommand, now: datetime) -> list[Event]:
         assert command.workload is not None  # the model validator guarantees it for starts
         sharing = sorted(job for g in command.gpu_ids if g in self.lane_gpus for job in self.lane_gpus[g].runs)
-        if sharing and command.job_id not in node.running:
+        if sharing and workload_key(command) not in node.running:
             why = f"{', '.join(command.gpu_ids)} runs the lane jobs {', '.join(sharing)}: not to be had whole"
             return [self._lane_refused(command, why).model_copy(update={"step": "gpu_in_lanes"})]
         gpu_type = self.gpu_types.get(command.gpu_ids[0], self.default_gpu_type)
         solo = solo_profile(command.workload.model, command.workload.batch_size, gpu_type)
         workload = RunningWorkload(
-            job_id=command.job_id,
+            job_id=workload_key(command),
             command_id=str(command.event_id),
             kind=_STARTS[command.action],
             gpu_ids=command.gpu_ids,
@@ -247,8 +277,9 @@ class SimulatedExecutor:
         )
         if not node.start(workload):
             return []  # already running or finished here: a re-delivered command changes nothing
-        self.commands[(command.node_id, command.job_id)] = command
-        self.observed_until[(command.node_id, command.job_id)] = now
+        self.commands[(command.node_id, workload.job_id)] = command
+        self.observed_until[(command.node_id, workload.job_id)] = now
+        self.prints.started(command, now)
         share = f" with {command.sm_share:.0f} % of the SMs" if command.sm_share is not None else ""
         return [
             self._report(command, ReportState.ACCEPTED, now, total=workload.iterations_total),
@@ -269,6 +300,7 @@ class SimulatedExecutor:
             self.services[gpu_id] = command
             self.latency_until.pop(gpu_id, None)  # its first window starts now
         assert command.workload is not None
+        self.prints.started(command, now)
         rate = command.workload.request_rate
         what = f"serving {command.workload.model}" + (f" at {rate:g} req/s" if rate else "")
         return [
@@ -281,12 +313,13 @@ class SimulatedExecutor:
         the replica serving there, and is reported without a lifecycle event (the service runs on)."""
         gpus = self._serving(command.node_id, command.job_id, command.gpu_ids)
         start = self.services[gpus[0]]
+        evicted = command.action is CommandAction.EVICT
         for gpu_id in gpus:
+            self.prints.ended(self.services[gpu_id], command.occurred_at, f"{'evicted' if evicted else 'stopped'}: {command.reason}")
             del self.services[gpu_id]
             self.latency_until.pop(gpu_id, None)
             self.online.pop(gpu_id, None)
         at = command.occurred_at
-        evicted = command.action is CommandAction.EVICT
         report = self._report(start, ReportState.EVICTED if evicted else ReportState.STOPPED, at, detail=command.reason)
         report = report.model_copy(update={"event_id": derived_id("report", command.event_id, report.state.value)})
         if command.gpu_ids:
@@ -302,7 +335,7 @@ class SimulatedExecutor:
         if key in self.lane_starts or key in self.lane_finished:
             return []  # running or finished here: a re-delivered start changes nothing
         node = self.nodes.get(command.node_id)
-        alone = next((w.job_id for w in (node.running.values() if node else ()) if gpu_id in w.gpu_ids), None)
+        alone = next((w.job_id.split("/")[0] for w in (node.running.values() if node else ()) if gpu_id in w.gpu_ids), None)
         if alone is None and gpu_id in self.services:  # an online service's GPU, never a lane GPU
             alone = self.services[gpu_id].job_id
         if alone is not None:
@@ -325,6 +358,7 @@ class SimulatedExecutor:
         self.lane_starts[key] = command
         if not report:
             return []  # re-adopted: `adopt` reports it
+        self.prints.started(command, now)
         where = f"lane {started.lane_id} ({started.lane_size_mib:g} MiB, {started.step}) of {gpu_id}, policy {started.policy}"
         note = f"; {started.note}" if started.note else ""
         return [
@@ -346,6 +380,7 @@ class SimulatedExecutor:
         gpu = self.lane_gpus[start.gpu_ids[0]]
         left = gpu.stop(command.job_id, at=now)
         at, evicted = command.occurred_at, command.action is CommandAction.EVICT
+        self.prints.ended(start, at, f"{'evicted' if evicted else 'stopped'} at iteration {left.iterations_done if left else 0}: {command.reason}")
         state = ReportState.EVICTED if evicted else ReportState.STOPPED
         total = start.workload.iterations if start.workload else 0
         report = self._report(start, state, at, iterations=left.iterations_done if left else 0, total=total,
@@ -372,10 +407,12 @@ class SimulatedExecutor:
         state = ReportState.COMPLETED if p.finished else ReportState.RUNNING
         report = self._report(command, state, at, progress=progress, detail=f"lane {p.lane_id} of {gpu_id}, policy {gpu.policy}")
         if not p.finished:
+            self.prints.progress(command, at, p.iterations_done, p.iterations_total, p.throughput_it_s)
             return [report]
         del self.lane_starts[(command.node_id, p.job)]
         self.lane_finished.add((command.node_id, p.job))
         done = f"{p.iterations_total} iterations done in lane {p.lane_id} of {gpu_id}"
+        self.prints.ended(command, at, f"done: {done}")
         return [report, self._lifecycle(command, JobState.COMPLETED, at, done)]
 
     def _adjust(self, node: SimulatedNode, command: ExecutorCommand) -> list[Event]:
@@ -415,6 +452,8 @@ class SimulatedExecutor:
             p99 = online_p99_ms(spec.model if spec else service, online, slowdown)
             slo = spec.slo_p99_ms if spec and spec.slo_p99_ms else slo_p99_ms(spec.model if spec else service)
             placed = self.commands.get((node_id, neighbour.job_id)) if neighbour is not None else None
+            if gpu_id in self.services:
+                self.prints.latency(self.services[gpu_id], now, p99, slo, (now - start).total_seconds())
             out.append(OnlineLatencyReport(
                 event_id=derived_id("latency", gpu_id, now.isoformat()), occurred_at=now, source=self.agent(node_id),
                 node_id=node_id, gpu_id=gpu_id, service=service, p50_ms=p99 / 2.0, p99_ms=p99, slo_p99_ms=slo,
@@ -441,8 +480,12 @@ class SimulatedExecutor:
                     out.append(self._observation(command, progress, window_start, now, shares.get(progress.job_id)))
                     self.observed_until[key] = now
                 if progress.finished:
+                    self.prints.ended(command, now, f"done: {progress.iterations_total} iterations")
                     out.append(self._lifecycle(command, JobState.COMPLETED, now, f"{progress.iterations_total} iterations done"))
                     del self.commands[key], self.observed_until[key]
+                else:
+                    self.prints.progress(command, now, progress.iterations_done, progress.iterations_total, progress.throughput_it_s,
+                                         progress.normalized_throughput)  # fmt: skip
         return out + self._advance_lanes(now) + self.latency(now)
 
     # -- records ----------------------------------------------------------------------------------
@@ -503,6 +546,7 @@ class SimulatedExecutor:
         )
 
     def _lifecycle(self, command: ExecutorCommand, state: JobState, at: datetime, reason: str) -> JobLifecycleEvent:
+        r = command.rendezvous  # a gang pod's names its run and rank, as the process agent's (`workload.lifecycle`)
         return JobLifecycleEvent(
             event_id=derived_id("lifecycle", command.event_id, state.value),
             occurred_at=at,
@@ -512,4 +556,5 @@ class SimulatedExecutor:
             reason=reason,
             node_id=command.node_id,
             gpu_ids=command.gpu_ids,
+            inputs={"run": r.run, "rank": str(r.rank)} if r is not None else {},
         )

@@ -150,10 +150,14 @@ def report(w: Workload, *, node_id: str, source: str, cause: UUID, state: Report
 
 def lifecycle(w: Workload, *, node_id: str, source: str, cause: UUID, state: JobState, at: datetime,
               reason: str) -> JobLifecycleEvent:
-    """A gang pod's (its start has a rendezvous) names its run, and its failure is ``pod_failed``:
-    the cell allocator decides what it does to the job (`hivemux.cells.gang`)."""
+    """A gang pod's (its start has a rendezvous) names its run. The failure of a job's workload
+    (a gang pod, an offline job, a submitted service's replica) is ``pod_failed``: its decider
+    decides what it does to the job against its ``max_restarts`` (`hivemux.jobs.limits`: the cell
+    allocator for gangs and services, the matcher for offline jobs). A lane job's failure (its
+    allocator ends it) and a configured fleet service's stay ``failed``."""
     r = w.command.rendezvous if w.command is not None else None
-    if r is not None and state is JobState.FAILED:
+    decided = r is not None or w.kind == "offline" or (w.kind == "online" and w.command is not None)
+    if decided and state is JobState.FAILED:
         state = JobState.POD_FAILED
     return JobLifecycleEvent(
         event_id=derived_id("lifecycle", cause, w.job_id, state.value),
@@ -205,11 +209,19 @@ def is_lane_job(w: Workload) -> bool:
     return w.command is not None and w.command.lane is not None and w.kind == "training"
 
 
+def finished_key(job_id: str, command: ExecutorCommand | None) -> str:
+    """What `NodeWorkloads.finished` remembers of a completed workload besides its job id: a gang
+    pod's completion is its run's (``job@run``), so the next run of a gang that restarted after
+    another pod failed starts here again; any other start for a job completed here changes nothing."""
+    r = command.rendezvous if command is not None else None
+    return f"{job_id}@{r.run}" if r is not None else job_id
+
+
 def replica_key(job_id: str, gpu_id: str) -> str:
-    """The table key and file name of an online service's further replica on this node: the
-    first replica here is keyed by the job id (as every other workload), a second one, on
-    another GPU, by the job id and its GPU (``svc-a:gpu-1``), so each has its own process,
-    files and progress."""
+    """The table key and file name of an online service's further replica (or a gang's further
+    pod) on this node: the first one here is keyed by the job id (as every other workload), a
+    second one, on other GPUs, by the job id and its first GPU (``svc-a:gpu-1``), so each has its
+    own process, files (log, progress, node-local checkpoints) and progress."""
     return f"{job_id}:gpu-{gpu_index(gpu_id)}"
 
 

@@ -27,7 +27,7 @@ from hivemux.executor.graceful_exit import GracefulExit
 from hivemux.executor.launch import MIB
 from hivemux.executor.observations import Window, observe
 from hivemux.executor.supervisor import group_rss_mib
-from hivemux.executor.workload import NodeWorkloads, Reporter, Workload
+from hivemux.executor.workload import NodeWorkloads, Reporter, Workload, finished_key
 from hivemux.simulated.catalog import solo_profile
 
 
@@ -53,7 +53,7 @@ class WorkloadMonitor:
             # a user's own program ends by exiting 0 (as a Kubernetes Job's does); a service does not end
             own = w.spec is not None and bool(w.spec.command) and w.kind != "online"
             if exit_.ok and (w.done or own):
-                self.workloads.finished.add(w.job_id)
+                self.workloads.finished |= {w.job_id, finished_key(w.job_id, w.command)}
                 out.append(report(w, cause, ReportState.COMPLETED, now, step="exited", exit_=exit_, detail=limited))
                 out.append(lifecycle(w, cause, JobState.COMPLETED, now, f"{w.total} iterations done" if w.done else "its command exited 0"))
             else:

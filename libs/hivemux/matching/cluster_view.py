@@ -68,6 +68,10 @@ class OfflineSubmission:
     job_id: str
     workload: object  # the submitted spec, passed to the executor unread
     vc: str = ""  # the tenant's virtual cluster (`fairness`)
+    at: datetime | None = None  # when it was submitted (event time): its queue timeout counts from it
+    max_restarts: int = 3  # failed runs sent back to the queue before it ends failed (`jobs.limits`)
+    queue_timeout_s: float | None = None
+    max_runtime_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +122,8 @@ class RunReport:
     gpu_ids: tuple[str, ...]
     at: datetime
     iterations_done: int
+    report_id: str = ""  # the report's event id: a failed run is counted once (`Scheduler.on_report`)
+    detail: str = ""  # what the executor said (a failure's exit)
 
 
 @dataclass
@@ -205,15 +211,17 @@ class ClusterView:
         elif self.running.get(placement.job_id, placement).gpu_id == placement.gpu_id:
             self.running.pop(placement.job_id, None)
 
-    def report(self, report: RunReport) -> None:
+    def report(self, report: RunReport, *, retried: bool = False) -> None:
+        """Fold an executor's report; ``retried``: a failed run of a job that goes back to the
+        pending queue (`Scheduler.on_report`, its ``max_restarts``), not a finished job."""
         self._account(report)
-        if report.state in _FINISHED:
+        if report.state in _FINISHED and not retried:
             self.issued.pop(report.job_id, None)
             self.running.pop(report.job_id, None)
             self.submissions.pop(report.job_id, None)
             self.profiles.pop(report.job_id, None)
             self.finished.add(report.job_id)
-        elif report.state in _INTERRUPTED:
+        elif report.state in _INTERRUPTED or retried:
             placed = self.running.get(report.job_id)
             if placed is not None and self._frees(placed, report):
                 self.running.pop(report.job_id, None)
@@ -221,6 +229,11 @@ class ClusterView:
     def issue(self, job_id: str, decision_id: UUID) -> None:
         """Remember the executor command of one of this job's decisions (see `_frees`)."""
         self.issued.setdefault(job_id, set()).add(str(derived_id("command", decision_id)))
+
+    def ends_current_run(self, report: RunReport) -> bool:
+        """Whether ``report`` is of the job's current run (or the job runs nowhere)."""
+        placed = self.running.get(report.job_id)
+        return placed is None or self._frees(placed, report)
 
     def _frees(self, placed: PlacementRecord, report: RunReport) -> bool:
         """Whether an interrupted report ends the job's current placement: a report of its own

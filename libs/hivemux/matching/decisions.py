@@ -16,12 +16,17 @@ themselves; derived ids make redeliveries and replays recognisable).
   A ``stop`` for a user's cancel or suspend (`Scheduler.on_control`) has no lifecycle step of
   its own: the job controller's ``cancelled`` / ``suspended`` is it.
 - `Waiting`: why a pending job is not placed this round.
+- `JobStep`: an offline job timed out, failed for good, or back in the queue after a failed run
+  (its limits, `jobs.limits`); a timed-out job that runs is also stopped (a ``stop`` without a
+  lifecycle step: the ``timed_out`` is it).
 - `Decisions`: what one call returns, in publication order, with the round's plan weight.
 
 Decision ids (`hivemux.events.derived_id`), unchanged since the matcher first published them:
 place ``("place", job, gpu, at)``, stop ``("stop", placement id, at)`` (for a user's command:
 ``("stop", placement id, lifecycle event id)``), evict ``("evict",
-placement id, health transition id)``, waiting ``("waiting", job, at)``.
+placement id, health transition id)``, waiting ``("waiting", job, at)``; a limit's step
+``("timed_out", job, at)`` (its stop ``("stop", placement id, that id)``), a failed run's
+``("failed-run", report id)``.
 """
 
 from __future__ import annotations
@@ -72,8 +77,22 @@ class Waiting:
 
 
 @dataclass(frozen=True)
+class JobStep:
+    """A lifecycle step the matcher decides on an offline job's limits (`jobs.limits`): ``timed_out``
+    (over its queue_timeout_s or max_runtime_s), ``failed`` (its run failed past max_restarts),
+    ``waiting`` (its run failed; back in the queue, the restarts so far in ``inputs``)."""
+
+    decision_id: UUID
+    at: datetime
+    job_id: str
+    state: Literal["timed_out", "failed", "waiting"]
+    reason: str
+    inputs: Mapping[str, str]
+
+
+@dataclass(frozen=True)
 class Decisions:
-    changes: tuple[PlacementChange | Waiting, ...] = ()
+    changes: tuple[PlacementChange | Waiting | JobStep, ...] = ()
     round_weight: float | None = None  # the plan's predicted total normalized throughput, if a plan was made
 
     def __add__(self, other: Decisions) -> Decisions:

@@ -55,7 +55,7 @@ from hivemux.prediction.analytic import AnalyticSpeedModel
 from hivemux.prediction.features import SpeedModel
 
 from .cluster_view import GpuReading, JobControlled, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
-from .decisions import Decisions, PlacementChange, Waiting
+from .decisions import Decisions, JobStep, PlacementChange, Waiting
 from .efficiency import EfficiencyReport
 from .eviction import HealthChange
 from .policy import MatchingPolicy
@@ -66,8 +66,11 @@ from .slo_cooldown import SloEviction
 _COMMAND = {"place": CommandAction.START_OFFLINE, "stop": CommandAction.STOP, "evict": CommandAction.EVICT}
 _LIFECYCLE = {"place": ("placed", JobState.PLACED), "stop": ("preempted", JobState.PREEMPTED), "evict": ("evicted", JobState.EVICTED)}
 _WAITS = "; the job waits for the next round"
-# A rejected job (an unknown VC or model, issue 28) is finished like a cancelled one: off the queue, off its GPU.
-CONTROL = {JobState.CANCELLED: "cancel", JobState.REJECTED: "cancel", JobState.SUSPENDED: "suspend", JobState.RESUMED: "resume"}
+# A rejected job (an unknown VC or model, issue 28) is finished like a cancelled one: off the queue, off its GPU; so is
+# a timed-out one (the matcher's own, folded back: already off both when it decided; `jobs.limits`).
+CONTROL = {JobState.CANCELLED: "cancel", JobState.REJECTED: "cancel", JobState.TIMED_OUT: "cancel", JobState.SUSPENDED: "suspend",
+           JobState.RESUMED: "resume"}
+_STEP = {"timed_out": JobState.TIMED_OUT, "failed": JobState.FAILED, "waiting": JobState.WAITING}
 
 
 def decision_events(change: PlacementChange, source: str) -> list[Event]:
@@ -130,6 +133,14 @@ def waiting_event(waiting: Waiting, source: str) -> JobLifecycleEvent:
     )
 
 
+def step_event(step: JobStep, source: str) -> JobLifecycleEvent:
+    """An offline job's limit step (`decisions.JobStep`) as its lifecycle event."""
+    return JobLifecycleEvent(
+        event_id=step.decision_id, occurred_at=step.at, source=source, job_id=step.job_id, state=_STEP[step.state],
+        reason=clip_reason(step.reason), inputs=dict(step.inputs),
+    )  # fmt: skip
+
+
 def speed_model(model: PredictorModel) -> SpeedModel | None:
     """The speed model a `predictor.models` record carries (None: an MLP record without weights)."""
     if model.kind == "analytic":
@@ -189,13 +200,16 @@ class MatcherCore:
         for change in decisions.changes:
             if isinstance(change, Waiting):
                 events.append(waiting_event(change, self.source))
+            elif isinstance(change, JobStep):
+                events.append(step_event(change, self.source))
             else:
                 events += decision_events(change, self.source)
         return Published(events, decisions.round_weight)
 
     def on_submission(self, job: JobSubmission) -> None:
         if job.kind is JobKind.OFFLINE:  # online and training jobs are not the matcher's
-            self.scheduler.on_submission(OfflineSubmission(job.job_id, job.workload, job.vc))
+            self.scheduler.on_submission(OfflineSubmission(job.job_id, job.workload, job.vc, job.occurred_at, job.max_restarts,
+                                                           job.queue_timeout_s, job.max_runtime_s))  # fmt: skip
 
     def on_profile(self, p: Profile) -> None:
         self.scheduler.on_profile(SoloProfile(p.job_id, p.sm_activity, p.gpu_util, p.sm_occupancy, p.memory_peak_mib, p.iteration_time_ms))
@@ -209,8 +223,10 @@ class MatcherCore:
         self.scheduler.on_placement(PlacementRecord(p.event_id, p.action, p.job_id, p.gpu_id, p.node_id, p.sm_share, p.policy,
                                                      p.occurred_at))
 
-    def on_report(self, r: ExecutorReport) -> None:
-        self.scheduler.on_report(RunReport(r.job_id, r.node_id, r.command_id, r.state, r.gpu_ids, r.occurred_at, r.iterations_done))
+    def on_report(self, r: ExecutorReport, *, live: bool = False) -> list[Event]:
+        """Fold a report; a failed run's step (back in the queue, or failed) is published live (`Scheduler.on_report`)."""
+        report = RunReport(r.job_id, r.node_id, r.command_id, r.state, r.gpu_ids, r.occurred_at, r.iterations_done, str(r.event_id), r.detail)
+        return self.publish(self.scheduler.on_report(report, live=live)).events
 
     def on_lifecycle(self, change: JobLifecycleEvent, *, live: bool) -> list[Event]:
         """The job controller's cancelled / suspended / resumed; every step tells the scheduler

@@ -34,6 +34,14 @@ A decision made here is folded in at once (a placed job is running, a stopped on
 the recorded `Placement` events folded back later (`on_placement`) agree with it, and are
 how a standby or restarted instance rebuilds the same view.
 
+Limits (issue 29, `jobs.limits`): an offline job's ``queue_timeout_s`` (not placed since its
+submission) and ``max_runtime_s`` (since its first placement) are checked on live telemetry at
+its event time, at most once per second of it, as the expiry is (`time_out`): the job leaves the
+queue, is stopped if it runs, and ends ``timed_out``. A failed run (the executor's ``failed``
+report of the job's run) sends it back to the queue, told so, until its ``max_restarts``; one
+more ends it ``failed`` (`on_report`). Failures are counted from the reports (each once), so a
+replay or a standby counts the same; only the live, active instance publishes the steps.
+
 Worked example: interval 5 s; samples of one Healthy GPU at t = 0, 2, 4, 6 s with SM activity
 30, 40, 50, 40 and one profiled job: the sample at t = 6 s ends the interval (next round due
 at 0 + 5 s), the round sees activity 40, and the job is placed with share 60 %.
@@ -47,11 +55,12 @@ from typing import Literal
 
 from hivemux.events import ReportState, derived_id
 from hivemux.events.base import RETELL_AFTER, waiting_substance
+from hivemux.jobs.limits import Limits
 from hivemux.prediction.features import SpeedModel
 
 from .bipartite_graph import OnlineGpu
 from .cluster_view import ClusterView, GpuReading, JobControlled, OfflineSubmission, PlacementRecord, RunReport, SoloProfile
-from .decisions import Decisions, OfflineStart, PlacementChange, Waiting
+from .decisions import Decisions, JobStep, OfflineStart, PlacementChange, Waiting
 from .efficiency import EfficiencyReport
 from .eviction import HealthChange, evictions, time_sliced_reason
 from .expiry import ReportClock
@@ -79,10 +88,18 @@ class Scheduler:
         self.reports = ReportClock()  # when each placement's executor last reported (`expiry`)
         self.cooldown = SloCooldown(policy.slo_cooldown)  # GPUs and pairs closed after SLO evictions
         self._expiry_due: datetime | None = None
+        self.limits = Limits()  # offline jobs' queue_timeout_s and max_runtime_s (`time_out`)
+        self.failures: dict[str, set[str]] = {}  # job id -> its failed runs' report ids (`on_report`)
+        self.max_restarts: dict[str, int] = {}  # job id -> its max_restarts, while it is not finished
 
     # -- folds ----------------------------------------------------------------------------
     def on_submission(self, job: OfflineSubmission) -> None:
         self.view.submit(job)
+        if job.job_id in self.view.finished:
+            return
+        self.max_restarts.setdefault(job.job_id, job.max_restarts)
+        if job.at is not None:
+            self.limits.submit(job.job_id, job.at, queue_timeout_s=job.queue_timeout_s, max_runtime_s=job.max_runtime_s)
 
     def on_profile(self, profile: SoloProfile) -> None:
         self.view.profiled(profile)
@@ -99,10 +116,44 @@ class Scheduler:
 
     def on_placement(self, placement: PlacementRecord) -> None:
         self.view.record(placement)
+        if placement.action == "place" and placement.at is not None:
+            self.limits.start(placement.job_id, placement.at)
 
-    def on_report(self, report: RunReport) -> None:
+    def on_report(self, report: RunReport, *, live: bool = False) -> Decisions:
+        """Fold an executor's report. A failed run of a job (each report once) sends it back to
+        the queue until its ``max_restarts``; one more, and it is finished (module docstring)."""
         self.reports.reported(report.command_id, report.at, final=report.state in FINAL_REPORTS)
-        self.view.report(report)
+        job_id = report.job_id
+        if report.state is not ReportState.FAILED or job_id not in self.view.submissions:
+            self.view.report(report)
+            if job_id in self.view.finished:
+                self._finished(job_id)
+            return Decisions()
+        if not self.view.ends_current_run(report):
+            self.view.report(report, retried=True)  # an earlier run's failure: the job runs on elsewhere
+            return Decisions()
+        failed = self.failures.setdefault(job_id, set())
+        if report.report_id and report.report_id in failed:
+            return Decisions()  # a redelivered report
+        failed.add(report.report_id or f"{report.command_id}/{report.at.isoformat()}")
+        count, most = len(failed), self.max_restarts.get(job_id, 0)
+        retried = count <= most
+        self.view.report(report, retried=retried)
+        where = f"its run on {report.node_id} {','.join(report.gpu_ids)} failed ({report.detail or 'no detail'})"
+        decision = derived_id("failed-run", report.report_id or report.command_id, report.at.isoformat())
+        inputs = {"restarts": str(count), "max_restarts": str(most), "command_id": report.command_id}
+        if retried:
+            self.told[job_id] = ""  # its next wait is news
+            step = JobStep(decision, report.at, job_id, "waiting", f"{where}: back in the queue for the next round (restart {count} of {most})", inputs)
+        else:
+            self._finished(job_id)
+            step = JobStep(decision, report.at, job_id, "failed", f"{where}: {count} failed runs, more than max_restarts {most}", inputs)
+        return Decisions((step,)) if live else Decisions()
+
+    def _finished(self, job_id: str) -> None:
+        self.limits.ended(job_id)
+        self.failures.pop(job_id, None)
+        self.max_restarts.pop(job_id, None)
 
     def on_control(self, command: JobControlled, *, live: bool) -> Decisions:
         """A user's cancel or suspend takes the job off the queue and, when live and it runs,
@@ -114,6 +165,8 @@ class Scheduler:
         elif command.action != "resume":
             self.view.running.pop(command.job_id, None)
         self.view.control(command)
+        if command.action == "cancel":
+            self._finished(command.job_id)
         self.told[command.job_id] = ""
         return Decisions((stop,)) if stop is not None else Decisions()
 
@@ -161,7 +214,7 @@ class Scheduler:
             if not live:
                 continue
             if self._expiry_due is None or at >= self._expiry_due:
-                out += self.expire(at)
+                out += self.expire(at) + self.time_out(at)
             if at < self.next_round_at:
                 continue
             self.next_round_at = at + self.interval
@@ -184,6 +237,21 @@ class Scheduler:
         if len(self.reports.heard) > 2 * len(self.view.running) + 1000:
             self.reports.forget_except(self.view.running)
         return Decisions(expired)
+
+    def time_out(self, now: datetime) -> Decisions:
+        """The offline jobs over their queue_timeout_s or max_runtime_s at event time ``now``
+        (`jobs.limits`): each leaves the queue, is stopped if it runs (gracefully: the executor's
+        stop), and ends ``timed_out``."""
+        changes: list[PlacementChange | Waiting | JobStep] = []
+        for t in self.limits.due(now):
+            decision = derived_id("timed_out", t.job_id, now.isoformat())
+            if t.job_id in self.view.running:
+                changes.append(self._stop(t.job_id, t.reason, now, moved_to=None, cause=str(decision)))
+            self.view.control(JobControlled(decision, t.job_id, "cancel", now, t.reason))
+            self._finished(t.job_id)
+            self.told[t.job_id] = ""
+            changes.append(JobStep(decision, now, t.job_id, "timed_out", t.reason, t.inputs))
+        return Decisions(tuple(changes))
 
     # -- one round ------------------------------------------------------------------------
     def round(self, at: datetime) -> Decisions:
@@ -271,6 +339,7 @@ class Scheduler:
         decision = derived_id("place", planned.job_id, planned.gpu_id, at.isoformat())
         self.view.issue(planned.job_id, decision)
         self.told[planned.job_id] = ""  # placed: a later wait is news
+        self.limits.start(planned.job_id, at)
         self.view.running[planned.job_id] = PlacementRecord(
             decision, "place", planned.job_id, planned.gpu_id, planned.node_id, planned.sm_share, self.placement, at
         )

@@ -116,6 +116,16 @@ class JobStateChanged:
 
 
 @dataclass(frozen=True)
+class JobRestarted:
+    """A decider counted a failure against the job's ``max_restarts``: ``restarts`` so far (its
+    lifecycle event's ``restarts`` input, `jobs.limits`); the row keeps the largest."""
+
+    job_id: str
+    restarts: int
+    at: datetime
+
+
+@dataclass(frozen=True)
 class JobPriorityChanged:
     """A training job's HiveD priority value changed by a command."""
 
@@ -223,7 +233,7 @@ class VcQuotasChanged:
 
 
 Change = (
-    VcQuotasChanged | JobSubmitted | JobStateChanged | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow
+    VcQuotasChanged | JobSubmitted | JobStateChanged | JobRestarted | JobPriorityChanged | JobBindingChanged | JobPlacementChanged | JobEventRow
     | GpuHealthChanged | GpuOfflineChanged | GpuEventRow | FaultRow | UsageChange | OnlineChange | LaneChange | LogChange
 )
 
@@ -304,8 +314,11 @@ def _lifecycle(event: JobLifecycleEvent, at: Position) -> tuple[Change, ...]:
     inputs: dict[str, Any] = dict(event.inputs)
     if event.node_id or event.gpu_ids:
         inputs |= {"node_id": event.node_id, "gpu_ids": list(event.gpu_ids)}
+    restarts = event.inputs.get("restarts", "")
+    counted = (JobRestarted(event.job_id, int(restarts), event.occurred_at),) if restarts.isdigit() and len(restarts) <= 6 else ()
     return (
         JobStateChanged(event.job_id, event.state.value, event.reason, event.occurred_at),
+        *counted,
         _row(event, event.job_id, at, "lifecycle", event.state.value, event.reason, inputs),
         *lifecycle_usage(event),
         *lane_job_bound(event),

@@ -8,7 +8,7 @@ GPU time, by kind (table ``usage_intervals``, migration 0008), one interval per 
 - ``shared``: an offline job on an online GPU (MuxFlow) from ``placements``: ``place`` opens
   the interval (closing the job's earlier shared one: a job shares one GPU), ``evict`` (the
   matcher's stop, eviction, expiry) closes it; 1 GPU;
-- a job that finishes (``jobs.lifecycle``: completed, failed, rejected, cancelled) ends every
+- a job that finishes (``jobs.lifecycle``: completed, failed, rejected, cancelled, timed_out) ends every
   interval it opened before (table ``job_ends``), whatever order the topics are read in.
 Closing is "the end is the earliest close at or after the start" (SQL ``least``), so the
 intervals do not depend on how the projector interleaves the three topics, and a redelivered
@@ -36,7 +36,7 @@ from uuid import UUID
 from ..events import CellBinding, JobLifecycleEvent, Placement, SharingObservation
 
 UsageKind = Literal["guaranteed", "opportunistic", "shared"]
-_ENDS = frozenset({"completed", "failed", "rejected", "cancelled"})
+_ENDS = frozenset({"completed", "failed", "rejected", "cancelled", "timed_out"})
 
 
 @dataclass(frozen=True)

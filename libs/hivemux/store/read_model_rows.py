@@ -27,6 +27,7 @@ from ..projection import (
     JobProgress,
     JobPlacementChanged,
     JobPriorityChanged,
+    JobRestarted,
     JobStateChanged,
     JobSubmitted,
     LaneGpuChanged,
@@ -85,6 +86,10 @@ _STATEMENTS: dict[type, str] = {
         SELECT $1::text, $2::text, 'lane-gpu', $3::text, 1, 1, $4::text, $5::text, $6::timestamptz, $6::timestamptz WHERE $7::boolean
         ON CONFLICT (job_id) DO UPDATE SET vc = EXCLUDED.vc, kind = 'lane-gpu', priority = EXCLUDED.priority, pods = 1, gpus = 1,
             state = EXCLUDED.state, last_reason = EXCLUDED.last_reason, submitted_at = coalesce(jobs.submitted_at, EXCLUDED.submitted_at),
+            updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
+    JobRestarted: """
+        INSERT INTO jobs (job_id, restarts, updated_at) VALUES ($1, $2, $3)
+        ON CONFLICT (job_id) DO UPDATE SET restarts = GREATEST(jobs.restarts, EXCLUDED.restarts),
             updated_at = GREATEST(jobs.updated_at, EXCLUDED.updated_at)""",
     JobPriorityChanged: """
         INSERT INTO jobs (job_id, priority_value, priority_changed_at, updated_at) VALUES ($1, $2, $3, $3)
@@ -226,6 +231,8 @@ def _args(change: Change) -> tuple[Any, ...]:
                     _json(change.limits))
         case JobPriorityChanged():
             return change.job_id, change.priority_value, change.at
+        case JobRestarted():
+            return change.job_id, change.restarts, change.at
         case JobStateChanged():
             return change.job_id, change.state, change.reason, change.at
         case JobBindingChanged():

@@ -73,8 +73,10 @@ class JobRow:
     last_reason: str
     # A lane job's latest lane (migration 0011, `store.lanes`): lane GPU, node, GPU, lane, policy.
     lane: dict[str, Any] | None = None
-    # Its limits as submitted (migration 0014, issue 29): max_runtime_s, queue_timeout_s, max_restarts.
+    # Its limits as submitted (migration 0016, issue 29): max_runtime_s, queue_timeout_s, max_restarts.
     limits: dict[str, Any] | None = None
+    # Failures counted against its max_restarts so far (migration 0017, `jobs.limits`).
+    restarts: int = 0
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class JobEventRecord:
 
 
 _JOB_COLUMNS = (
-    "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason, limits, "
+    "job_id, state, vc, kind, priority, priority_value, pods, gpus, placement, binding, submitted_at, updated_at, last_reason, limits, restarts, "
     "(SELECT jsonb_build_object('lane_gpu', l.lane_gpu, 'node_id', l.node_id, 'gpu_id', l.gpu_id, 'lane_id', l.lane_id, 'policy', l.policy) "
     "FROM lane_jobs AS l WHERE l.job_id = jobs.job_id) AS lane"
 )

@@ -31,6 +31,9 @@ def test_cpu_devices_give_each_node_an_executor_and_an_ingester(tmp_path: Path, 
     executor, ingester = agents.executor_env["node-02"], agents.ingester_env["node-02"]
     assert executor["HIVEMUX_EXECUTOR_BACKEND"] == "process" and executor["HIVEMUX_EXECUTOR_NODE_ID"] == "node-02"
     assert Path(executor["HIVEMUX_EXECUTOR_MPS_BINARY"]).name == "nvidia-cuda-mps-control"
+    store = Path(executor["HIVEMUX_EXECUTOR_CHECKPOINT_STORE"])  # one checkpoint store every agent mounts
+    assert store == (tmp_path / "work" / "checkpoints").resolve() and store.is_dir()
+    assert {env["HIVEMUX_EXECUTOR_CHECKPOINT_STORE"] for env in agents.executor_env.values()} == {str(store)}
     assert ingester["HIVEMUX_INGESTER_BACKEND"] == "nvml" and ingester["HIVEMUX_INGESTER_NODE_ID"] == "node-02"
     assert ingester["HIVEMUX_INGESTER_NVML_LIBRARY"] == str(nvml_library())
     script = Path(ingester[SCRIPT_ENV]).read_text()

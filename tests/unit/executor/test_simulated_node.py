@@ -239,8 +239,36 @@ async def test_the_backend_interface_runs_on_the_node_clock() -> None:
     accepted, _ = await executor.on_command(command)
     assert accepted.occurred_at == T0  # the workload starts when the node handles the command
     clock[0] += 4.0
-    report, observation = await executor.tick()
+    report, observation, printed = await executor.tick()  # what it printed is shipped too (test_simulated_logs)
+    assert printed.text.endswith("[a simulated workload: no process runs]\n") and printed.occurred_at == at(4)
     assert (report.occurred_at, observation.window_start, observation.window_end) == (at(4), T0, at(4))
     assert report.iterations_done == math.floor(4 * 10 * report.normalized_throughput)
     assert await executor.on_command(command) == []  # re-delivered
     assert await executor.stop() == []
+
+
+def test_two_pods_of_a_gang_on_one_node_run_side_by_side() -> None:
+    """Issue 29: a gang's pods are the node's workloads one by one (`workload_key`: job, run, rank),
+    each reports and completes; a stop of the job stops both, with one lifecycle step."""
+    from hivemux.cells.gang import rendezvous
+
+    ranks = rendezvous("gang", [("gang/0", NODE), ("gang/1", NODE)], run="run-1")
+    pods = [start_training(NODE, job_id="gang", iterations=10).model_copy(update={
+        "event_id": derived_id("pod", i), "gpu_ids": (f"{NODE}/gpu-{i}",), "rendezvous": ranks[f"gang/{i}"], "pod": i}) for i in (0, 1)]
+    executor = SimulatedExecutor(source=SOURCE)
+    started = [executor.handle(p, now=T0) for p in pods]
+    assert [[e.state for e in out if isinstance(e, JobLifecycleEvent)] for out in started] == [[JobState.RUNNING]] * 2
+    assert sorted(executor.nodes[NODE].running) == ["gang/run-1/0", "gang/run-1/1"]
+    assert executor.handle(pods[1], now=at(1)) == []  # a re-delivered start
+    out = executor.handle(ExecutorCommand(occurred_at=at(2), source="cell-allocator/test", node_id=NODE, action=CommandAction.STOP,
+                                          job_id="gang", reason="job cancelled"), now=at(2))  # fmt: skip
+    assert sorted((r.state, r.gpu_ids) for r in reports(out)) == [(ReportState.STOPPED, (f"{NODE}/gpu-{i}",)) for i in (0, 1)]
+    assert len({r.event_id for r in reports(out)}) == 2 and [e.state for e in out if isinstance(e, JobLifecycleEvent)] == [JobState.STOPPED]
+    assert executor.nodes[NODE].running == {}
+    rerun = rendezvous("gang", [("gang/0", NODE), ("gang/1", NODE)], run="run-2")  # the gang's next run starts here again
+    again = [p.model_copy(update={"event_id": derived_id("pod again", i), "rendezvous": rerun[f"gang/{i}"]}) for i, p in enumerate(pods)]
+    for p in again:
+        executor.handle(p, now=at(3))
+    completed = executor.advance(at(600))
+    done = [e for e in completed if isinstance(e, JobLifecycleEvent)]
+    assert sorted((e.state, e.inputs["rank"], e.inputs["run"]) for e in done) == [(JobState.COMPLETED, str(i), "run-2") for i in (0, 1)]

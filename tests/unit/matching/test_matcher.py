@@ -230,7 +230,7 @@ def test_overlimit_during_replay_evicts_nothing() -> None:
     ("state", "placed_again"),
     [
         (ReportState.COMPLETED, False),
-        (ReportState.FAILED, False),
+        (ReportState.FAILED, True),  # a failed run goes back to the queue (max_restarts 3 by default, test_limits)
         (ReportState.EVICTED, True),
         (ReportState.STOPPED, True),
         (ReportState.RUNNING, False),
