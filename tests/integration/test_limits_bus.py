@@ -75,7 +75,14 @@ async def test_an_offline_job_over_its_max_runtime_and_a_service_past_its_queue_
             "occurred_at": datetime.now(UTC), "source": "cli", "job_id": crowded, "vc": "vc-b", "kind": "online", "replicas": 3,
             "gpu_type": "T4", "queue_timeout_s": 4.0, "workload": {"model": "bert", "batch_size": 8, "slo_p99_ms": 50, "request_rate": 10}})  # fmt: skip
         async with Publisher(bootstrap, source="test") as publisher:
-            await publisher.publish_all([*records, as_writer(big)])
+            await publisher.publish_all(records)
+
+            async def service_bound() -> bool:  # both its replicas: submissions on other partitions race
+                found = await read_all(bootstrap, CELL_BINDINGS)
+                return len({b.pod for _, b in found if isinstance(b, CellBinding) and b.job_id == service and b.state == "bound"}) == 2
+
+            assert await eventually(service_bound, timeout_s=60)
+            await publisher.publish_all([as_writer(big)])
 
         ended = await eventually(lambda: timed_out(crowded), timeout_s=90)
         assert ended.source.startswith("cell-allocator/") and "queue_timeout_s 4" in ended.reason and "of its 3 replicas bound" in ended.reason
