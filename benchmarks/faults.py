@@ -581,18 +581,24 @@ def main() -> None:
 def takeover_phase(kills: int, seed: int) -> dict[str, Any]:
     from support.takeover_faults import run, summary
 
-    with tempfile.TemporaryDirectory() as workdir, EmbeddedInfra(startup_timeout_s=STARTUP_S) as infra:
+    workdir = Path(tempfile.mkdtemp(prefix="hivemux-faults-takeover-"))  # the services' logs: kept when something is found
+    with EmbeddedInfra(startup_timeout_s=STARTUP_S) as infra:
         bootstrap = infra.endpoints.bootstrap_servers
         asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
         env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "HIVEMUX_POSTGRES_DSN": infra.endpoints.postgres_dsn}
-        verdict = asyncio.run(run(bootstrap, env, Path(workdir), kills=kills, seed=seed, gap_s=(1.0, 5.0), kept_within_s=60.0))
+        verdict = asyncio.run(run(bootstrap, env, workdir, kills=kills, seed=seed, gap_s=(1.0, 5.0), kept_within_s=60.0))
     kept = verdict.kept
     assert kept is not None
+    findings = [*verdict.ran_together, *verdict.double_bound, *verdict.held_by_finished]
+    logs = None
+    if findings or kept.not_kept or not verdict.audit_identical:
+        logs = str(workdir / "logs")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     units = Counter(unit for _, unit in verdict.kills)
-    return {**summary(verdict), "seed": seed, "kills_per_unit": dict(sorted(units.items())),
+    return {**summary(verdict), "seed": seed, "kills_per_unit": dict(sorted(units.items())), "kills_at_s": verdict.kills,
             "jobs_terminal": kept.terminal, "jobs_running": kept.running, "jobs_waiting_current": kept.waiting,
-            "audit": verdict.audit, "findings": [*verdict.ran_together, *verdict.double_bound, *verdict.held_by_finished],
-            "not_kept": list(kept.not_kept)}  # fmt: skip
+            "audit": verdict.audit, "logs": logs, "findings": findings, "not_kept": list(kept.not_kept)}  # fmt: skip
 
 
 # -- archive -------------------------------------------------------------------------------------------
@@ -698,7 +704,10 @@ def summary_table(figures: dict[str, Any], phases: tuple[str, ...], args: argpar
             ("  terminal / running / waiting with a current reason", f"{t['jobs_terminal']} / {t['jobs_running']} / {t['jobs_waiting_current']}", ""),
             ("audit replay identical", "yes" if t["audit_identical"] else "NO", "yes"),
         ]  # fmt: skip
-        notes += [f"takeover: {t['audit']}; {t['seconds']:.0f} s"] + [f"  {line}" for line in (t["findings"] + t["not_kept"])[:10]]
+        notes.append(f"takeover: {t['audit']}; {t['seconds']:.0f} s; SIGKILLs at (s, unit): {t['kills_at_s']}")
+        notes += [f"  {line}" for line in (t["findings"] + t["not_kept"])[:12]]
+        if t["logs"]:
+            notes.append(f"  the services' logs: {t['logs']}")
     if (a := figures.get("archive")) is not None:
         rows.append(("acknowledged jobs lost (database, then broker SIGKILL)", f"{a['acknowledged_lost']} of {a['acknowledged']}", "0"))
         notes.append(f"archive: {a['refill'] or 'no refill'}; {a['seconds']:.0f} s" + (f"; FAILED: {a['failure']}" if a["failure"] else ""))

@@ -108,6 +108,7 @@ class Verdict:
     audit_identical: bool = False
     jobs: int = 0
     seconds: float = 0.0
+    started_ms: float = 0.0  # wall clock at the start (record timestamps are wall clock ms); `kills` count from it too
     kept: Kept | None = None  # before the services stopped (module docstring)
 
 
@@ -158,7 +159,7 @@ async def run(bootstrap: str, env: dict[str, str], workdir: Path, *, kills: int,
     The stream ends with the kills; after the settle, jobs kept are judged once, or polled for up
     to `kept_within_s` until every job is kept."""
     began = time.monotonic()
-    verdict = Verdict()
+    verdict = Verdict(started_ms=time.time() * 1000)
     env = {**env, **ENV}
     children = start_services(UpOptions(workdir=workdir, services=SERVICES, standbys=DECIDERS), env)
     stop, no_more_jobs = asyncio.Event(), asyncio.Event()
@@ -172,7 +173,7 @@ async def run(bootstrap: str, env: dict[str, str], workdir: Path, *, kills: int,
         verdict.jobs = await submitting
         await until(lambda: _settled(children), 120, "one active and one standby of each decider after the kills")
         await asyncio.sleep(settle_s)  # the last takeover decides and the executor reports
-        verdict.kept = await _until_kept(bootstrap, kept_within_s)
+        verdict.kept = await _until_kept(bootstrap, kept_within_s, verdict.started_ms)
         stop.set()
         await feeding
     finally:
@@ -245,19 +246,21 @@ async def _judge(bootstrap: str, verdict: Verdict) -> None:
     verdict.held_by_finished = sorted(f"{pod} ({last[b.job_id].value})" for pod, b in live.items() if last.get(b.job_id) in TERMINAL)
 
 
-async def _until_kept(bootstrap: str, within_s: float) -> Kept:
+async def _until_kept(bootstrap: str, within_s: float, started_ms: float) -> Kept:
     deadline = time.monotonic() + within_s
     while True:
-        found = kept(await records(bootstrap, (JOBS_SUBMITTED, JOBS_LIFECYCLE, EXECUTOR_REPORTS)))
+        found = kept(await records(bootstrap, (JOBS_SUBMITTED, JOBS_LIFECYCLE, EXECUTOR_REPORTS)), started_ms)
         if not found.not_kept or time.monotonic() >= deadline:
             return found
         await asyncio.sleep(2.0)
 
 
-def kept(found: list[tuple[ConsumerRecord, Event]]) -> Kept:
+def kept(found: list[tuple[ConsumerRecord, Event]], started_ms: float = 0.0) -> Kept:
     """Which submitted jobs are kept, from the log as it is (module docstring). One job's
-    lifecycle records share a partition, one node's reports too: each in its log order."""
+    lifecycle records share a partition, one node's reports too: each in its log order. A job not
+    kept is said with when it was submitted (s after `started_ms`, as `Verdict.kills` are)."""
     kinds = {e.job_id: e.kind for _, e in found if isinstance(e, JobSubmission)}
+    submitted = {e.job_id: (r.timestamp - started_ms) / 1000 for r, e in found if isinstance(e, JobSubmission)}
     jobs = sorted(kinds)
     in_order = sorted(found, key=lambda p: (p[0].topic, p[0].partition, p[0].offset))
     last: dict[str, JobLifecycleEvent] = {}
@@ -288,7 +291,8 @@ def kept(found: list[tuple[ConsumerRecord, Event]]) -> Kept:
             not_kept.append(f"{job}: waiting ({told.reason[:80]}), told {(newest - told.occurred_at).total_seconds():.0f} s "  # type: ignore[operator]
                             f"before the log's newest event (over {RETELL_AFTER.total_seconds():.0f} s); executor: {executor}")  # fmt: skip
         else:
-            not_kept.append(f"{job}: {told.state.value if told else 'no lifecycle record'}; executor: {executor}")
+            not_kept.append(f"{job} (submitted at {submitted[job]:.1f} s): {told.state.value if told else 'no lifecycle record'}; "
+                            f"executor: {executor}")  # fmt: skip
     return Kept(len(jobs), terminal, running, waiting, tuple(not_kept))
 
 
