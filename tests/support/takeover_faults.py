@@ -24,12 +24,12 @@ The verdict comes from what actually ran:
   services included) must be kept: its last lifecycle state terminal (completed, failed, stopped,
   cancelled, rejected) with no workload of it running; or running by the executor's reports (on
   some node, its latest report for the job is `running`, or `accepted` for an online service's
-  replica); or `waiting` with a current reason: that
-  lifecycle record's event time at most `events.base.RETELL_AFTER` (2 min, the deciders' retell
-  interval) before the newest event time of the log's lifecycle records and executor reports. A
-  job that waits longer than that for an unchanged reason is not told again, so it counts as not
-  kept: the stream's jobs are short, and none should wait that long here. `run` polls for this
-  (`kept_within_s`) and records what it last saw.
+  replica); or `waiting` with a current reason: that lifecycle record's event time at most
+  `events.base.RETELL_AFTER` (2 min, the deciders' retell interval) before the newest event time
+  of the log's lifecycle records and executor reports. A job that waits longer than that for an
+  unchanged reason is not told again, so it counts as not kept: the stream's jobs are short, and
+  none should wait that long here. `run` polls for this (`kept_within_s`) and records what it
+  last saw.
 """
 
 from __future__ import annotations
@@ -60,15 +60,15 @@ SERVICES = (*DECIDERS, "executor")
 ENV = {**PACE, "HIVEMUX_EXECUTOR_REPORT_INTERVAL_S": "0.5"}
 RUNNING = {"running"}  # "accepted" is not running yet (a start evicted before it ran stays accepted)...
 SERVING = RUNNING | {"accepted"}  # ...except an online replica's: the simulated executor serves it from its start, reporting no `running`
+ENDED_REPORTS = {"completed", "failed", "stopped", "evicted", "refused"}
+GRACE_MS = 1000
+RESTART_AFTER_S = (0.0, 4.0)  # at once, or once the dead member's leader session (3 s) has expired
+TERMINAL = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.CANCELLED, JobState.REJECTED}
 
 
 def runs(state: str, kind: JobKind | None) -> bool:
     """Whether a workload whose latest executor report is `state` occupies its GPUs."""
     return state in (SERVING if kind is JobKind.ONLINE else RUNNING)
-ENDED_REPORTS = {"completed", "failed", "stopped", "evicted", "refused"}
-GRACE_MS = 1000
-RESTART_AFTER_S = (0.0, 4.0)  # at once, or once the dead member's leader session (3 s) has expired
-TERMINAL = {JobState.COMPLETED, JobState.FAILED, JobState.STOPPED, JobState.CANCELLED, JobState.REJECTED}
 
 
 def stream(n: int, tag: str) -> list[Event]:
