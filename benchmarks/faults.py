@@ -1,50 +1,84 @@
-"""Fault injection (issue 16 figures), printed by `make bench`.
+"""Fault injection, printed by `make bench`: the regression harness of issue 28 by default, and
+issue 16's per-service kills and hostile records on request. Each phase has an embedded broker
+and database of its own and runs alone with ``--phases NAME``; the default is
+``--phases takeover,archive,forgery`` (about 3-5 minutes on 2 shared cores), which prints one
+table and, last, one JSON line.
 
-Every service of `hivemux up` (cli/services.py SERVICES; the cell allocator and the matcher with
-their standby, as `up` runs them) runs as its own process (cli/up.py `start_services`) on an
-embedded broker and PostgreSQL of this run's own. The broker is started without a schema
-registry, as a Kafka without one is, so every hostile byte reaches the consumers. A stream of
-small jobs (offline and training, `--jobs`) is submitted throughout; then:
+takeover: two cell allocators, two matchers (as `hivemux up` runs them) and the simulated
+   executor as processes under a job stream with two online services (guaranteed 4-GPU training
+   of vc-a, opportunistic training of vc-b that the guaranteed jobs preempt, offline jobs); the
+   active allocator or matcher SIGKILLed at `--takeover-kills` seeded random moments (issue: 50)
+   and restarted at once or after its leader session expired (tests/support/takeover_faults.py;
+   the suite runs 2 kills in tests/e2e/test_takeover_faults.py). Judged by executor truth:
+   double bindings are GPUs the executor's reports show running two exclusive workloads at once
+   (and, beside them, GPUs the bindings log holds in two live bindings); cells held by finished
+   jobs at the end; `hivemux audit replay` over the whole log. Jobs kept: the stream stops with
+   the kills, and while the services still run, each submitted job (the online services too)
+   must be terminal (its last lifecycle state completed, failed, stopped, cancelled or rejected,
+   and no workload of it running), running (on some node the executor's latest report for it is
+   `running`, or `accepted` for an online replica, which the simulated executor serves from its
+   start), or waiting with a current reason (its last lifecycle state `waiting`, recorded at
+   most `events.base.RETELL_AFTER` = 2 min of event time before the newest lifecycle record or
+   executor report of the log); polled for up to 60 s until every job is kept
+   (`takeover_faults.kept`).
+archive: the database SIGKILLed with jobs submitted while it is away, then killed again and held
+   down while a job is published and the broker is SIGKILLed; both restarted by `hivemux up`'s
+   supervisor, the broker refilled from the archive, a last job submitted
+   (tests/support/archive_faults.py, as tests/integration/test_archive_faults.py runs it).
+   Acknowledged jobs lost: jobs `jobs submit` acknowledged as archived that are missing from the
+   refilled log or from `hivemux jobs list`.
+forgery: issue 28 defect 4's forgeries (a forged executor start and stop, a forged preemption, a
+   forged `completed` as lifecycle record and as report, cross-tenant cancel, preemption and
+   drain, a submission running a shell command, configuration versions ahead), sent with a plain
+   aiokafka producer, unsigned or signed by a key that may not write as the source they name, at
+   the job controller, cell allocator, health processor, matcher and simulated executor running
+   in this process, with a victim job bound on vc-a's cells (tests/support/forgeries.py, as
+   tests/integration/test_bus_authorization.py sends them). Refused: every consumer group that
+   reads the topic dead-lettered it with the expected reason. Obeyed: what obeying it would
+   change happened (the executor reported the forged job or stopped the victim, a service ended
+   the victim or released its cells, the GPU was drained, or a forged configuration is the one
+   in force). A control: the same cancel signed with the API's key is obeyed.
+services (issue 16, about 10 minutes; its own table precedes the summary): every service of
+   `hivemux up` (cli/services.py SERVICES; the cell allocator and the matcher with their standby)
+   as its own process (cli/up.py `start_services`) on a broker started without a schema
+   registry, as a Kafka without one is, so every hostile byte reaches the consumers, and
+   PostgreSQL. A stream of small jobs (offline and training, `--jobs`) is submitted throughout;
+   then:
+   1. kills: each service in turn is SIGKILLed (for the allocator and the matcher, the active
+      instance: its standby takes over) and started again at once with up's own `Child.restart`
+      (same command, environment, port and log). Measured per service, from the SIGKILL: time to
+      /healthz 200 of the restarted process, and time to the service's next decision or output:
+      deciders (allocator, matcher, health processor, predictor) -> the first `audit.journal`
+      record with emitted ids from an incarnation other than the killed one; ingester, profiler,
+      executor, job controller -> the first record they publish (the controller is sent a cancel
+      right after the kill); projector -> the first job submitted after the kill in its read
+      model. For the allocator and the matcher that time is the standby takeover time; beside it,
+      for the deciders, the first record any of their instances published after the kill
+      (leadership records aside: LeaderElected is not a decision), and for the allocator and the
+      matcher the time to the first LeaderElected after the kill and who published it (the
+      standby, or the killed instance's new process when it rejoined the leadership group before
+      the dead member's session expired). Right after each kill an offline and a training job
+      are submitted (part of the stream) so every service has something to act on;
+   2. bad inputs: a fixed set of records thrown raw at every topic a service consumes (garbage
+      bytes, a wrong schema, an absurd value, a wrong key, an event id reused with another body,
+      dated 2100, a 900 KB record). A bad record counts as dead-lettered when every service that
+      consumes its topic (subscription or fold) put it on the topic's `.dlq` (the dead letter
+      names the consumer group, topic, partition and offset); silently accepted otherwise. A
+      topic read only by the projector (gpu.faults) or a pinned agent: the record must not reach
+      the read model (checked by event id) and counts as skipped. Crashes = service processes
+      that exited on their own (not killed here);
+   3. records lost: every submitted job must reach a lifecycle state, binding or placement and
+      the projector's `jobs` table; then the services are stopped and `hivemux audit replay` is
+      run over the whole log (its summary line is printed);
+   4. lifecycle records per hour at 5,000 waiting jobs: benchmarks/lifecycle.py's `simulate`
+      (the real deciding cores over simulated event time) run for `--lifecycle-hours` (default
+      0.1 h after its warm-up), scaled to an hour.
 
-1. kills: each service in turn is SIGKILLed (for the allocator and the matcher, the active
-   instance: its standby takes over) and started again at once with up's own `Child.restart`
-   (same command, environment, port and log). Measured per service, from the SIGKILL: time to
-   /healthz 200 of the restarted process, and time to the service's next decision or output:
-   deciders (allocator, matcher, health processor, predictor) -> the first `audit.journal`
-   record with emitted ids from an incarnation other than the killed one; ingester, profiler,
-   executor, job controller -> the first record they publish (the controller is sent a cancel
-   right after the kill); projector -> the first job submitted after the kill in its read model.
-   For the allocator and the matcher that time is the standby takeover time; beside it, for the
-   deciders, the first record any of their instances published after the kill (leadership
-   records aside: LeaderElected is not a decision), and for the allocator and the matcher the
-   time to the first LeaderElected after the kill and who published it (the standby, or the
-   killed instance's new process when it rejoined the leadership group before the dead member's
-   session expired). Right after each
-   kill an offline and a training job are submitted (part of the stream) so every service has
-   something to act on;
-2. bad inputs: a fixed set of records thrown raw at every topic a service consumes (garbage
-   bytes, a wrong schema, an absurd value, a wrong key, an event id reused with another body,
-   dated 2100, a 900 KB record). A bad record counts as dead-lettered when every service that
-   consumes its topic (subscription or fold) put it on the topic's `.dlq` (the dead letter names
-   the consumer group, topic, partition and offset); silently accepted otherwise. A topic read
-   only by the projector (gpu.faults) or a pinned agent: the record must not reach the read
-   model (checked by event id) and counts as skipped. Crashes = service processes that exited
-   on their own (not killed here);
-3. records lost: every submitted job must reach a lifecycle state, binding or placement and the
-   projector's `jobs` table; then the services are stopped and `hivemux audit replay` is run
-   over the whole log (its summary line is printed);
-4. lifecycle records per hour at 5,000 waiting jobs: benchmarks/lifecycle.py's `simulate` (the
-   real deciding cores over simulated event time) imported and run for a reduced window
-   (`--lifecycle-hours`, default 0.1 h after its warm-up), scaled to an hour.
+    nice -n 19 .venv/bin/python benchmarks/faults.py [--phases takeover,archive,forgery|services|all]
+        [--takeover-kills 6] [--takeover-seed 28] [--jobs 300] [--lifecycle-hours 0.1]
 
-    .venv/bin/python benchmarks/faults.py [--jobs 300] [--lifecycle-hours 0.1]
-
-5. takeover loop (issue 28), alone with ``--takeover-kills N`` (the issue's 50): the active cell
-   allocator or matcher SIGKILLed at N seeded random moments under a job stream with online
-   services, judged by the executor's reports (tests/support/takeover_faults.py; the suite runs
-   2 kills in tests/e2e/test_takeover_faults.py):
-
-    .venv/bin/python benchmarks/faults.py --takeover-kills 50 [--takeover-seed 28]
+Records are signed (`bus.signing`): this process installs a keyring of its own for every phase
+(tests/support/keys.py), as the test suite does, and hands it to the processes it starts.
 """
 
 from __future__ import annotations
@@ -53,7 +87,9 @@ import argparse
 import asyncio
 import importlib
 import json
+import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,7 +115,7 @@ from hivemux.bus import Publisher, ensure_topics  # noqa: E402
 from hivemux.bus.codec import encode_key  # noqa: E402
 from hivemux.cli.services import SERVICES, SINGLE_ACTIVE  # noqa: E402
 from hivemux.cli.up import DEMO_ENV, EMBEDDED_ENV, Child, UpOptions, start_services, stop_services, wait_ready  # noqa: E402
-from hivemux.events import JobAction, JobCommand, JobKind, JobSubmission, Priority, WorkloadSpec  # noqa: E402
+from hivemux.events import JobAction, JobCommand, JobKind, JobState, JobSubmission, Priority, WorkloadSpec  # noqa: E402
 from hivemux.infra import EmbeddedInfra  # noqa: E402
 from hivemux.settings import ServiceSettings  # noqa: E402
 from hivemux.topics import ALL_TOPICS, AUDIT_JOURNAL, CELL_BINDINGS, JOBS_LIFECYCLE, LEADERSHIP, PLACEMENTS  # noqa: E402
@@ -347,6 +383,8 @@ def consumers(bootstrap: str, dsn: str) -> dict[str, set[str]]:
             settings_class = typing.get_type_hints(module.build)["settings"]
             assert issubclass(settings_class, ServiceSettings)
             service = module.build(settings_class(kafka_bootstrap_servers=bootstrap, postgres_dsn=dsn))
+            if not hasattr(service, "subscriptions"):  # an HTTP edge (the API's server): it consumes no topic
+                continue
             for topic in (*service.subscriptions, *service.folds):
                 out[topic].add(service.group_id)
         return out
@@ -504,19 +542,135 @@ def lifecycle_rate(hours: float) -> dict[str, float]:
             "after_restart_10_min": run.after_restart, "seconds": round(seconds, 1)}  # fmt: skip
 
 
+PHASES = ("takeover", "archive", "forgery", "services")
+DEFAULT_PHASES = "takeover,archive,forgery"
+STARTUP_S = 120.0  # the embedded servers' start on a loaded host (initdb alone took over 15 s at a load of 28)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jobs", type=int, default=300)
-    parser.add_argument("--lifecycle-hours", type=float, default=0.1)
-    parser.add_argument("--takeover-kills", type=int, default=0, help="run only the takeover loop (section 5) with this many SIGKILLs")
+    parser.add_argument("--phases", default=DEFAULT_PHASES, help=f"comma-separated, of {', '.join(PHASES)}; or all")
+    parser.add_argument("--takeover-kills", type=int, default=6, help="SIGKILLs of the active allocator/matcher (issue 28: 50)")
     parser.add_argument("--takeover-seed", type=int, default=28)
+    parser.add_argument("--jobs", type=int, default=300, help="services phase: the job stream")
+    parser.add_argument("--lifecycle-hours", type=float, default=0.1, help="services phase: simulated hours at 5,000 waiting jobs")
     args = parser.parse_args()
-    if args.takeover_kills:
-        takeover_loop(args.takeover_kills, args.takeover_seed)
-        return
+    phases = PHASES if args.phases == "all" else tuple(p.strip() for p in args.phases.split(",") if p.strip())
+    if unknown := sorted(set(phases) - set(PHASES)):
+        parser.error(f"unknown phase(s) {', '.join(unknown)}; phases: {', '.join(PHASES)}")
+    from support import keys
+
+    began = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hivemux-faults-keys-") as keyring:
+        keys.install(Path(keyring))  # this process signs as the writers it plays; every service started verifies with it
+        figures: dict[str, Any] = {}
+        if "takeover" in phases:
+            print(f"== takeover: {args.takeover_kills} SIGKILLs (seed {args.takeover_seed})", flush=True)
+            figures["takeover"] = takeover_phase(args.takeover_kills, args.takeover_seed)
+        if "archive" in phases:
+            print("== archive: database SIGKILL, then broker SIGKILL, jobs submitted between", flush=True)
+            figures["archive"] = archive_phase()
+        if "forgery" in phases:
+            print("== forgery: issue 28 defect 4 with a plain aiokafka producer", flush=True)
+            figures["forgery"] = asyncio.run(forgery_phase())
+        if "services" in phases:
+            print(f"== services: each service SIGKILLed in turn, bad inputs, under a {args.jobs}-job stream", flush=True)
+            figures["services"] = services_phase(args)
+    summary_table(figures, phases, args, time.monotonic() - began)
+
+
+# -- takeover ------------------------------------------------------------------------------------------
+def takeover_phase(kills: int, seed: int) -> dict[str, Any]:
+    from support.takeover_faults import run, summary
+
+    workdir = Path(tempfile.mkdtemp(prefix="hivemux-faults-takeover-"))  # the services' logs: kept when something is found
+    with EmbeddedInfra(startup_timeout_s=STARTUP_S) as infra:
+        bootstrap = infra.endpoints.bootstrap_servers
+        asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
+        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "HIVEMUX_POSTGRES_DSN": infra.endpoints.postgres_dsn}
+        verdict = asyncio.run(run(bootstrap, env, workdir, kills=kills, seed=seed, gap_s=(1.0, 5.0), kept_within_s=60.0))
+    kept = verdict.kept
+    assert kept is not None
+    findings = [*verdict.ran_together, *verdict.double_bound, *verdict.held_by_finished]
+    logs = None
+    if findings or kept.not_kept or not verdict.audit_identical:
+        logs = str(workdir / "logs")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    units = Counter(unit for _, unit in verdict.kills)
+    return {**summary(verdict), "seed": seed, "kills_per_unit": dict(sorted(units.items())), "kills_at_s": verdict.kills,
+            "jobs_terminal": kept.terminal, "jobs_running": kept.running, "jobs_waiting_current": kept.waiting,
+            "audit": verdict.audit, "logs": logs, "findings": findings, "not_kept": list(kept.not_kept)}  # fmt: skip
+
+
+# -- archive -------------------------------------------------------------------------------------------
+def archive_phase() -> dict[str, Any]:
+    from support import archive_faults
+
+    root = Path(tempfile.mkdtemp(prefix="hivemux-archive-faults-"))
+    try:
+        out = archive_faults.run(root, os.environ, say=lambda line: print(f"  {line}", flush=True))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    failure = None if out.failure is None else f"{type(out.failure).__name__}: {out.failure}"[:300]
+    return {"acknowledged": len(out.acknowledged), "acknowledged_lost": len(out.lost()), "lost": out.lost(), "failure": failure,
+            "refill": out.refill_said.removeprefix("history: "), "seconds": out.seconds}  # fmt: skip
+
+
+# -- forgery -------------------------------------------------------------------------------------------
+async def forgery_phase() -> dict[str, Any]:
+    began = time.monotonic()
+    logging.disable(logging.ERROR)  # the services run in this process: each refusal is logged with its traceback; counted here instead
+    try:
+        return await _forgeries(began)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+async def _forgeries(began: float) -> dict[str, Any]:
+    from support.buskit import eventually
+    from support.forgeries import defect_4, eight_gpu_job, forge, obeyed, refused, running_cluster, states
+
+    with EmbeddedInfra(want_postgres=False, startup_timeout_s=STARTUP_S) as infra:  # with the schema registry: forgeries pass it
+        bootstrap = infra.endpoints.bootstrap_servers
+        prefix = f"faults-{uuid.uuid4().hex[:8]}"
+        async with running_cluster(bootstrap, prefix):
+            victim = f"victim-{uuid.uuid4().hex[:6]}"
+            await forge(bootstrap, eight_gpu_job(victim))
+
+            async def has(state: JobState) -> bool:
+                return state in await states(bootstrap, victim)
+
+            await eventually(lambda: has(JobState.BOUND), timeout_s=STARTUP_S)
+            probes = defect_4(victim)
+            not_refused: list[str] = []
+            for probe in probes:
+                try:
+                    got = await refused(bootstrap, prefix, probe.event, *probe.groups, signer=probe.signer)
+                except AssertionError:  # some reader did not dead-letter it within the bound
+                    not_refused.append(f"{probe.what}: not dead-lettered by every one of {', '.join(probe.groups)}")
+                    continue
+                wrong = [f"{g}: {got[g].stage}: {got[g].reason[:100]}" for g in probe.groups
+                         if probe.stage not in (None, got[g].stage) or probe.reason not in got[g].reason]  # fmt: skip
+                if wrong:
+                    not_refused.append(f"{probe.what}: refused, not as expected ({'; '.join(wrong)})")
+            await asyncio.sleep(2.0)  # a matching round (1 s) and an allocator pass (0.5 s) for any effect to show
+            seen = await obeyed(bootstrap, probes)
+            # the control: the same cancel, signed with the API's key, is obeyed (the judge sees an effect when there is one)
+            await forge(bootstrap, JobCommand(occurred_at=now(), source="api/0", command_id=uuid.uuid4().hex, principal="tenant-a:token-1",
+                                              job_id=victim, action=JobAction.CANCEL))  # fmt: skip
+            await eventually(lambda: has(JobState.CANCELLED), timeout_s=STARTUP_S)
+            control = f"finished:{victim}" in await obeyed(bootstrap, probes)
+    obeyed_probes = [f"{p.what}: {seen[p.effect]}" for p in probes if p.effect in seen]
+    return {"forgeries": len(probes), "refused": len(probes) - len(not_refused), "obeyed": len(obeyed_probes), "control_obeyed": control,
+            "not_refused": not_refused, "obeyed_what": obeyed_probes, "seconds": round(time.monotonic() - began, 1)}  # fmt: skip
+
+
+# -- services (issue 16) -------------------------------------------------------------------------------
+def services_phase(args: argparse.Namespace) -> dict[str, Any]:
     began = time.monotonic()
     with tempfile.TemporaryDirectory() as workdir, tempfile.TemporaryDirectory() as no_schemas:
-        infra = EmbeddedInfra(schemas_dir=Path(no_schemas))  # no schema registry: every byte reaches the consumers
+        infra = EmbeddedInfra(schemas_dir=Path(no_schemas), startup_timeout_s=STARTUP_S)  # no schema registry: every byte reaches the consumers
         try:
             endpoints = infra.start()
             bootstrap, dsn = endpoints.bootstrap_servers, endpoints.postgres_dsn
@@ -535,34 +689,59 @@ def main() -> None:
             infra.stop()
     system_s = time.monotonic() - began
     life = lifecycle_rate(args.lifecycle_hours)
-    report(out, audit, life, system_s, args)
+    return report(out, audit, life, system_s, args)
 
 
-def takeover_loop(kills: int, seed: int) -> None:
-    """Section 5 (module docstring): its table, then its JSON line."""
-    from support.takeover_faults import run, summary
+# -- the summary ---------------------------------------------------------------------------------------
+def summary_table(figures: dict[str, Any], phases: tuple[str, ...], args: argparse.Namespace, seconds: float) -> None:
+    """One table of the issue 28 figures (what each phase run measured), then the JSON line."""
+    rows: list[tuple[str, str, str]] = []  # (figure, value, must be)
+    notes: list[str] = []
+    if (t := figures.get("takeover")) is not None:
+        rows += [
+            (f"double bindings, executor truth ({t['kills']} SIGKILLs: {t['kills_per_unit']})", f"{t['double_bindings_executor']}", "0"),
+            ("  GPUs in two live bindings (bindings log)", f"{t['double_bindings_log']}", "0"),
+            ("cells held by finished jobs", f"{t['cells_held_by_finished_jobs']}", "0"),
+            ("jobs kept / total (stream with 2 online services)", f"{t['jobs_kept']}/{t['jobs_total']}", "all"),
+            ("  terminal / running / waiting with a current reason", f"{t['jobs_terminal']} / {t['jobs_running']} / {t['jobs_waiting_current']}", ""),
+            ("audit replay identical", "yes" if t["audit_identical"] else "NO", "yes"),
+        ]  # fmt: skip
+        notes.append(f"takeover: {t['audit']}; {t['seconds']:.0f} s; SIGKILLs at (s, unit): {t['kills_at_s']}")
+        notes += [f"  {line}" for line in (t["findings"] + t["not_kept"])[:12]]
+        if t["logs"]:
+            notes.append(f"  the services' logs: {t['logs']}")
+    if (a := figures.get("archive")) is not None:
+        rows.append(("acknowledged jobs lost (database, then broker SIGKILL)", f"{a['acknowledged_lost']} of {a['acknowledged']}", "0"))
+        notes.append(f"archive: {a['refill'] or 'no refill'}; {a['seconds']:.0f} s" + (f"; FAILED: {a['failure']}" if a["failure"] else ""))
+        notes += [f"  lost: {job}" for job in a["lost"]]
+    if (f := figures.get("forgery")) is not None:
+        rows += [
+            ("forgeries obeyed (issue 28 defect 4)", f"{f['obeyed']} of {f['forgeries']}", "0"),
+            ("  refused by every reader, with the expected reason", f"{f['refused']} of {f['forgeries']}", "all"),
+            ("  control: the same cancel signed by the API obeyed", "yes" if f["control_obeyed"] else "NO", "yes"),
+        ]  # fmt: skip
+        notes.append(f"forgery: {f['seconds']:.0f} s")
+        notes += [f"  {line}" for line in (f["obeyed_what"] + f["not_refused"])[:10]]
+    if (v := figures.get("services")) is not None:
+        rows += [("services phase: jobs lost / silently accepted bad records", f"{v['records_lost']} / {v['silently_accepted']}", "0 / 0")]
+    print(f"\nfaults (issue 28 regression harness): phases {','.join(phases)}; os.cpu_count()={os.cpu_count()}, load "
+          f"{os.getloadavg()[0]:.1f}; {seconds:.0f} s")  # fmt: skip
+    width = max(len(r[0]) for r in rows) if rows else 40
+    print(f"{'figure':<{width}}  {'value':>14}  must be")
+    for name, value, must in rows:
+        print(f"{name:<{width}}  {value:>14}  {must}")
+    if "takeover" in figures:
+        print("jobs kept: terminal with nothing of it running, running by the executor's reports, or waiting with its last lifecycle")
+        print("  record at most 2 min (RETELL_AFTER) of event time before the log's newest event; judged while the services run")
+    for line in notes:
+        print(line)
+    print(json.dumps({"benchmark": "faults", "phases": list(phases), "seconds": round(seconds, 1),
+                      **{name: {k: v for k, v in fig.items() if k not in ("findings", "not_kept", "obeyed_what", "not_refused", "lost")}
+                         for name, fig in figures.items()}}))  # fmt: skip
 
-    with tempfile.TemporaryDirectory() as workdir, EmbeddedInfra() as infra:
-        bootstrap = infra.endpoints.bootstrap_servers
-        asyncio.run(ensure_topics(bootstrap, ALL_TOPICS))
-        env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "HIVEMUX_POSTGRES_DSN": infra.endpoints.postgres_dsn}
-        verdict = asyncio.run(run(bootstrap, env, Path(workdir), kills=kills, seed=seed, gap_s=(1.0, 5.0)))
-    figures = summary(verdict)
-    units = Counter(unit for _, unit in verdict.kills)
-    print(f"\ntakeover loop: {kills} SIGKILLs of the active allocator/matcher (seed {seed}), {verdict.jobs}-job stream with 2 online services, "
-          f"os.cpu_count()={os.cpu_count()}, {verdict.seconds:.0f} s")  # fmt: skip
-    print(f"{'figure':<52} value")
-    print(f"{'kills per unit':<52} {dict(sorted(units.items()))}")
-    print(f"{'GPUs running two exclusive workloads (executor)':<52} {len(verdict.ran_together)} (must be 0)")
-    print(f"{'GPUs in two live bindings (bindings log)':<52} {len(verdict.double_bound)} (must be 0)")
-    print(f"{'cells held by finished jobs at the end':<52} {len(verdict.held_by_finished)} (must be 0)")
-    print(f"{'audit replay':<52} {verdict.audit}")
-    for line in [*verdict.ran_together, *verdict.double_bound, *verdict.held_by_finished][:10]:
-        print(f"    {line}")
-    print(json.dumps({"benchmark": "faults.takeover", "seed": seed, **figures}))
 
-
-def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], system_s: float, args: argparse.Namespace) -> None:
+def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], system_s: float, args: argparse.Namespace) -> dict[str, Any]:
+    """The services phase's own table; returns its figures."""
     kills: list[Kill] = out["kills"]
     bad: BadTally = out["bad"]
     survived = sum(1 for k in kills if k.next_s is not None)
@@ -601,15 +780,15 @@ def report(out: dict[str, Any], audit: dict[str, Any], life: dict[str, float], s
     print(f"{'audit replay (whole log)':<44} {audit['line']}")
     for topic, line in bad.per_topic.items():
         print(f"  {topic:<22} {line}")
-    print(json.dumps({
-        "benchmark": "faults", "jobs": out["submitted"], "kills": len(kills), "kills_survived": survived, "records_lost": lost,
+    return {
+        "jobs": out["submitted"], "kills": len(kills), "kills_survived": survived, "records_lost": lost,
         "bad_tried": bad.tried, "bad_dead_lettered": bad.dead_lettered, "bad_skipped_sole_reader": bad.skipped, "crashes": bad.crashes,
         "silently_accepted": bad.silently_accepted, "exited_on_their_own": len(out["exited"]),
         "kill_to_next_s": {k.service: k.next_s for k in kills}, "kill_to_any_record_s": {k.service: k.published_s for k in kills if k.service in DECIDERS}, "kill_to_ready_s": {k.service: k.ready_s for k in kills},
         "standby_takeover_s": standby, "lifecycle_per_hour_5000_waiting": life["per_hour"],
         "audit_replay": {k: v for k, v in audit.items() if k != "line"} or audit["line"], "lost_jobs": sorted(set(out["undecided"]) | set(out["unprojected"])),
         "seconds": round(system_s, 1),
-    }))  # fmt: skip
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

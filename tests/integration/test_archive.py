@@ -292,3 +292,34 @@ async def test_broker_ends_count_the_whole_last_batch(infra) -> None:  # type: i
         assert await probe.read() == {(topic.name, 0): 11}
     finally:
         await probe.close()
+
+
+async def test_a_record_archived_while_it_is_checked_is_not_called_lost(pg_dsn: str) -> None:
+    """`check_archived` reads the archived rows and the positions in one snapshot: an archiver
+    commit (rows and position together) landing between its two reads made a record it had just
+    archived look lost (position past it, row unseen), and `jobs submit` refused it at once (seen
+    under load in test_archive_faults). Here the commit is made to land exactly there: the
+    positions table is locked until the check has read the rows and waits for it."""
+    from hivemux.store.archive import RECORD_COLUMNS, check_archived, ensure_schema
+
+    record = (JOBS_SUBMITTED.name, 0, 0, b'{"job": "raced"}')
+    archiver = await asyncpg.connect(pg_dsn)
+    try:
+        await ensure_schema(archiver)
+        commit = archiver.transaction()
+        await commit.start()
+        await archiver.execute("LOCK TABLE bus_archive.positions IN ACCESS EXCLUSIVE MODE")
+        checking = asyncio.create_task(check_archived(pg_dsn, [record], timeout_s=30))
+        deadline = time.monotonic() + 20
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'bus_archive.positions'::regclass"
+        while not await archiver.fetchval(waiting):  # the check has read the rows and waits for the positions
+            assert time.monotonic() < deadline and not checking.done(), "the check never waited for the positions"
+            await asyncio.sleep(0.05)
+        await archiver.copy_records_to_table("records", schema_name="bus_archive", columns=RECORD_COLUMNS,
+                                             records=[(*record[:3], None, record[3], 0, [], [])])  # fmt: skip
+        await archiver.execute("INSERT INTO bus_archive.positions (topic, partition, next_offset) VALUES ($1, 0, 1)", JOBS_SUBMITTED.name)
+        await commit.commit()
+        check = await asyncio.wait_for(checking, 30)
+    finally:
+        await archiver.close()
+    assert check is not None and check.lost == frozenset() and check.archived == {record[:3]}, check

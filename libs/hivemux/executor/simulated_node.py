@@ -309,10 +309,12 @@ class SimulatedExecutor:
         ]
 
     def _stop_online(self, command: ExecutorCommand) -> list[Event]:
-        """Stop the service's replicas on the node; a stop naming GPUs (a resize's) stops only
-        the replica serving there, and is reported without a lifecycle event (the service runs on)."""
+        """Stop the service's replicas on the node, each reported ended (its start's command and
+        GPUs, as the process executor reports them: a replica nobody reports ended runs on for
+        every reader of the reports); a stop naming GPUs (a resize's) stops only the replica
+        serving there, and is reported without a lifecycle event (the service runs on)."""
         gpus = self._serving(command.node_id, command.job_id, command.gpu_ids)
-        start = self.services[gpus[0]]
+        starts = list({self.services[g].event_id: self.services[g] for g in gpus}.values())  # one per replica, in GPU order
         evicted = command.action is CommandAction.EVICT
         for gpu_id in gpus:
             self.prints.ended(self.services[gpu_id], command.occurred_at, f"{'evicted' if evicted else 'stopped'}: {command.reason}")
@@ -320,11 +322,16 @@ class SimulatedExecutor:
             self.latency_until.pop(gpu_id, None)
             self.online.pop(gpu_id, None)
         at = command.occurred_at
-        report = self._report(start, ReportState.EVICTED if evicted else ReportState.STOPPED, at, detail=command.reason)
-        report = report.model_copy(update={"event_id": derived_id("report", command.event_id, report.state.value)})
+        state = ReportState.EVICTED if evicted else ReportState.STOPPED
+        reports: list[Event] = [
+            self._report(start, state, at, detail=command.reason).model_copy(
+                update={"event_id": derived_id("report", command.event_id, state.value, str(start.event_id))}
+            )
+            for start in starts
+        ]
         if command.gpu_ids:
-            return [report]  # one replica ended (a resize's stop), not the service: its state is unchanged
-        return [report, self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
+            return reports  # one replica ended (a resize's stop), not the service: its state is unchanged
+        return [*reports, self._lifecycle(command, JobState.EVICTED if evicted else JobState.STOPPED, at, command.reason)]
 
     # -- Salus lanes (issue 20) -------------------------------------------------------------------
     def _start_lane(self, command: ExecutorCommand, now: datetime, *, done: int = 0, report: bool = True) -> list[Event]:

@@ -500,14 +500,18 @@ async def check_archived(dsn: str, records: Sequence[Record], *, timeout_s: floa
                 if not await conn.fetchval("SELECT to_regclass('bus_archive.records') IS NOT NULL"):
                     return None
                 left = [k for k in wanted if k not in archived and k not in lost]
-                rows = await conn.fetch(
-                    'SELECT topic, partition, "offset", value FROM bus_archive.records '
-                    'WHERE (topic, partition, "offset") IN (SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]))',
-                    [t for t, _, _ in left], [p for _, p, _ in left], [o for _, _, o in left],
-                )  # fmt: skip
+                # one snapshot for the rows and the positions: read apart, an archiver commit between
+                # them (its rows and positions go together) made a record it had just archived look
+                # lost (position past it, row not seen), and `jobs submit` refused it at once
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
+                    rows = await conn.fetch(
+                        'SELECT topic, partition, "offset", value FROM bus_archive.records '
+                        'WHERE (topic, partition, "offset") IN (SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[]))',
+                        [t for t, _, _ in left], [p for _, p, _ in left], [o for _, _, o in left],
+                    )  # fmt: skip
+                    positions = await archived_positions(conn)
                 archived |= {(r["topic"], r["partition"], r["offset"]) for r in rows
                              if wanted[(r["topic"], r["partition"], r["offset"])] == r["value"]}  # fmt: skip
-                positions = await archived_positions(conn)
                 lost |= {(t, p, o) for t, p, o in left if (t, p, o) not in archived and positions.get((t, p), 0) > o}
                 health, error = await read_health(conn), None
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as failure:

@@ -100,3 +100,22 @@ def test_a_stop_naming_one_replicas_gpu_stops_that_replica_only() -> None:
     assert [e.state for e in out] == [ReportState.STOPPED] and out[0].gpu_ids == (other,)  # a replica, not the service, ended
     assert set(ex.services) == {GPU}
     assert ex.handle(stop, now=at(4)) == [] and set(ex.services) == {GPU}  # re-delivered: the other replica still serves
+
+
+def test_an_evict_of_a_service_with_two_replicas_on_the_node_reports_each_replica_ended() -> None:
+    """The allocator preempts a service whose two replicas serve on one node: each replica's end
+    is reported (its start's command and GPU), not only the first's; a second evict for the other
+    pod finds nothing left and reports nothing (seen in the takeover fault loop: the executor's
+    reports left the second replica running under the training job that preempted it)."""
+    ex = SimulatedExecutor(source="executor/0")
+    other = "node-00/gpu-2"
+    starts = [ExecutorCommand(occurred_at=T0, source="cell-allocator/0", node_id=NODE, action=CommandAction.START_ONLINE,
+                              job_id="svc-a", gpu_ids=(gpu,), workload=SPEC) for gpu in (GPU, other)]  # fmt: skip
+    for start in starts:
+        ex.handle(start, now=at(0))
+    out = ex.handle(command(CommandAction.EVICT, 3), now=at(3))
+    reports = [e for e in out if isinstance(e, ExecutorReport)]
+    assert [(r.state, r.command_id, r.gpu_ids) for r in reports] == [(ReportState.EVICTED, str(s.event_id), s.gpu_ids) for s in starts]
+    assert len({r.event_id for r in reports}) == 2
+    assert [e.state for e in out if isinstance(e, JobLifecycleEvent)] == [JobState.EVICTED] and ex.services == {}
+    assert ex.handle(command(CommandAction.EVICT, 3), now=at(4)) == []
