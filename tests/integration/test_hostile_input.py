@@ -592,9 +592,12 @@ async def _good_records_are_acted_on(cluster: Cluster) -> None:
         occurred_at=now(), source="cli", job_id=f"good-train-{n}", vc="vc-a", kind=JobKind.TRAINING, gpus_per_pod=1,
         priority=Priority.GUARANTEED, priority_value=10, workload=WorkloadSpec(model="bert", batch_size=8, iterations=1_000_000),
     )  # fmt: skip
-    node, gpu = f"good-node-{n}", f"good-node-{n}/gpu-0"
+    # A GPU reporting for the first time, of a node of the cluster (`health.known_nodes`: the
+    # hostile records' nodes are not, their telemetry is refused)
+    node, index = "node-01", int(n, 16) % 900 + 100  # (an index a node may have: <= 1024)
+    gpu = f"{node}/gpu-{index}"
     batch = GpuTelemetryBatch(
-        occurred_at=now(), source="telemetry-ingester/test", node_id=node, gpu_type="T4", gpu_util=(5.0,), memory_used_mib=(100.0,),
+        occurred_at=now(), source="telemetry-ingester/test", node_id=node, gpus=(index,), gpu_type="T4", gpu_util=(5.0,), memory_used_mib=(100.0,),
         memory_total_mib=15360.0, sm_clock_mhz=(1000.0,), max_sm_clock_mhz=1590.0,
     )  # fmt: skip
     start = ExecutorCommand(

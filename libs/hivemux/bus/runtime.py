@@ -730,6 +730,9 @@ async def handle_record(
             outputs = await _retry(handler, event, context)
     except InvariantViolation:
         raise
+    except InvalidEvent as error:  # the handler refused it: input checked against what exists (no handler failure)
+        await dead_letter(topic, record, key, str(error), type(error).__name__, "handle")
+        return []
     except Exception as error:
         if is_outage(error):
             if dedupe:
