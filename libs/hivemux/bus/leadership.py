@@ -21,7 +21,8 @@ States of an instance (`Role`) and their transitions:
   then publishes `LeaderElected`, decides what it holds (live, in the order it read it: every
   input after the previous leader's last decided one, once), and decides from then on
   (``replaying=False``). An active decider flushes its journal at least every
-  `JOURNAL_FLUSH_S` while it consumes, so its standbys hold little;
+  `JOURNAL_FLUSH_S` while it consumes, so its standbys hold little, and when it steps down, so
+  its successor decides nothing it decided;
 - ACTIVE or TAKING_OVER -> STANDBY: the partition is revoked (a rebalance: a member joined or
   left) or the service stops. The revocation waits for the batch in hand (`turn`: the fold loop
   holds it from handling a batch until its outputs are acknowledged), so the group can give the
@@ -72,6 +73,7 @@ from .outage import is_outage
 log = logging.getLogger("hivemux.bus.leadership")
 LEADER_PARTITION = TopicPartition(LEADERSHIP.name, 0)
 JOURNAL_FLUSH_S = 2.0  # an active decider's consumption reaches its journal within this (module docstring)
+STEP_DOWN_FLUSH_S = 5.0  # how long a stepping-down leader tries to flush its journal
 
 ACTIVE_GAUGE = Gauge("hivemux_leader_active", "1 while this instance decides for its service, 0 while it stands by", ["service"])
 TAKEOVERS = Counter("hivemux_leader_takeovers_total", "Times this instance took over deciding for its service", ["service"])
@@ -123,8 +125,10 @@ class KeepTheLeader(AbstractPartitionAssignor):
 class Leadership:
     """One instance's part in its service's leadership group (module docstring)."""
 
-    def __init__(self, service: str, source: str, settings: ServiceSettings) -> None:
+    def __init__(self, service: str, source: str, settings: ServiceSettings,
+                 on_step_down: Callable[[], Awaitable[None]] | None = None) -> None:  # fmt: skip
         self.service = service
+        self.on_step_down = on_step_down  # while still active, under `turn` (the runtime flushes its journal)
         self.source = source
         self.settings = settings
         self.role = Role.STANDBY
@@ -183,6 +187,11 @@ class Leadership:
 
     async def step_down(self, why: str) -> None:
         async with self._turn:
+            if self.role is Role.ACTIVE and self.on_step_down is not None:
+                try:  # what it decided is on its journal before the next leader reads it: nothing is decided again
+                    await asyncio.wait_for(self.on_step_down(), STEP_DOWN_FLUSH_S)
+                except Exception as error:  # noqa: BLE001 - the next leader then decides those records again (bus.undecided)
+                    log.warning("%s: journal not flushed on stepping down (%s: %s)", self.source, type(error).__name__, error)
             if self.role is not Role.STANDBY:
                 log.info("%s: standby (%s)", self.source, why)
             self.role = Role.STANDBY

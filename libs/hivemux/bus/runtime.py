@@ -97,7 +97,7 @@ from .outage import is_outage
 from .partitions import discover_partitions
 from .publisher import Publisher
 from .replay import assign_from_beginning, drain
-from .undecided import Undecided
+from .undecided import Undecided, records_first
 
 log = logging.getLogger("hivemux.bus.runtime")
 STOP_GRACE_S = 10.0
@@ -253,11 +253,12 @@ class Service:
 
     def single_active(self) -> None:
         """Run with standbys (`bus.leadership`): one instance decides at a time, the group on
-        the `leadership` topic says which; the others fold as instances catching up do. For
+        the `leadership` topic says which; the others fold what a leader decided and hold the
+        rest for the next one (`bus.undecided`, from the journals: call `audit` first). For
         services that only fold (a group subscription would split its records among them)."""
-        self.leadership = Leadership(self.name, self.source, self.settings)
         if self.journal is None:
             raise ConfigurationError(f"{self.name}: a single-active service is audited first (its journal says what it decided)")
+        self.leadership = Leadership(self.name, self.source, self.settings, on_step_down=self._flush_journal)
         self.undecided = Undecided(self.name, self.journal.incarnation)
 
     def every(self, seconds: float, ticker: Ticker) -> None:
@@ -513,6 +514,13 @@ class Service:
             metrics.UNDECIDED_HELD.labels(self.name).set(0)
             log.info("%s: decided %d records no leader had decided", self.source, len(held))
 
+    async def _flush_journal(self) -> None:
+        """What this instance handled, journaled now (a leader stepping down, `bus.leadership`)."""
+        if self.journal is not None and self.publisher is not None:
+            async with self._batch():
+                journaled = self.journal.seal([], force=True)
+            await self._publish(journaled, [])
+
     def _written_by_us(self, record: ConsumerRecord) -> bool:
         """Signed by this service (any instance): a decision's output, not an input to decide
         (the signature is verified when the record is handled)."""
@@ -577,7 +585,10 @@ class Service:
     async def _publish(self, journaled: list[Event], outputs: list[Event]) -> None:
         if journaled:  # acknowledged first: a decision on the log always has its journal
             await self._wait_out("publishing the journal", lambda: self.publisher.publish_all(journaled))  # type: ignore[union-attr]
-        await self._wait_out("publishing", lambda: self.publisher.publish_all(outputs))  # type: ignore[union-attr]
+        # A single-active decider's records (bindings, placements) before what carries them out
+        # (`bus.undecided.records_first`): a command on the log always has its decision's record.
+        for part in records_first(outputs, self.owns) if self.leadership is not None else [outputs]:
+            await self._wait_out("publishing", lambda part=part: self.publisher.publish_all(part))  # type: ignore[union-attr,misc]
 
     async def _wait_out(self, doing: str, step: Callable[[], Awaitable[T]]) -> T:
         """`step` until it succeeds, waiting out broker and database outages (module docstring);

@@ -41,6 +41,13 @@ held -> folded (a journal covers it) | decided (this instance takes the lead) | 
 (more than `limit` records held: the oldest are folded as before issue 28, counted and logged:
 memory is bounded even if no leader is elected for a long time).
 
+Publication order (`records_first`): a decider publishes the records of its decisions (the
+topics only it writes: bindings, placements) and has them acknowledged before the commands and
+lifecycle steps that carry them out. A leader stopped between the two leaves a decision recorded
+and not carried out (the matcher expires a placement whose executor never reports; a binding
+whose start was lost waits), never a workload running that its successor's fold does not show:
+that successor would bind or place its cells a second time (issue 28 defects 1 and 2).
+
 Worked example: the allocator's active instance journaled ``executor.reports[1]`` up to offset 40
 as decided and was SIGKILLed. The standby holds offsets 41 and 42 (an eviction report and a
 refusal), folds the binding at ``cell.bindings[0]@17`` the dead instance published (its own
@@ -53,11 +60,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 from uuid import UUID
 
-from ..events import ConsumedRange, ConsumptionJournal
+from ..events import ConsumedRange, ConsumptionJournal, Event
+from ..topics import Topic, topic_for
 
 T = TypeVar("T")
 Position = tuple[str, int]  # topic, partition
@@ -140,3 +149,13 @@ class Undecided(Generic[T]):
         self._held.clear()
         self._count = 0
         return [record for _, _, record in out]
+
+
+def records_first(outputs: list[Event], owned: Sequence[Topic]) -> list[list[Event]]:
+    """`outputs` as the parts to publish one after another (module docstring): the events of
+    the `owned` topics, then the others, each in their order; one part if either is empty."""
+    names = {topic.name for topic in owned}
+    records = [event for event in outputs if topic_for(event).name in names]
+    if not records or len(records) == len(outputs):
+        return [outputs]
+    return [records, [event for event in outputs if topic_for(event).name not in names]]

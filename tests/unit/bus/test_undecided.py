@@ -92,3 +92,20 @@ def test_past_the_bound_the_oldest_held_records_are_folded_undecided() -> None:
     assert u.overflow() == records[:2] and len(u) == 3
     assert u.overflow() == []
     assert u.take_all() == records[2:]
+
+
+def test_a_deciders_records_are_published_before_what_carries_them_out() -> None:
+    """`records_first`: a command is on the log only once its binding is (`bus.undecided`)."""
+    from hivemux.bus.undecided import records_first
+    from hivemux.events import CellBinding, CommandAction, ExecutorCommand, JobLifecycleEvent, JobState, Priority
+    from hivemux.topics import CELL_BINDINGS
+
+    bound = CellBinding(occurred_at=AT, source="cell-allocator/0", job_id="j", vc="vc-a", state="bound", priority=Priority.GUARANTEED,
+                        pod="j/0", node_ids=("node-02",), gpu_ids=("node-02/gpu-0",), reason="bound")  # fmt: skip
+    start = ExecutorCommand(occurred_at=AT, source="cell-allocator/0", node_id="node-02", action=CommandAction.STOP, job_id="j")
+    told = JobLifecycleEvent(occurred_at=AT, source="cell-allocator/0", job_id="j", state=JobState.BOUND)
+    released = bound.model_copy(update={"state": "released", "pod": "k/0"})
+    assert records_first([start, bound, told, released], (CELL_BINDINGS,)) == [[bound, released], [start, told]]
+    assert records_first([start, told], (CELL_BINDINGS,)) == [[start, told]]
+    assert records_first([bound], (CELL_BINDINGS,)) == [[bound]]
+    assert records_first([], (CELL_BINDINGS,)) == [[]]
