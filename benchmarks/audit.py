@@ -245,13 +245,13 @@ class Day:
 async def record(hours: float) -> tuple[Recorder, float]:
     recorder = Recorder()
     cells = cluster_config(VCS)
+    day = Day()
     for built in (
         allocator.build(allocator.AllocatorSettings(instance="0"), cells),
         matcher.build(matcher.MatcherSettings(instance="0")),
-        health.build(health.HealthSettings(instance="0")),
+        health.build(health.HealthSettings(instance="0"), nodes=[*day.training, *day.online]),  # the synthetic cluster's nodes
     ):
         await recorder.start(built)
-    day = Day()
     began = time.perf_counter()
     for t in range(int(hours * 3600)):
         recorder.publish(day.second(t))

@@ -80,6 +80,7 @@ def in_process(nodes: int = 250, steps: int = 40, repeats: int = 5) -> dict[str,
 
 
 # -- 2. end to end ---------------------------------------------------------------------------
+NODES = 2_500  # x 8 GPUs: 20,000
 class SyntheticFleet:
     """Readings of N nodes x 8 GPUs built by arithmetic (no simulation cost), with a set of
     trigger GPUs whose memory jumps over the Overlimit threshold at a scheduled instant."""
@@ -155,13 +156,17 @@ def _cpu_s(pid: int) -> float:
 async def end_to_end(bootstrap: str, workdir: Path, broker_pid: int | None = None) -> dict[str, float]:
     from aiokafka import AIOKafkaConsumer
 
-    from hivemux.bus import ensure_topics
+    from hivemux.bus import Publisher, ensure_topics
+    from hivemux.events import NodeAgent
     from hivemux.bus.codec import decode_value
     from hivemux.infra import free_port
     from hivemux.services.telemetry_ingester.service import IngesterSettings, TelemetryIngester, build
     from hivemux.topics import ALL_TOPICS, EXECUTOR_COMMANDS
 
     await ensure_topics(bootstrap, ALL_TOPICS)
+    async with Publisher(bootstrap, source="bench") as publisher:  # the synthetic nodes' agents register them (`health.known_nodes`)
+        await publisher.publish_all([NodeAgent(occurred_at=datetime.now(UTC), source=f"executor/bn{n}", node_id=f"bn{n}", address="127.0.0.1")
+                                     for n in range(NODES)])  # fmt: skip
     port = free_port()
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": bootstrap, "HIVEMUX_GROUP_PREFIX": "bench", "HIVEMUX_METRICS_PORT": str(port),
            "HIVEMUX_LOG_LEVEL": "WARNING", "HIVEMUX_HEALTH_SWEEP_INTERVAL_S": "5"}  # fmt: skip
@@ -212,7 +217,7 @@ async def end_to_end(bootstrap: str, workdir: Path, broker_pid: int | None = Non
                     return consumed, drained_at
                 consumed, published = now
 
-        nodes = 2_500
+        nodes = NODES
         # Warm-up: the processor's first sight of 20,000 GPUs (each one's Init -> Healthy
         # transitions and changelog snapshot) is a one-off, reported on its own.
         fleet, before, t0 = await run_ingester(nodes, 60.0, 0.5, 0)
@@ -235,7 +240,7 @@ async def end_to_end(bootstrap: str, workdir: Path, broker_pid: int | None = Non
                                     auto_offset_reset="latest", fetch_max_wait_ms=20)  # fmt: skip
         await commands.start()
         await asyncio.sleep(1.0)
-        fleet, _, _ = await run_ingester(2_500, 1.0, 40.0, 30)
+        fleet, _, _ = await run_ingester(NODES, 1.0, 40.0, 30)
         latencies = []
         deadline = time.time() + 10
         while time.time() < deadline and len(latencies) < len(fleet.crossed):

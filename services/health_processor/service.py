@@ -6,7 +6,8 @@ SysMonitor, `hivemux.sharing.slo_edge`; its steps, `sharing.protection`, are fol
 new owner resumes each GPU's level). Folded by every instance: the `health.state` changelog, so
 a restarted instance, or one taking over another's partitions, resumes each GPU's SysMonitor
 exactly where it was, and the clock ticks: a ticker publishes a tick, and consuming one runs the
-staleness sweep at the tick's event time, so replaying the topics gives the same transitions.
+staleness sweep at the tick's event time, so replaying the topics gives the same transitions. The
+cluster's nodes (``cells.config`` else the file, ``nodes.agents``) too: others are refused (`known_nodes`).
 """
 
 from __future__ import annotations
@@ -15,19 +16,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from prometheus_client import Counter
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import SettingsConfigDict
 
 from hivemux.bus import RecordContext, Service
+from hivemux.cells.config import load_config as load_cells
 from hivemux.events import (ClockTick, DeviceControl, Event, ExecutorReport, GpuTelemetryBatch, NodeTelemetry, OnlineLatencyReport,
                             SloProtectionAction, SysMonitorSnapshot)
 from hivemux.health.config import HealthConfig, load_config, parse_config
 from hivemux.health.edge import HealthEdge
+from hivemux.health.known_nodes import KnownNodes, configured_nodes
 from hivemux.observability import serve
 from hivemux.settings import ServiceSettings
 from hivemux.sharing.slo_edge import SloEdge
 from hivemux.sharing.slo_protection import SloPolicy
 from hivemux.topics import (
+    CELL_CONFIG,
     CLOCK_TICKS,
     EXECUTOR_COMMANDS,
     EXECUTOR_REPORTS,
@@ -36,6 +40,7 @@ from hivemux.topics import (
     GPU_HEALTH,
     GPU_TELEMETRY,
     HEALTH_STATE,
+    NODE_AGENTS,
     NODE_PRESSURE,
     NODE_TELEMETRY,
     ONLINE_LATENCY,
@@ -56,6 +61,9 @@ class HealthSettings(ServiceSettings):
     slo_restore_after: int = Field(default=3, ge=1, description="SLO protection: reports under restore_below per restoring step")
     slo_breach_reports: int = Field(default=5, ge=1, description="SLO protection: consecutive reports over the SLO to evict ...")
     slo_breach_s: float = Field(default=30.0, ge=0, description="... spanning at least this much event time")
+    known_nodes_only: bool = Field(default=True, description="Refuse telemetry and drains of nodes not in the cluster (`known_nodes`)")
+    cells_config: Path | None = Field(default=None, validation_alias=AliasChoices("HIVEMUX_HEALTH_CELLS_CONFIG", "HIVEMUX_ALLOCATOR_CONFIG", "cells_config"),
+                                      description="The cell configuration in force until one is on cells.config; default: the allocator's")
 
     def slo_policy(self) -> SloPolicy:
         return SloPolicy(approach=self.slo_approach, restore_below=self.slo_restore_below, restore_after=self.slo_restore_after,
@@ -65,8 +73,8 @@ class HealthSettings(ServiceSettings):
 class HealthProcessor:
     """Adapts bus records to the core's edge (`hivemux.health.edge`)."""
 
-    def __init__(self, config: HealthConfig, source: str, slo: SloPolicy | None = None) -> None:
-        self.core = HealthEdge(config, source)
+    def __init__(self, config: HealthConfig, source: str, slo: SloPolicy | None = None, nodes: KnownNodes | None = None) -> None:
+        self.core = HealthEdge(config, source, nodes)
         self.slo = SloEdge(slo or SloPolicy(), source)  # the first line: measured p99 vs SLO
         # Own nothing until the group assigns partitions: GPUs restored from the changelog
         # must not be judged silent by an instance that is not their owner.
@@ -100,19 +108,24 @@ class HealthProcessor:
 
     def tick(self) -> list[Event]:
         """Publish the time (the only clock read): the sweep runs when the tick is consumed."""
-        now = datetime.now(UTC)
-        return [ClockTick(occurred_at=now, source=self.core.source, ticker=self.core.source)]
+        return [ClockTick(occurred_at=datetime.now(UTC), source=self.core.source, ticker=self.core.source)]
 
     def on_tick(self, tick: ClockTick, ctx: RecordContext) -> list[Event]:
         return self.core.on_tick(tick, replaying=ctx.replaying)  # silent GPUs judged at the tick
 
 
-def build(settings: HealthSettings, config: HealthConfig | None = None) -> Service:
-    config = config or load_config(settings.config)
-    processor = HealthProcessor(config, f"{NAME}/{settings.instance}", settings.slo_policy())
+def build(settings: HealthSettings, config: HealthConfig | None = None, nodes: list[str] | None = None) -> Service:
+    """`nodes`: the cluster's until a cell configuration is on the bus (default: `cells_config`'s)."""
+    config, known = config or load_config(settings.config), KnownNodes() if settings.known_nodes_only else None
+    if known is not None:
+        known.configure(0, nodes if nodes is not None else configured_nodes(load_cells(settings.cells_config)))
+    processor = HealthProcessor(config, f"{NAME}/{settings.instance}", settings.slo_policy(), known)
     service = Service(NAME, settings)
     owns = (GPU_HEALTH, HEALTH_STATE, GPU_FAULTS, NODE_PRESSURE, SLO_PROTECTION)
-    service.audit({"settings": settings.recorded(), "health": config.document}, decides=(*owns, EXECUTOR_COMMANDS), owns=owns)
+    recorded = {"settings": settings.recorded(), "health": config.document, "nodes": sorted(known.configured) if known else None}
+    service.audit(recorded, decides=(*owns, EXECUTOR_COMMANDS), owns=owns)
+    service.fold(CELL_CONFIG, lambda change, _: processor.core.on_cell_config(change))  # the cluster's nodes (`known_nodes`)
+    service.fold(NODE_AGENTS, lambda agent, _: processor.core.on_agent(agent))
     service.fold(HEALTH_STATE, processor.on_snapshot)
     service.fold(SLO_PROTECTION, processor.on_protection)
     service.on(GPU_TELEMETRY, processor.on_batch)
@@ -127,8 +140,10 @@ def build(settings: HealthSettings, config: HealthConfig | None = None) -> Servi
 
 
 def rebuild(configuration: dict) -> Service:
-    """The service as its audit journal recorded it (`hivemux audit replay`)."""
-    return build(HealthSettings.model_validate(configuration["settings"]), parse_config(configuration["health"]))
+    """The service as its audit journal recorded it (`hivemux audit replay`; no nodes: before issue 28, all taken)."""
+    nodes = configuration.get("nodes")
+    settings = HealthSettings.model_validate({**configuration["settings"], "known_nodes_only": nodes is not None})
+    return build(settings, parse_config(configuration["health"]), nodes)
 
 
 def main() -> None:

@@ -93,7 +93,7 @@ async def console(infra: Endpoints, broker: EmbeddedInfra) -> AsyncIterator[Cons
     common = {"kafka_bootstrap_servers": bootstrap, "group_prefix": "console"}
     services = [build_projector(ProjectorSettings(**common, postgres_dsn=dsn)),
                 build_controller(JobControllerSettings(**common, unknown_job_wait_s=0.5)),
-                build_health(HealthSettings(**common), _health_config())]  # fmt: skip
+                build_health(HealthSettings(**common), _health_config(), nodes=[NODE])]  # fmt: skip  # the cluster (`health.known_nodes`)
     tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in services]
     port = free_port()
     app = create_app(ApiConfig(postgres_dsn=dsn, kafka_bootstrap_servers=bootstrap, stream_interval_s=0.2, token_recheck_s=1.0))

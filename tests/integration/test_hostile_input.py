@@ -43,6 +43,7 @@ from hivemux.bus.authorization import PER_NODE, WRITERS
 from hivemux.bus.codec import encode_key
 from hivemux.events import (
     JobLogChunk,
+    NodeAgent,
     CellBinding,
     CellConfig,
     ClockTick,
@@ -157,6 +158,7 @@ def template(topic: str) -> Event:
             **common, gpu_id=gpu, node_id=node, service=f"infer-hostile-{n}", offline_job_id=job, step="lower_sm_share", level=3,
             p99_ms=500.0, slo_p99_ms=10.0, launch_target=0.3, sm_share=10.0, reason="hostile",
         ),  # fmt: skip
+        "nodes.agents": lambda: NodeAgent(**common, node_id=node, address="10.0.0.1"),  # the health processor's cluster (issue 28)
     }
     event = make[topic]()
     return event.model_copy(update={"source": writer_of(topic, node)})
@@ -201,6 +203,7 @@ ABSURD: dict[str, list[tuple[str, Any]]] = {
     "online.latency": [("p99_ms", 1e12), ("p99_ms", 0.0), ("sm_share", 150.0), ("launch_target", 5.0),
                        ("window_start", "2100-01-01T00:00:00+00:00")],  # fmt: skip
     "sharing.protection": [("step", "explode"), ("level", 10**6), ("launch_target", 5.0)],
+    "nodes.agents": [("address", "no address!"), ("node_id", ""), ("checkpoint_store", "c" * 100_000)],
 }
 
 
@@ -231,6 +234,7 @@ EXTREME: dict[str, list[tuple[str, Any]]] = {
     "sharing.observations": [("normalized_throughput", 100.0), ("online_slowdown", 100.0)],
     "online.latency": [("p99_ms", 3_600_000.0), ("slo_p99_ms", 0.001), ("request_rate", 1e9)],
     "sharing.protection": [("step", "evict"), ("level", 64)],
+    "nodes.agents": [("address", "a" * 253), ("node_id", "node-00")],
 }
 
 
@@ -592,9 +596,12 @@ async def _good_records_are_acted_on(cluster: Cluster) -> None:
         occurred_at=now(), source="cli", job_id=f"good-train-{n}", vc="vc-a", kind=JobKind.TRAINING, gpus_per_pod=1,
         priority=Priority.GUARANTEED, priority_value=10, workload=WorkloadSpec(model="bert", batch_size=8, iterations=1_000_000),
     )  # fmt: skip
-    node, gpu = f"good-node-{n}", f"good-node-{n}/gpu-0"
+    # A GPU reporting for the first time, of a node of the cluster (`health.known_nodes`: the
+    # hostile records' nodes are not, their telemetry is refused)
+    node, index = "node-01", int(n, 16) % 900 + 100  # (an index a node may have: <= 1024)
+    gpu = f"{node}/gpu-{index}"
     batch = GpuTelemetryBatch(
-        occurred_at=now(), source="telemetry-ingester/test", node_id=node, gpu_type="T4", gpu_util=(5.0,), memory_used_mib=(100.0,),
+        occurred_at=now(), source="telemetry-ingester/test", node_id=node, gpus=(index,), gpu_type="T4", gpu_util=(5.0,), memory_used_mib=(100.0,),
         memory_total_mib=15360.0, sm_clock_mhz=(1000.0,), max_sm_clock_mhz=1590.0,
     )  # fmt: skip
     start = ExecutorCommand(

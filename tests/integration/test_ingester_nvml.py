@@ -1,19 +1,21 @@
 """The whole path on a node with (fake) NVML: the ingester reads `libnvidia-ml.so.1` through
 pynvml, publishes per-node batches, and the health processor turns an XID 31 and an overloaded
-GPU into a fault and a transition — NVML values in, SysMonitor decisions out."""
+GPU into a fault and a transition — NVML values in, SysMonitor decisions out. The node is the
+cluster's as a real one is: its executor agent registered it (`health.known_nodes`)."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from support.buskit import eventually, read_all
 from support.fake_nvml import SCRIPT_ENV, FakeGpu, NvmlScript, build_fake_nvml
 
-from hivemux.bus import ensure_topics
-from hivemux.events import FaultKind, HealthState
+from hivemux.bus import Publisher, ensure_topics
+from hivemux.events import FaultKind, HealthState, NodeAgent
 from hivemux.health.config import load_config
 from hivemux.infra import Endpoints
 from hivemux.services.health_processor.service import HealthSettings
@@ -46,6 +48,8 @@ async def test_nvml_readings_reach_sysmonitor(infra: Endpoints, tmp_path: Path, 
         IngesterSettings(kafka_bootstrap_servers=infra.bootstrap_servers, backend="nvml", node_id=node,
                          nvml_library=str(library), interval_s=0.2)
     )  # fmt: skip
+    async with Publisher(infra.bootstrap_servers, source="test") as publisher:  # as the node's executor agent does when it starts
+        await publisher.publish(NodeAgent(occurred_at=datetime.now(UTC), source=f"executor/{node}", node_id=node, address="127.0.0.1"))
     processor = build_processor(HealthSettings(kafka_bootstrap_servers=infra.bootstrap_servers), load_config())
     tasks = [asyncio.create_task(s.run(install_signal_handlers=False)) for s in (processor, ingester)]
     try:

@@ -10,13 +10,19 @@ holding partition 0 is the one that decides. A SIGKILLed member is dropped by th
 
 States of an instance (`Role`) and their transitions:
 
-- STANDBY: folds every record like an instance catching up after a restart (the handlers are
-  called with ``replaying=True``: the cores fold without deciding and the runtime drops what they
-  return; the audit journal records the records as replayed);
+- STANDBY: folds the records a leader decided like an instance catching up after a restart (the
+  handlers are called with ``replaying=True``: the cores fold without deciding and the runtime
+  drops what they return; the audit journal records the records as replayed), and holds the
+  records no leader decided yet (`bus.undecided`: the leaders' journals say which they decided);
 - STANDBY -> TAKING_OVER: the group assigned it partition 0 (`_Listener.on_partitions_assigned`);
-- TAKING_OVER -> ACTIVE: before its next batch the fold loop reads every folded partition up to
-  its end as of now (`catch_up_to_now`, still replaying), so it has seen every decision the
-  previous active published, then publishes `LeaderElected` and decides (``replaying=False``);
+- TAKING_OVER -> ACTIVE: before its next batch the fold loop reads every folded partition and
+  the journals up to their end as of now (`catch_up_to_now`, still standing by), so it has
+  folded every decision the previous active published and knows the last input it decided,
+  then publishes `LeaderElected`, decides what it holds (live, in the order it read it: every
+  input after the previous leader's last decided one, once), and decides from then on
+  (``replaying=False``). An active decider flushes its journal at least every
+  `JOURNAL_FLUSH_S` while it consumes, so its standbys hold little, and when it steps down, so
+  its successor decides nothing it decided;
 - ACTIVE or TAKING_OVER -> STANDBY: the partition is revoked (a rebalance: a member joined or
   left) or the service stops. The revocation waits for the batch in hand (`turn`: the fold loop
   holds it from handling a batch until its outputs are acknowledged), so the group can give the
@@ -66,6 +72,8 @@ from .outage import is_outage
 
 log = logging.getLogger("hivemux.bus.leadership")
 LEADER_PARTITION = TopicPartition(LEADERSHIP.name, 0)
+JOURNAL_FLUSH_S = 2.0  # an active decider's consumption reaches its journal within this (module docstring)
+STEP_DOWN_FLUSH_S = 5.0  # how long a stepping-down leader tries to flush its journal
 
 ACTIVE_GAUGE = Gauge("hivemux_leader_active", "1 while this instance decides for its service, 0 while it stands by", ["service"])
 TAKEOVERS = Counter("hivemux_leader_takeovers_total", "Times this instance took over deciding for its service", ["service"])
@@ -117,8 +125,10 @@ class KeepTheLeader(AbstractPartitionAssignor):
 class Leadership:
     """One instance's part in its service's leadership group (module docstring)."""
 
-    def __init__(self, service: str, source: str, settings: ServiceSettings) -> None:
+    def __init__(self, service: str, source: str, settings: ServiceSettings,
+                 on_step_down: Callable[[], Awaitable[None]] | None = None) -> None:  # fmt: skip
         self.service = service
+        self.on_step_down = on_step_down  # while still active, under `turn` (the runtime flushes its journal)
         self.source = source
         self.settings = settings
         self.role = Role.STANDBY
@@ -177,6 +187,11 @@ class Leadership:
 
     async def step_down(self, why: str) -> None:
         async with self._turn:
+            if self.role is Role.ACTIVE and self.on_step_down is not None:
+                try:  # what it decided is on its journal before the next leader reads it: nothing is decided again
+                    await asyncio.wait_for(self.on_step_down(), STEP_DOWN_FLUSH_S)
+                except Exception as error:  # noqa: BLE001 - the next leader then decides those records again (bus.undecided)
+                    log.warning("%s: journal not flushed on stepping down (%s: %s)", self.source, type(error).__name__, error)
             if self.role is not Role.STANDBY:
                 log.info("%s: standby (%s)", self.source, why)
             self.role = Role.STANDBY
@@ -190,8 +205,9 @@ class Leadership:
 
     async def take_over(self, consumer: AIOKafkaConsumer, fold: Callable[[ConsumerRecord], Awaitable[None]],
                         publish: Callable[[list[Event]], Awaitable[None]]) -> None:  # fmt: skip
-        """TAKING_OVER -> ACTIVE, called by the fold loop under `turn()`: fold (replaying) up to
-        the end of every partition of `consumer`, publish `LeaderElected`, then decide."""
+        """TAKING_OVER -> ACTIVE, called by the fold loop under `turn()`: hand `fold` every
+        record up to the end of every partition of `consumer` (it folds what a leader decided and
+        holds the rest, `bus.undecided`), publish `LeaderElected`, then decide."""
         started = time.monotonic()
         count = await catch_up_to_now(consumer, fold, max_records=self.settings.max_poll_records)
         took = time.monotonic() - started

@@ -27,7 +27,8 @@ tickers may only publish clock ticks (a decision is made on consuming one, never
 
 `single_active()` runs a folding decider with standbys (`bus.leadership`): every instance
 folds, the member of the group `<group>.leader` holding the `leadership` topic's partition
-decides; the others handle their records as replayed (outputs dropped, journaled as such).
+decides; the others fold the records a leader decided and hold the rest, which the next leader
+decides (`bus.undecided`; its journal says which it folded and which it decided).
 
 A broker or database outage (`bus.outage`) is neither a bad record nor a reason to stop: the
 service marks itself unready (`/healthz` 503 with the outage), retries the same record, publish
@@ -84,18 +85,19 @@ from . import connection
 from ..errors import ConfigurationError, InvalidEvent, InvariantViolation, TransientError
 from ..events import ClockTick, Event
 from ..settings import ServiceSettings
-from ..topics import ALL_TOPICS, Topic
+from ..topics import ALL_TOPICS, AUDIT_JOURNAL, Topic
 from . import metrics
 from . import signing
 from .admin import ensure_topics
 from .admission import Admission
 from .codec import decode_key, decode_value, partition_for_key
 from .journal import Journal, Loop
-from .leadership import Leadership
+from .leadership import JOURNAL_FLUSH_S, Leadership
 from .outage import is_outage
 from .partitions import discover_partitions
 from .publisher import Publisher
 from .replay import assign_from_beginning, drain
+from .undecided import Undecided, records_first
 
 log = logging.getLogger("hivemux.bus.runtime")
 STOP_GRACE_S = 10.0
@@ -218,6 +220,7 @@ class Service:
     owns: tuple[Topic, ...] = ()
     _handling: asyncio.Lock = field(default_factory=asyncio.Lock)
     leadership: Leadership | None = None  # single_active(): who decides, settled through the bus
+    undecided: Undecided[ConsumerRecord] | None = None  # single_active() and audited: what no leader decided yet
 
     @property
     def group_id(self) -> str:
@@ -250,9 +253,13 @@ class Service:
 
     def single_active(self) -> None:
         """Run with standbys (`bus.leadership`): one instance decides at a time, the group on
-        the `leadership` topic says which; the others fold as instances catching up do. For
+        the `leadership` topic says which; the others fold what a leader decided and hold the
+        rest for the next one (`bus.undecided`, from the journals: call `audit` first). For
         services that only fold (a group subscription would split its records among them)."""
-        self.leadership = Leadership(self.name, self.source, self.settings)
+        if self.journal is None:
+            raise ConfigurationError(f"{self.name}: a single-active service is audited first (its journal says what it decided)")
+        self.leadership = Leadership(self.name, self.source, self.settings, on_step_down=self._flush_journal)
+        self.undecided = Undecided(self.name, self.journal.incarnation)
 
     def every(self, seconds: float, ticker: Ticker) -> None:
         if seconds <= 0:
@@ -415,11 +422,14 @@ class Service:
     async def _start_fold_consumer(self) -> AIOKafkaConsumer:
         consumer = self._consumer(group=False)
         await consumer.start()
-        await assign_from_beginning(consumer, list(self.folds))
+        # A single-active decider also reads the journals: they say what its leaders decided.
+        await assign_from_beginning(consumer, [*self.folds, *([AUDIT_JOURNAL.name] if self.undecided is not None else [])])
         return consumer
 
     async def _replay_fold(self, record: ConsumerRecord) -> None:
         """Fold one record as a catching-up instance does (what it returns was already published)."""
+        if self.undecided is not None:
+            return await self._stand_by([record])
         async with self._batch():
             await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=True)
             journaled = self._seal([]) if self.journal is not None and self.journal.full else []
@@ -432,25 +442,112 @@ class Service:
         log.info("service %s caught up on %s (%d records)", self.source, sorted(self.folds), count)
 
     async def _fold_loop(self, consumer: AIOKafkaConsumer) -> None:
-        lead = self.leadership  # single-active: a standby folds as if catching up (bus.leadership)
+        lead = self.leadership  # single-active: a standby folds what a leader decided (bus.leadership)
+        flushed = asyncio.get_running_loop().time()
         try:
             while not self._stop.is_set():
                 if lead is not None and lead.taking_over:
                     async with lead.turn():
                         if lead.taking_over:
                             await lead.take_over(consumer, self._replay_fold, lambda events: self._publish([], events))
+                            await self._decide_held()
                 batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.max_poll_records)
                 async with lead.turn() if lead is not None else contextlib.nullcontext():
+                    if lead is not None and not lead.active and self.undecided is not None:
+                        await self._stand_by([record for records in batch.values() for record in records])
+                        continue
                     replaying = lead is not None and not lead.active
                     async with self._batch():
                         outputs: list[Event] = []
                         for tp, records in batch.items():
                             for record in records:
+                                if tp.topic == AUDIT_JOURNAL.name:
+                                    self._journaled(record)  # another leader's, while this one decides: the frontier moves on
+                                    continue
                                 outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, "fold", replaying=replaying)
                         journaled = self._seal(outputs)
+                        now = asyncio.get_running_loop().time()
+                        if self.undecided is not None and not journaled and now - flushed >= JOURNAL_FLUSH_S:
+                            journaled = self.journal.seal([], force=True)  # type: ignore[union-attr]  # standbys wait for it
+                        flushed = now if journaled else flushed
                     await self._publish(journaled, outputs)
         finally:
             await consumer.stop()
+
+    # -- single-active deciders: what no leader decided (bus.undecided) --------------------------
+    async def _stand_by(self, records: list[ConsumerRecord]) -> None:
+        """Records read while not deciding: journals move the frontiers; what a leader decided
+        (or this service wrote) is folded, the rest held for the next leader."""
+        undecided = self.undecided
+        assert undecided is not None
+        fold = []
+        for record in records:
+            if record.topic == AUDIT_JOURNAL.name:
+                self._journaled(record)
+            elif not undecided.hold(record.topic, record.partition, record.offset, record, own=self._written_by_us(record)):
+                fold.append(record)
+        fold += undecided.release()
+        lost = undecided.overflow()
+        if lost:
+            metrics.UNDECIDED_OVERFLOW.labels(self.name).inc(len(lost))
+            log.error("%s: %d records held for a leader past the bound (%d): folded undecided", self.source, len(lost), undecided.limit)
+        async with self._batch():
+            for record in [*lost, *fold]:
+                await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=True)
+            journaled = self._seal([]) if self.journal is not None and self.journal.full else []
+        metrics.UNDECIDED_HELD.labels(self.name).set(len(undecided))
+        await self._publish(journaled, [])
+
+    async def _decide_held(self) -> None:
+        """Just given the lead (under its turn): decide, live and once, what no leader decided."""
+        held = self.undecided.take_all() if self.undecided is not None else []
+        size = self.settings.max_poll_records
+        for start in range(0, len(held), size):
+            async with self._batch():
+                outputs: list[Event] = []
+                for record in held[start : start + size]:
+                    outputs += await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=False)
+                journaled = self._seal(outputs)
+            await self._publish(journaled, outputs)
+        if held:
+            metrics.UNDECIDED_DECIDED.labels(self.name).inc(len(held))
+            metrics.UNDECIDED_HELD.labels(self.name).set(0)
+            log.info("%s: decided %d records no leader had decided", self.source, len(held))
+
+    async def _flush_journal(self) -> None:
+        """What this instance handled, journaled now (a leader stepping down, `bus.leadership`)."""
+        if self.journal is not None and self.publisher is not None:
+            async with self._batch():
+                journaled = self.journal.seal([], force=True)
+            await self._publish(journaled, [])
+
+    def _written_by_us(self, record: ConsumerRecord) -> bool:
+        """Signed by this service (any instance): a decision's output, not an input to decide
+        (the signature is verified when the record is handled)."""
+        for name, value in record.headers or ():
+            if name == signing.HEADER_SIGNER:
+                return bytes(value).partition(b"/")[0] == self.name.encode()
+        return False
+
+    def _journaled(self, record: ConsumerRecord) -> None:
+        """A journal record of another instance of this service moves the frontiers; others'
+        are skipped unread (by key: the writer's source), forged ones refused and counted."""
+        if self.undecided is None or not (record.key or b"").startswith(b'"' + self.name.encode() + b"/"):
+            return
+        admit = self.admission()
+        signer, refusal = admit.prove(AUDIT_JOURNAL.name, record)
+        try:
+            journal = decode_value(AUDIT_JOURNAL, record.value)
+        except InvalidEvent as error:
+            refusal = refusal or str(error)
+        else:
+            refusal = refusal or admit.refusal(AUDIT_JOURNAL.name, journal, signer)
+        if refusal is not None:
+            metrics.UNPROVEN.labels(self.name, record.topic).inc()
+            log.warning("%s: journal record %s[%s]@%s not taken for what a leader decided: %s", self.source, record.topic,
+                        record.partition, record.offset, refusal[:300])  # fmt: skip
+            return
+        self.undecided.journaled(journal)  # type: ignore[arg-type]
 
     async def _tick_loop(self, ticker: _Ticker) -> None:
         # Fixed rate: a tick starts one period after the previous one started (a 1 Hz sampler
@@ -488,7 +585,10 @@ class Service:
     async def _publish(self, journaled: list[Event], outputs: list[Event]) -> None:
         if journaled:  # acknowledged first: a decision on the log always has its journal
             await self._wait_out("publishing the journal", lambda: self.publisher.publish_all(journaled))  # type: ignore[union-attr]
-        await self._wait_out("publishing", lambda: self.publisher.publish_all(outputs))  # type: ignore[union-attr]
+        # A single-active decider's records (bindings, placements) before what carries them out
+        # (`bus.undecided.records_first`): a command on the log always has its decision's record.
+        for part in records_first(outputs, self.owns) if self.leadership is not None else [outputs]:
+            await self._wait_out("publishing", lambda part=part: self.publisher.publish_all(part))  # type: ignore[union-attr,misc]
 
     async def _wait_out(self, doing: str, step: Callable[[], Awaitable[T]]) -> T:
         """`step` until it succeeds, waiting out broker and database outages (module docstring);
@@ -641,6 +741,9 @@ async def handle_record(
             outputs = await _retry(handler, event, context)
     except InvariantViolation:
         raise
+    except InvalidEvent as error:  # the handler refused it: input checked against what exists (no handler failure)
+        await dead_letter(topic, record, key, str(error), type(error).__name__, "handle")
+        return []
     except Exception as error:
         if is_outage(error):
             if dedupe:

@@ -143,10 +143,10 @@ class CellAllocator:
         """A recorded binding (crash recovery, HiveD §4 "Fault tolerance")."""
         self.jobs.restore(job_id, pod, bind_info)
 
-    def heard(self, job_id: str, waiting_reason: str | None) -> None:
-        """A job's lifecycle step on the log: a waiting reason this allocator published, or
-        another step (None). Its own output: it does not move `latest` (`JobAllocator.heard`)."""
-        self.jobs.heard(job_id, waiting_reason)
+    def heard(self, job_id: str, waiting_reason: str | None, at: datetime | None = None) -> None:
+        """A job's lifecycle step on the log: a waiting reason this allocator published at `at`,
+        or another step (None). Its own output: it does not move `latest` (`JobAllocator.heard`)."""
+        self.jobs.heard(job_id, waiting_reason, at)
 
     def forget(self, job_id: str, pod_name: str) -> None:
         """A recorded release or preemption of one pod (crash recovery)."""
@@ -246,7 +246,7 @@ class CellAllocator:
     # -- helpers ------------------------------------------------------------------------------
     def _saw(self, at: datetime) -> None:
         """Each input starts here (`retry` too): the lane GPU requests the previous one retired go."""
-        self.latest = max(self.latest, at)
+        self.latest = self.jobs.now = max(self.latest, at)  # a waiting reason is told at `latest` (`JobAllocator._tell`)
         self.lanes.tidy()
 
     def _allocation(self, decisions: list[Decision | LaneDecision], at: datetime, cause: str, change: NodeHealth | None = None) -> Allocation:

@@ -280,7 +280,7 @@ class AllocatorEvents:
         self.core.folding(replaying)
         job_id, at, cause = change.job_id, change.occurred_at, str(change.event_id)
         mine = change.source.split("/")[0] == self.source.split("/")[0]  # published by this allocator (any instance)
-        self.core.heard(job_id, change.reason if change.state is JobState.WAITING and mine else None)  # what a restarted allocator told before
+        self.core.heard(job_id, change.reason if change.state is JobState.WAITING and mine else None, at)  # what a restarted allocator told before
         self.core.lanes.heard(job_id, change.state.value, change.inputs, mine)  # a lane job's lane (folded before going live)
         self.lanes.heard(change, mine)  # a lane job's latest start (folded before going live)
         if mine:

@@ -509,6 +509,11 @@ def pod_spec_to_annotation(s: api.PodSchedulingSpec) -> dict[str, Any]:
 DEFAULT_CONFIG = "demo_cluster_online.yaml"
 
 
+def physical_nodes(config: HivedConfig) -> tuple[str, ...]:
+    """The nodes of the physical cluster, sorted (a multi-node cell names its children's)."""
+    return tuple(sorted({node for cell in config.physical_cells for node in cell.nodes if node}))
+
+
 def load_config(path: Path | None = None) -> dict:
     """A cell configuration file as its raw mapping (default: `DEFAULT_CONFIG`, the demo cluster
     with its serving cells, shipped with the package); parse it with `parse_config`."""

@@ -44,18 +44,22 @@ with retry passes x queue length. What it was last told is the value in `waiting
 entered the queue anew, anything is news); a job taken into the queue by a replay after a
 restart (`enqueue`, `forget`) has ``None`` there, meaning "not told by this incarnation": the
 reason the log says it was told (`heard`, folded from ``jobs.lifecycle``) counts instead, so a
-restarted allocator does not tell again what it told before.
+restarted allocator does not tell again what it told before. A job told anything since it last
+waited anew is told again no sooner than `events.base.RETELL_AFTER` of event time after it was
+last told (`told_at`, from the log's waiting events after a restart; `now` is the latest event
+time the allocator consumed): the rule the matcher follows too, `events.base.retell` (issue 28).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+from datetime import UTC, datetime
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hivemux.events.base import waiting_substance
+from hivemux.events.base import retell
 
 from . import api
 from .fairness import fair_shares
@@ -166,6 +170,8 @@ class JobAllocator:
     jobs: dict[str, TrainingJob] = field(default_factory=dict)
     waiting: dict[str, str | None] = field(default_factory=dict)  # job id -> last reason told (None: see told_on_log), in arrival order
     told_on_log: dict[str, str] = field(default_factory=dict)  # job id -> the waiting reason the log last told it (`heard`)
+    told_at: dict[str, datetime] = field(default_factory=dict)  # job id -> event time it was last told why it waits (here or on the log)
+    now: datetime = datetime.min.replace(tzinfo=UTC)  # the latest event time consumed (`CellAllocator`): when a reason is told
     placed: dict[str, dict[str, tuple[api.Pod, api.BindInfo]]] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
     suspended: set[str] = field(default_factory=set)
@@ -199,13 +205,15 @@ class JobAllocator:
         if not self.fully_placed(job.job_id):
             self.waiting[job.job_id] = None  # what it was told is on the log (`heard`)
 
-    def heard(self, job_id: str, waiting_reason: str | None) -> None:
+    def heard(self, job_id: str, waiting_reason: str | None, at: datetime | None = None) -> None:
         """The job's latest lifecycle step on the log: a waiting reason this allocator published
-        (``waiting_reason``), or any other step (None: whatever it was told is history)."""
+        (``waiting_reason``) at event time `at`, or any other step (None: whatever it was told is history)."""
         if waiting_reason is None:
             self.told_on_log.pop(job_id, None)
         else:
             self.told_on_log[job_id] = waiting_reason
+            if at is not None and (job_id not in self.told_at or at > self.told_at[job_id]):
+                self.told_at[job_id] = at
 
     def fully_placed(self, job_id: str) -> bool:
         job = self.jobs.get(job_id)
@@ -306,6 +314,7 @@ class JobAllocator:
         self.suspended.discard(job_id)
         self.waiting.pop(job_id, None)
         self.told_on_log.pop(job_id, None)
+        self.told_at.pop(job_id, None)
         self._unpark_job(job_id)
         self._drop_reservation(job_id)
         released = self._release(job_id)
@@ -532,13 +541,16 @@ class JobAllocator:
         return out
 
     def _tell(self, job_id: str, reason: str) -> list[Decision]:
-        """Why the job waits, decided only when its substance changed (module docstring)."""
+        """Why the job waits, decided only when its substance changed, and no sooner than
+        `RETELL_AFTER` after it was last told (module docstring, `events.base.retell`)."""
         last = self.waiting.get(job_id)
         if last is None:
             last = self.told_on_log.get(job_id, "")
-        self.waiting[job_id] = reason
-        if waiting_substance(last) == waiting_substance(reason):
+        verdict = retell(last, reason, last_at=self.told_at.get(job_id), at=self.now)
+        self.waiting[job_id] = verdict.told
+        if not verdict.tell:
             return []
+        self.told_at[job_id] = self.now
         return [JobWaiting(job_id, reason)]
 
     def _preempt(self, preempt: api.Preempt, *, by: str) -> list[Decision]:
@@ -551,6 +563,7 @@ class JobAllocator:
             self._unpark_job(victim)
             if victim in self.jobs:  # back to the queue, to resume when cells free up
                 self.waiting[victim] = f"preempted by {by}"
+                self.told_at.pop(victim, None)  # it ran: why it waits now is news
         return out
 
 

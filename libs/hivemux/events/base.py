@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime, timedelta
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
@@ -110,6 +110,39 @@ def waiting_substance(reason: str) -> str:
     if any(mark in head for mark in _TURN_MARKS):
         return f"{WAITING_TURN}; {reason_substance(rest)}" if rest else WAITING_TURN
     return reason_substance(text)
+
+
+class Retelling(NamedTuple):
+    """`retell`'s verdict: whether to tell the job now, and what it counts as told afterwards."""
+
+    tell: bool
+    told: str
+
+
+def retell(last: str, reason: str, *, last_at: datetime | None, at: datetime) -> Retelling:
+    """Whether a waiting job last told `last` (at event time `last_at`; ``""``: nothing since it
+    last waited anew, so anything is news) is told `reason` at event time `at`: only if its
+    `waiting_substance` changed, and then no sooner than `RETELL_AFTER` after it was last told.
+    The one rule of both deciders (the matcher's rounds, the cell allocator's passes). A change
+    held back is not forgotten: the job counts as told `last` still, so a later pass tells it if
+    it still stands once the interval has passed; an unchanged substance keeps the newest wording.
+
+    Example (`RETELL_AFTER` 2 min): told "no feasible GPU among 4: ..." at 12:00; at 12:01 "...
+    gave its feasible GPUs to other jobs" is held back (told stays the first); at 12:02 it is told.
+    >>> from datetime import UTC
+    >>> t = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    >>> retell("no feasible GPU among 4: x", "no feasible GPU among 4: y", last_at=t, at=t).tell
+    False
+    >>> retell("no feasible GPU among 4: x", "preempted by j", last_at=t, at=t + timedelta(minutes=1))
+    Retelling(tell=False, told='no feasible GPU among 4: x')
+    >>> retell("no feasible GPU among 4: x", "preempted by j", last_at=t, at=t + RETELL_AFTER).tell
+    True
+    """
+    if waiting_substance(last) == waiting_substance(reason):
+        return Retelling(False, reason)
+    if last and last_at is not None and at - last_at < RETELL_AFTER:
+        return Retelling(False, last)
+    return Retelling(True, reason)
 
 
 class Record(BaseModel):

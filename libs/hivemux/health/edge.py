@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from itertools import repeat
 from typing import cast
 
-from hivemux.errors import InvalidEvent
+from hivemux.errors import ConfigurationError, InvalidEvent
 from hivemux.events import (
+    CellConfig,
     ClockTick,
     CommandAction,
     DeviceControl,
@@ -33,6 +34,7 @@ from hivemux.events import (
     GpuTelemetryBatch,
     GpuTelemetrySample,
     HealthTransition,
+    NodeAgent,
     NodePressure,
     NodeTelemetry,
     ReportState,
@@ -41,9 +43,11 @@ from hivemux.events import (
 )
 from hivemux.events.base import clip_reason
 from hivemux.events.telemetry import MetricThreshold
+from hivemux.events.versions import version_jump
 
 from .config import HealthConfig
 from .decisions import Eviction, GpuVerdict, Remedy, SysMonitorState, evictions_of
+from .known_nodes import KnownNodes, configured_nodes
 from .observations import Drain, GpuObservation, NodeObservation, WorkloadReport
 from .processor import HealthProcessorCore
 from .sysmonitor import HealthState, SysMonitor, Transition
@@ -62,11 +66,13 @@ def _fillers(n: int) -> tuple[tuple[None, ...], tuple[int, ...], tuple[tuple[()]
 
 
 class HealthEdge:
-    """`HealthProcessorCore` driven by event models; `source` names the publisher."""
+    """`HealthProcessorCore` driven by event models; `source` names the publisher. With `nodes`,
+    telemetry and drains of nodes and GPUs not in the cluster are refused (`known_nodes`)."""
 
-    def __init__(self, config: HealthConfig, source: str) -> None:
+    def __init__(self, config: HealthConfig, source: str, nodes: KnownNodes | None = None) -> None:
         self.core = HealthProcessorCore(config)
         self.source = source
+        self.nodes = nodes
 
     @property
     def monitors(self) -> dict[str, SysMonitor]:
@@ -105,6 +111,8 @@ class HealthEdge:
         ))  # fmt: skip
 
     def on_batch(self, batch: GpuTelemetryBatch, partition: int = 0) -> list[Event]:
+        if self.nodes is not None and (why := self.nodes.refusal(batch.gpu_ids, batch.node_ids)) is not None:
+            raise InvalidEvent(f"telemetry.gpu: {why}")
         at = batch.occurred_at.timestamp()
         verdicts = self.core.observe(self.rows(batch, at), partition, at)
         if not verdicts:
@@ -132,6 +140,8 @@ class HealthEdge:
         return out
 
     def on_node(self, node: NodeTelemetry) -> list[Event]:
+        if self.nodes is not None and (why := self.nodes.node_refusal(node.node_id, node.gpu_ids)) is not None:
+            raise InvalidEvent(f"telemetry.node: {why}")
         verdict = self.core.on_node(
             NodeObservation(node.node_id, node.occurred_at.timestamp(), node.cpu_util, node.memory_used_mib,
                             node.memory_total_mib, node.kswapd_active, node.offline_workloads)
@@ -164,10 +174,32 @@ class HealthEdge:
         """An operator's drain or undrain. One of a GPU no telemetry (nor the ``health.state``
         changelog) ever named is refused (issue 28): there is nothing there to drain, and a
         SysMonitor made for it would stand for a GPU that does not exist."""
+        if self.nodes is not None and (why := self.nodes.node_refusal(control.node_id, (control.gpu_id,))) is not None:
+            raise InvalidEvent(f"gpu.control: {control.action} of {control.gpu_id}: {why}")
         if control.gpu_id not in self.core.monitors:
             raise InvalidEvent(f"gpu.control: {control.action} of {control.gpu_id}: no GPU of that id has reported telemetry")
         drain = Drain(control.gpu_id, control.node_id, control.occurred_at.timestamp(), control.action, control.reason)
         return self._gpu_events(self.core.on_drain(drain), control.event_id)
+
+    def on_cell_config(self, change: CellConfig) -> None:
+        """A cell configuration version: its nodes are the cluster's from now on, if it is newer
+        than the one in force (`known_nodes`); an implausible version or an invalid configuration
+        is refused, as the cell allocator refuses it."""
+        if self.nodes is None or change.version <= self.nodes.version:
+            return
+        jump = version_jump(self.nodes.version, change.version, at=change.occurred_at)
+        try:
+            if jump is not None:
+                raise ConfigurationError(jump)
+            nodes = configured_nodes(change.config)
+        except ConfigurationError as error:
+            raise InvalidEvent(f"cell configuration version {change.version} is refused: {error}") from error
+        self.nodes.configure(change.version, nodes)
+
+    def on_agent(self, agent: NodeAgent) -> None:
+        """A node agent registered its node (`known_nodes`)."""
+        if self.nodes is not None and (why := self.nodes.register(agent.node_id)) is not None:
+            raise InvalidEvent(f"nodes.agents: {agent.node_id} not registered: {why}")
 
     def on_tick(self, tick: ClockTick, *, replaying: bool = False) -> list[Event]:
         """Time passed (a tick on the bus): the watermark moves to the tick and, live, silent

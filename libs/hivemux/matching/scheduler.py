@@ -54,7 +54,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 
 from hivemux.events import ReportState, derived_id
-from hivemux.events.base import RETELL_AFTER, waiting_substance
+from hivemux.events.base import retell
 from hivemux.jobs.limits import Limits
 from hivemux.prediction.features import SpeedModel
 
@@ -297,20 +297,16 @@ class Scheduler:
         return f"{len(sliced)} GPU(s) closed to offline work: e.g. {sliced[0]} {time_sliced_reason(self.view.time_sliced.get(sliced[0], ''))}"
 
     def _news(self, job_id: str, reason: str, at: datetime) -> bool:
-        """Whether to tell the job `reason` now (module docstring): its substance differs from
-        what it was last told, and if it was told anything since it last waited anew, at least
-        `RETELL_AFTER` of event time has passed since. A change held back is told on a later
-        round if it still stands then (`told` keeps what was told)."""
+        """Whether to tell the job `reason` now (`events.base.retell`, the rule both deciders
+        share): its substance differs from what it was last told, and if it was told anything
+        since it last waited anew, at least `RETELL_AFTER` of event time has passed since. A
+        change held back is told on a later round if it still stands then."""
         last = self.told[job_id] if job_id in self.told else self.told_on_log.get(job_id, "")
-        if waiting_substance(last) == waiting_substance(reason):
-            self.told[job_id] = reason  # the latest wording of what it was told
-            return False
-        if last and (told_at := self.told_at.get(job_id)) is not None and at - told_at < RETELL_AFTER:
-            self.told[job_id] = last
-            return False
-        self.told[job_id] = reason
-        self.told_at[job_id] = at
-        return True
+        verdict = retell(last, reason, last_at=self.told_at.get(job_id), at=at)
+        self.told[job_id] = verdict.told
+        if verdict.tell:
+            self.told_at[job_id] = at
+        return verdict.tell
 
     def _stop(self, job_id: str, reason: str, at: datetime, *, moved_to: str | None, cause: str | None = None) -> PlacementChange:
         """Take a running job off its GPU: to move it (hysteresis passed) or to give the GPU

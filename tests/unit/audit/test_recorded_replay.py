@@ -100,7 +100,7 @@ def services(matcher_interval_s: float = 60) -> list:
     return [
         allocator.build(allocator.AllocatorSettings(instance="test"), CELLS),
         matcher.build(matcher.MatcherSettings(instance="test", interval_s=matcher_interval_s)),
-        health.build(health.HealthSettings(instance="test")),
+        health.build(health.HealthSettings(instance="test"), nodes=[*TRAINING, *ONLINE]),  # the cluster (`health.known_nodes`)
     ]
 
 
@@ -184,7 +184,7 @@ async def test_inputs_gone_from_the_log_are_reported_missing(recorded: Recorder)
 
 async def test_a_record_refused_at_admission_is_journaled_and_skipped_alike() -> None:
     recorder = Recorder()
-    for built in (matcher.build(matcher.MatcherSettings(instance="test", interval_s=10)), health.build(health.HealthSettings(instance="test"))):
+    for built in (matcher.build(matcher.MatcherSettings(instance="test", interval_s=10)), health.build(health.HealthSettings(instance="test"), nodes=[*TRAINING, *ONLINE])):
         await recorder.start(built)
     spec = WorkloadSpec(model="bert", batch_size=8, iterations=100)
     for t in range(35):

@@ -85,7 +85,7 @@ async def record(seconds: int = 80) -> Recorder:
     built = [
         allocator.build(allocator.AllocatorSettings(instance="test"), CELLS),
         matcher.build(matcher.MatcherSettings(instance="test", interval_s=10)),
-        health.build(health.HealthSettings(instance="test")),
+        health.build(health.HealthSettings(instance="test"), nodes=["o0"]),
     ]
     return await Recorder.run(built, inputs_at, seconds)
 

@@ -69,7 +69,7 @@ def inputs_at(t: int) -> list[Event]:
 @pytest.fixture(scope="module")
 def recorded() -> Recorder:
     built = [matcher.build(matcher.MatcherSettings(instance="test", interval_s=10, slo_cooldown_s=600, executor_silence_s=600)),
-             health.build(health.HealthSettings(instance="test"))]
+             health.build(health.HealthSettings(instance="test"), nodes=["o0"])]
     # 140 s: off-1, told at the first round that it waits for its turn, hears of the closed GPU
     # once `events.base.RETELL_AFTER` has passed since (issue 28 item 6)
     return asyncio.run(Recorder.run(built, inputs_at, 140))

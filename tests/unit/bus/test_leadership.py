@@ -79,6 +79,17 @@ async def test_a_revocation_waits_for_the_batch_in_hand() -> None:
 async def test_a_single_active_service_only_folds() -> None:
     service = Service("matcher", ServiceSettings(create_topics=False))
     service.on(JOBS_SUBMITTED, lambda event, ctx: None)
+    service.audit({})
     service.single_active()
     with pytest.raises(ConfigurationError, match="only folds"):
         await service.run(install_signal_handlers=False)
+
+
+def test_a_single_active_service_is_audited_first() -> None:
+    """Its journal is what tells its standbys which records a leader decided (`bus.undecided`)."""
+    service = Service("matcher", ServiceSettings(create_topics=False))
+    with pytest.raises(ConfigurationError, match="audited first"):
+        service.single_active()
+    service.audit({})
+    service.single_active()
+    assert service.undecided is not None and service.undecided.incarnation == service.journal.incarnation  # type: ignore[union-attr]

@@ -15,6 +15,7 @@ import yaml
 from hivemux.cells.allocator_events import AllocatorEvents, allocator_events
 from hivemux.cells.job_allocator import JobWaiting
 from hivemux.cells.schedulers import build_scheduler
+from hivemux.events.base import RETELL_AFTER
 from hivemux.events import CellBinding, ClockTick, Event, JobKind, JobLifecycleEvent, JobState, JobSubmission, Priority, WorkloadSpec
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
@@ -106,3 +107,46 @@ def test_only_a_change_of_substance_is_told() -> None:
     jobs.waiting["k"] = None  # taken in by a replay: what the log says it was told counts
     jobs.heard("k", "preempted by job-1")
     assert jobs._tell("k", "preempted by job-1") == [] and jobs._tell("k", "preempted by job-2") != []
+
+
+# -- the per-job minimum interval, the matcher's rule from its one home (`events.base.retell`, issue 28) --
+CELLS_WAIT = "Adding pod would lead to broken safety: cell type K80-NODE, 3 left, 5 free cells in all VCs"
+FAIR_SHARE = "VC vc-b would exceed its fair share (3 + 4 > 4.0 of 8 GPUs) while vc-c wait"
+
+
+def test_a_flapping_substance_is_told_again_once_per_interval() -> None:
+    """Passes every 5 s of event time for 5 minutes: a job whose reason flips between two
+    substances each pass is told at once, then once per `RETELL_AFTER` while the flapping goes on."""
+    jobs = shell("hived").core.jobs
+    jobs.waiting["j"] = ""
+    told = []
+    for n in range(60):
+        jobs.now = at(5 * n)
+        if jobs._tell("j", CELLS_WAIT if n % 2 else FAIR_SHARE):
+            told.append(n)
+    every = int(RETELL_AFTER.total_seconds() / 5)
+    assert told == [0, every + 1, 2 * every + 2]  # a change held back is told once the interval passed and it still stands
+
+
+def test_a_restarted_allocator_keeps_the_interval_from_the_log_and_a_preempted_job_is_told_at_once() -> None:
+    jobs = shell("hived").core.jobs
+    jobs.waiting["k"] = None  # taken in by a replay: the log says what it was told, and when
+    jobs.heard("k", FAIR_SHARE, at(0))
+    jobs.now = RETELL_AFTER + at(-5)
+    assert jobs._tell("k", CELLS_WAIT) == []
+    jobs.now = at(0) + RETELL_AFTER
+    assert jobs._tell("k", CELLS_WAIT) == [JobWaiting("k", CELLS_WAIT)]
+    jobs.waiting["k"] = "preempted by job-9"  # as `_preempt` leaves it: it ran, why it waits now is news
+    jobs.told_at.pop("k")
+    jobs.now += timedelta(seconds=5)
+    assert jobs._tell("k", FAIR_SHARE) == [JobWaiting("k", FAIR_SHARE)]
+
+
+def test_the_interval_holds_through_the_allocator_events() -> None:
+    """Through `AllocatorEvents`: a restarted allocator folds its waiting events with their event
+    time (`on_lifecycle` -> `heard`), so the interval counts from when the log told the job."""
+    s, log = shell("hived"), []
+    live(s, log, training("gang", pods=2))  # holds both training nodes
+    (told,) = lifecycle(live(s, log, training("queued", seconds=2)))
+    restarted = replay(log, "hived")
+    assert restarted.core.jobs.told_at["queued"] == told.occurred_at
