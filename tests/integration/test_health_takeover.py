@@ -18,7 +18,7 @@ import yaml
 from support.buskit import eventually, produce_raw, read_all
 
 from hivemux.bus import Publisher, ensure_topics
-from hivemux.events import GpuTelemetryBatch, GpuTelemetrySample, HealthState, HealthTransition, SysMonitorSnapshot
+from hivemux.events import GpuTelemetryBatch, GpuTelemetrySample, HealthState, HealthTransition, NodeAgent, SysMonitorSnapshot
 from hivemux.infra import Endpoints
 from hivemux.topics import ALL_TOPICS, GPU_HEALTH, GPU_TELEMETRY, HEALTH_STATE
 
@@ -52,6 +52,14 @@ async def start_processor(infra: Endpoints, group: str, instance: str, config: P
     )  # fmt: skip
 
 
+async def register(infra: Endpoints, nodes: list[str]) -> None:
+    """The test's nodes join the cluster as an executor agent's registration does: the health
+    processor refuses telemetry of nodes it does not know (`health.known_nodes`)."""
+    async with Publisher(infra.bootstrap_servers, source="test") as publisher:
+        await publisher.publish_all([NodeAgent(occurred_at=datetime.now(UTC), source=f"executor/{n}", node_id=n, address="127.0.0.1")
+                                     for n in nodes])
+
+
 def node_batch(node: str, **hot: object) -> GpuTelemetryBatch:
     now = datetime.now(UTC)
     calm: dict[str, object] = dict(
@@ -75,6 +83,7 @@ async def test_two_instances_split_the_gpus_and_take_over_with_state(infra: Endp
     tag = uuid.uuid4().hex[:6]
     prefix = f"tk{tag}-"
     nodes = [f"{prefix}n{i}" for i in range(NODES)]
+    await register(infra, nodes)
     config = health_config(tmp_path)
     group = f"takeover-{tag}"
     first = await start_processor(infra, group, "a", config, tmp_path / "a.log")
@@ -152,6 +161,7 @@ async def test_malformed_samples_are_dead_letters_while_good_ones_flow(infra: En
     await ensure_topics(infra.bootstrap_servers, ALL_TOPICS)
     tag = uuid.uuid4().hex[:6]
     prefix = f"dl{tag}-"
+    await register(infra, [f"{prefix}n0", f"{prefix}n1"])
     processor = await start_processor(infra, f"dlq-{tag}", "x", health_config(tmp_path), tmp_path / "x.log")
     try:
         # The broker's schema registry refuses records that break the JSON Schema (NaN, a
