@@ -28,7 +28,9 @@ tickers may only publish clock ticks (a decision is made on consuming one, never
 `single_active()` runs a folding decider with standbys (`bus.leadership`): every instance
 folds, the member of the group `<group>.leader` holding the `leadership` topic's partition
 decides; the others fold the records a leader decided and hold the rest, which the next leader
-decides (`bus.undecided`; its journal says which it folded and which it decided).
+decides (`bus.undecided`; its journal says which it folded and which it decided). The leader
+decides record by record: one input's decisions (its records first, `undecided.records_first`)
+are acknowledged before the next input is decided.
 
 A broker or database outage (`bus.outage`) is neither a bad record nor a reason to stop: the
 service marks itself unready (`/healthz` 503 with the outage), retries the same record, publish
@@ -452,25 +454,25 @@ class Service:
                             await lead.take_over(consumer, self._replay_fold, lambda events: self._publish([], events))
                             await self._decide_held()
                 batch = await consumer.getmany(timeout_ms=200, max_records=self.settings.max_poll_records)
-                async with lead.turn() if lead is not None else contextlib.nullcontext():
-                    if lead is not None and not lead.active and self.undecided is not None:
-                        await self._stand_by([record for records in batch.values() for record in records])
-                        continue
-                    replaying = lead is not None and not lead.active
-                    async with self._batch():
-                        outputs: list[Event] = []
-                        for tp, records in batch.items():
-                            for record in records:
-                                if tp.topic == AUDIT_JOURNAL.name:
-                                    self._journaled(record)  # another leader's, while this one decides: the frontier moves on
-                                    continue
-                                outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, "fold", replaying=replaying)
-                        journaled = self._seal(outputs)
+                if lead is not None:  # single-active: stand by, or decide record by record
+                    async with lead.turn():
+                        read = [record for records in batch.values() for record in records]
                         now = asyncio.get_running_loop().time()
-                        if self.undecided is not None and not journaled and now - flushed >= JOURNAL_FLUSH_S:
-                            journaled = self.journal.seal([], force=True)  # type: ignore[union-attr]  # standbys wait for it
-                        flushed = now if journaled else flushed
-                    await self._publish(journaled, outputs)
+                        if not lead.active:
+                            await self._stand_by(read)
+                        elif await self._decide(read):
+                            flushed = now
+                        elif now - flushed >= JOURNAL_FLUSH_S:  # what it handled reaches its journal: standbys wait for it
+                            await self._flush_journal()
+                            flushed = now
+                    continue
+                async with self._batch():
+                    outputs: list[Event] = []
+                    for tp, records in batch.items():
+                        for record in records:
+                            outputs += await self._handle(self.folds[tp.topic], record, self._fold_seen, "fold", replaying=False)
+                    journaled = self._seal(outputs)
+                await self._publish(journaled, outputs)
         finally:
             await consumer.stop()
 
@@ -498,17 +500,29 @@ class Service:
         metrics.UNDECIDED_HELD.labels(self.name).set(len(undecided))
         await self._publish(journaled, [])
 
+    async def _decide(self, records: list[ConsumerRecord]) -> bool:
+        """Decide `records` live, each one's decisions acknowledged before the next is decided;
+        whether journal records were published. One input's decisions never share a publish
+        with the next one's: on the log a binding and its preemption by the next input's pass
+        would otherwise carry one time on two partitions, and no reader could tell their order
+        (the journal can: it lists them in order)."""
+        sealed = False
+        for record in records:
+            if record.topic == AUDIT_JOURNAL.name:
+                self._journaled(record)  # another leader's, while this one decides: the frontier moves on
+                continue
+            async with self._batch():
+                outputs = await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=False)
+                journaled = self._seal(outputs)
+            if journaled or outputs:
+                sealed = sealed or bool(journaled)
+                await self._publish(journaled, outputs)
+        return sealed
+
     async def _decide_held(self) -> None:
         """Just given the lead (under its turn): decide, live and once, what no leader decided."""
         held = self.undecided.take_all() if self.undecided is not None else []
-        size = self.settings.max_poll_records
-        for start in range(0, len(held), size):
-            async with self._batch():
-                outputs: list[Event] = []
-                for record in held[start : start + size]:
-                    outputs += await self._handle(self.folds[record.topic], record, self._fold_seen, "fold", replaying=False)
-                journaled = self._seal(outputs)
-            await self._publish(journaled, outputs)
+        await self._decide(held)
         if held:
             metrics.UNDECIDED_DECIDED.labels(self.name).inc(len(held))
             metrics.UNDECIDED_HELD.labels(self.name).set(0)
