@@ -11,6 +11,7 @@ import asyncio
 import os
 import sys
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -28,7 +29,7 @@ from hivemux.events import (
     Priority,
     WorkloadSpec,
 )
-from hivemux.infra import Endpoints
+from hivemux.infra import Endpoints, InfraSettings, embedded_infra
 from hivemux.services.cell_allocator.service import AllocatorSettings
 from hivemux.services.cell_allocator.service import build as build_allocator
 from hivemux.services.job_controller.service import JobControllerSettings
@@ -36,6 +37,15 @@ from hivemux.services.job_controller.service import build as build_controller
 from hivemux.topics import ALL_TOPICS, CELL_BINDINGS, EXECUTOR_COMMANDS, JOBS_LIFECYCLE, JOBS_PRIORITIES, JOBS_REFUSALS
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def infra() -> Iterator[Endpoints]:
+    """A broker of this module's own: its allocator (a group of its own) would otherwise take the
+    lead over the worker's shared broker and first decide, record by record, every record there
+    that no allocator decided (`bus.undecided`), which other files' tests leave by the thousand."""
+    with embedded_infra(InfraSettings.model_construct(schemas_dir=InfraSettings().schemas_dir), want_postgres=False) as running:
+        yield running.endpoints
 
 
 async def cli(infra: Endpoints, *args: str) -> tuple[int, str]:
