@@ -1,6 +1,6 @@
 """The cluster's nodes as the health processor knows them (`health.known_nodes`, issue 28 item 7),
 and its edge refusing telemetry and drains of others, without a broker (through the bus:
-tests/integration/test_known_nodes.py)."""
+tests/integration/test_known_nodes_bus.py)."""
 
 from __future__ import annotations
 
