@@ -167,6 +167,10 @@ async def test_malformed_samples_are_dead_letters_while_good_ones_flow(infra: En
         # The broker's schema registry refuses records that break the JSON Schema (NaN, a
         # zero max clock, unknown fields: tested in test_bus.py); what gets through is what
         # only the model can judge, e.g. a batch whose columns disagree on the number of GPUs.
+        async def ready() -> bool:  # it has folded the registrations (other topics: no order between them)
+            return b"ready (group" in (tmp_path / "x.log").read_bytes()
+
+        await eventually(ready, timeout_s=90)
         ragged = node_batch(f"{prefix}n0").model_dump(mode="json")
         ragged["sm_clock_mhz"] = ragged["sm_clock_mhz"][:1]
         await produce_raw(infra.bootstrap_servers, GPU_TELEMETRY.name, f'"{prefix}n0"'.encode(), json.dumps(ragged).encode())

@@ -443,8 +443,10 @@ class Cluster:
         finally:
             await consumer.stop()
 
-    async def throw(self, records: list[Hostile], wait_s: float = 30.0) -> None:
-        """Produce `records`, then wait until every bad one is dead-lettered by each consumer."""
+    async def throw(self, records: list[Hostile], wait_s: float = 90.0) -> None:
+        """Produce `records`, then wait until every bad one is dead-lettered by each consumer
+        (polled: the bound only matters when one is not; a single-active decider that lost its
+        lead on a starved host holds what it reads until it leads again, `bus.undecided`)."""
         expected: list[tuple[Hostile, set[tuple[str, str, int, int]]]] = []
         for h in records:
             for key, value in h.before:  # signed as a writer of the topic: hostile content, not a forged writer
