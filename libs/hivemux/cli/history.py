@@ -37,9 +37,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..settings import BusSettings
 from ..store.archive import ArchiveMismatch, ArchiveStats, RestoreReport, archive, restore, wait_archived
 from ..store.archive_watch import ARCHIVING, PAUSED, RESTARTING, ArchiverHealth, describe_gaps, watch_archive
-from ..settings import BusSettings
 from ..topics import ALL_TOPICS
 from .supervisor import Backoff, RestartPolicy
 
