@@ -50,12 +50,7 @@ SMALL_PREDICTOR = {"HIVEMUX_PREDICTOR_EPOCHS": "20", "HIVEMUX_PREDICTOR_BOOTSTRA
 
 @pytest.fixture(scope="module", autouse=True)
 def small_predictor(e2e_lane: None) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in SMALL_PREDICTOR}
-    for name, value in SMALL_PREDICTOR.items():
-        os.environ.setdefault(name, value)
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
+    with pytest.MonkeyPatch.context() as patch:  # restored after the module
+        for name, value in SMALL_PREDICTOR.items():
+            patch.setenv(name, os.environ.get(name, value))
+        yield
